@@ -1,0 +1,305 @@
+"""The device seam: the only thing that differs between hardware, simulator and link.
+
+A :class:`Device` exposes the DV700 register windows (``conv``, ``ipu``,
+``maximizer``; reference §10), DMA memory (:class:`DmaBuffer`), the completion
+interrupt and the sysfs-style facts of §10.9 (:class:`DeviceInfo`).  Everything
+above it (command lists, the runtime) is written once against this interface.
+
+:func:`open_device` turns a URL into a device, in the spirit of pyserial's
+``serial_for_url``: ``sim://`` (the default), ``uio://``, ``serial://``,
+``socket://``, ``rfc2217://`` and ``loop://``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from abc import ABC, abstractmethod
+from dataclasses import asdict, dataclass, field
+from typing import Any
+from urllib.parse import parse_qsl, urlsplit
+
+import numpy as np
+
+from ..errors import InvalidArgument, InvalidURL
+
+UNITS = ("conv", "ipu", "maximizer")
+
+#: scheme -> "module:callable"; the callable takes the URL string.
+BACKENDS: dict[str, str] = {
+    "sim": "dvsdk.sim.device:SimDevice.from_url",
+    "uio": "dvsdk.driver.uio:UioDevice.from_url",
+    "serial": "dvsdk.driver.link:LinkDevice.from_url",
+    "socket": "dvsdk.driver.link:LinkDevice.from_url",
+    "rfc2217": "dvsdk.driver.link:LinkDevice.from_url",
+    "loop": "dvsdk.driver.link:LinkDevice.from_url",
+}
+
+
+@dataclass
+class DeviceInfo:
+    """What the kernel driver exports under ``/sys/class/dmp_dv/dv_conv`` (§10.9).
+
+    ``conv_freq`` is in MHz; ``hw_version`` is ``reg 0x128 & 0xFFFF``; ``mac_num``
+    is ``reg 0x120 * 72``.  ``backend`` and ``units`` say what we are talking to.
+    """
+
+    ub_size: int = 0
+    mac_num: int = 0
+    max_kernel_size: int = 7
+    conv_freq: int = 0
+    hw_version: int = 0
+    svn_version: int = 93
+    max_input_size: int = 0
+    backend: str = ""
+    units: tuple[str, ...] = UNITS
+    simulated: bool = False
+    dma_size: int = 0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class DmaBuffer:
+    """A physically contiguous DMA region, as the CPU sees it.
+
+    ``phys`` is the 32-bit bus address to program into the device, ``view`` a
+    ``uint8`` numpy view of the CPU's (cached) mapping.  The CPU and the device
+    do not see each other's writes until synced: call :meth:`sync_for_device`
+    after the CPU writes and before a kick, :meth:`sync_for_cpu` after the
+    device writes and before the CPU reads (linux-dma.md §5.2).
+
+    :meth:`write` and :meth:`read` are the checked accessors: a backend that
+    tracks coherence (the simulator) reports a read of device output that was
+    never synced.  ``view`` is raw and unchecked.
+    """
+
+    def __init__(self, device: Device | None, phys: int, view: np.ndarray, name: str = "") -> None:
+        if view.dtype != np.uint8 or view.ndim != 1:
+            raise InvalidArgument("DMA view must be a 1-D uint8 array", field="view")
+        self.device = device
+        self.phys = int(phys)
+        self.view = view
+        self.name = name or f"buf@{self.phys:#x}"
+        self.freed = False
+
+    @property
+    def size(self) -> int:
+        return int(self.view.size)
+
+    @property
+    def nbytes(self) -> int:
+        return self.size
+
+    def __repr__(self) -> str:
+        return f"<DmaBuffer {self.name} phys={self.phys:#010x} size={self.size}>"
+
+    # -- range helpers ---------------------------------------------------------------
+    def _range(self, offset: int, nbytes: int | None) -> tuple[int, int]:
+        if nbytes is None:
+            nbytes = self.size - offset
+        if offset < 0 or nbytes < 0 or offset + nbytes > self.size:
+            raise InvalidArgument(
+                f"range outside DMA buffer {self.name}",
+                field="offset+nbytes",
+                value=(offset, nbytes),
+                limit=f"0..{self.size}",
+            )
+        if self.freed:
+            raise InvalidArgument(f"DMA buffer {self.name} was freed", field="buffer")
+        return offset, nbytes
+
+    # -- CPU access ----------------------------------------------------------------------
+    def array(self, dtype: Any = np.uint8, count: int = -1, offset: int = 0) -> np.ndarray:
+        """A typed, unchecked numpy view of the CPU mapping."""
+        dt = np.dtype(dtype)
+        if count < 0:
+            count = (self.size - offset) // dt.itemsize
+        self._range(offset, count * dt.itemsize)
+        return self.view[offset : offset + count * dt.itemsize].view(dt)
+
+    def write(self, offset: int, data: Any) -> None:
+        """Copy ``data`` (bytes or an ndarray, taken as raw bytes) into the CPU view."""
+        raw = np.frombuffer(memoryview(np.ascontiguousarray(data)).cast("B"), np.uint8)
+        offset, n = self._range(offset, raw.size)
+        self.view[offset : offset + n] = raw
+
+    def read(self, offset: int = 0, nbytes: int | None = None) -> np.ndarray:
+        """A copy of CPU-visible bytes; coherence-checked where the backend can."""
+        offset, nbytes = self._range(offset, nbytes)
+        self._check_cpu_read(offset, nbytes)
+        return self.view[offset : offset + nbytes].copy()
+
+    # -- cache maintenance -----------------------------------------------------------
+    def sync_for_device(self, offset: int = 0, nbytes: int | None = None) -> None:
+        offset, nbytes = self._range(offset, nbytes)
+        if nbytes:
+            self._sync_for_device(offset, nbytes)
+
+    def sync_for_cpu(self, offset: int = 0, nbytes: int | None = None) -> None:
+        offset, nbytes = self._range(offset, nbytes)
+        if nbytes:
+            self._sync_for_cpu(offset, nbytes)
+
+    def free(self) -> None:
+        if not self.freed:
+            self._free()
+            self.freed = True
+
+    def __enter__(self) -> DmaBuffer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.free()
+
+    # -- backend hooks ------------------------------------------------------------
+    def _sync_for_device(self, offset: int, nbytes: int) -> None:
+        """Clean CPU caches over the range (no-op for coherent memory)."""
+
+    def _sync_for_cpu(self, offset: int, nbytes: int) -> None:
+        """Invalidate CPU caches over the range (no-op for coherent memory)."""
+
+    def _check_cpu_read(self, offset: int, nbytes: int) -> None:
+        """Raise CoherenceError if the range holds unsynced device output."""
+
+    def _free(self) -> None:
+        """Return the region to the device's allocator."""
+
+
+class Device(ABC):
+    """One DV700: register windows, DMA memory, interrupts, facts."""
+
+    url: str = ""
+
+    @abstractmethod
+    def read32(self, unit: str, offset: int) -> int:
+        """Aligned 32-bit register read from a unit's window."""
+
+    @abstractmethod
+    def write32(self, unit: str, offset: int, value: int) -> None:
+        """Aligned 32-bit register write to a unit's window."""
+
+    @abstractmethod
+    def alloc(self, nbytes: int, align: int = 64, name: str = "") -> DmaBuffer:
+        """Physically contiguous DMA memory below 4 GiB."""
+
+    @abstractmethod
+    def wait_irq(self, unit: str, timeout: float) -> None:
+        """Block until ``unit`` raises its interrupt; DeviceTimeout after ``timeout`` s."""
+
+    @abstractmethod
+    def info(self) -> DeviceInfo:
+        """The sysfs facts of §10.9 plus what backend this is."""
+
+    @abstractmethod
+    def reset(self) -> None:
+        """Recover from a hang or fault: abort work, clear interrupts and status."""
+
+    def close(self) -> None:  # noqa: B027 - optional hook, not abstract
+        """Release every resource; the device is unusable afterwards."""
+
+    def __enter__(self) -> Device:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @staticmethod
+    def check_reg(unit: str, offset: int, limit: int = 0x1000) -> None:
+        """Every backend's register access rule: a known unit, aligned, in the window."""
+        if unit not in UNITS:
+            raise InvalidArgument("unknown register unit", field="unit", value=unit, limit=UNITS)
+        if offset % 4 or not 0 <= offset < limit:
+            raise InvalidArgument(
+                "register offset must be 32-bit aligned inside the unit window",
+                field="offset",
+                value=hex(offset),
+                limit=f"0x0..{limit - 4:#x}, multiple of 4",
+            )
+
+
+@dataclass
+class DeviceURL:
+    """A parsed device URL: ``scheme://netloc/path?key=value``."""
+
+    raw: str
+    scheme: str
+    netloc: str
+    path: str
+    options: dict[str, str]
+
+    def pop_int(self, key: str, default: int, lo: int | None = None, hi: int | None = None) -> int:
+        if key not in self.options:
+            return default
+        text = self.options.pop(key)
+        try:
+            value = int(text, 0)
+        except ValueError:
+            raise InvalidURL(
+                "option is not an integer", field=key, value=text, limit="integer"
+            ) from None
+        if (lo is not None and value < lo) or (hi is not None and value > hi):
+            raise InvalidURL("option out of range", field=key, value=value, limit=f"{lo}..{hi}")
+        return value
+
+    def pop_float(self, key: str, default: float, lo: float | None = None) -> float:
+        if key not in self.options:
+            return default
+        text = self.options.pop(key)
+        try:
+            value = float(text)
+        except ValueError:
+            raise InvalidURL(
+                "option is not a number", field=key, value=text, limit="number"
+            ) from None
+        if lo is not None and value < lo:
+            raise InvalidURL("option out of range", field=key, value=value, limit=f">= {lo}")
+        return value
+
+    def pop_str(self, key: str, default: str, choices: tuple[str, ...] | None = None) -> str:
+        value = self.options.pop(key, default)
+        if choices is not None and value not in choices:
+            raise InvalidURL("option has an unknown value", field=key, value=value, limit=choices)
+        return value
+
+    def reject_unknown(self) -> None:
+        if self.options:
+            key = sorted(self.options)[0]
+            raise InvalidURL(
+                f"unknown option for {self.scheme}://", field=key, value=self.options[key]
+            )
+
+
+def parse_url(url: str) -> DeviceURL:
+    if not isinstance(url, str) or "://" not in url:
+        raise InvalidURL(
+            "device URL must look like scheme://...", field="url", value=url, limit=sorted(BACKENDS)
+        )
+    parts = urlsplit(url)
+    scheme = parts.scheme.lower()
+    if scheme not in BACKENDS:
+        raise InvalidURL("unknown device URL scheme", field="scheme", value=scheme,
+                         limit=sorted(BACKENDS))
+    try:
+        query = parts.query
+        options = dict(parse_qsl(query, keep_blank_values=True, strict_parsing=bool(query)))
+    except ValueError:
+        raise InvalidURL("malformed query string", field="url", value=url) from None
+    return DeviceURL(url, scheme, parts.netloc, parts.path, options)
+
+
+def default_url() -> str:
+    return os.environ.get("DVSDK_DEVICE") or "sim://"
+
+
+def open_device(url: str | None = None) -> Device:
+    """Open the device named by ``url`` (default ``$DVSDK_DEVICE``, else ``sim://``)."""
+    url = url or default_url()
+    parsed = parse_url(url)
+    module_name, _, attr = BACKENDS[parsed.scheme].partition(":")
+    module = importlib.import_module(module_name)
+    factory: Any = module
+    for name in attr.split("."):
+        factory = getattr(factory, name)
+    return factory(url)

@@ -1,0 +1,191 @@
+"""Every error dvsdk raises on purpose.
+
+Each exception names what was wrong (``field``), the offending ``value`` and the
+``limit`` it broke, so a message reads like "kernel width 8 out of range: p.kx=8,
+limit 1..7".  CLIs map ``exit_code`` to the process status: 2 for bad input, 3
+for device problems.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = [
+    "DvsdkError",
+    "InvalidArgument",
+    "LayoutError",
+    "WeightError",
+    "SpecError",
+    "InvalidCommand",
+    "InvalidURL",
+    "DeviceError",
+    "DeviceNotFound",
+    "DeviceBusy",
+    "DeviceTimeout",
+    "DeviceLost",
+    "DeviceFault",
+    "OutOfDeviceMemory",
+    "CoherenceError",
+    "LinkError",
+    "NetFileError",
+    "ModelError",
+    "UnsupportedOps",
+    "ImageError",
+]
+
+_UNSET = object()
+
+
+class DvsdkError(Exception):
+    """Base class.  ``str(e)`` is one line: the message, then field/value/limit."""
+
+    exit_code = 2
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        field: str | None = None,
+        value: Any = _UNSET,
+        limit: Any = _UNSET,
+        hint: str | None = None,
+    ) -> None:
+        self.message = message
+        self.field = field
+        self.value = None if value is _UNSET else value
+        self.limit = None if limit is _UNSET else limit
+        self.hint = hint
+        parts = []
+        if field is not None:
+            parts.append(f"field={field}")
+        if value is not _UNSET:
+            parts.append(f"value={value!r}")
+        if limit is not _UNSET:
+            parts.append(f"limit={limit}")
+        text = message
+        if parts:
+            text += " (" + ", ".join(parts) + ")"
+        if hint:
+            text += f"; {hint}"
+        super().__init__(text)
+
+
+class InvalidArgument(DvsdkError, ValueError):
+    """A pure function got an argument outside what the hardware math accepts."""
+
+
+class LayoutError(InvalidArgument):
+    """A tensor shape or buffer does not fit the 8-channel-chunked layout."""
+
+
+class WeightError(InvalidArgument):
+    """Weights, biases or a quantization table cannot be packed."""
+
+
+class SpecError(DvsdkError):
+    """``firmware_spec/`` is malformed or inconsistent (a bug in the spec files)."""
+
+
+class InvalidCommand(DvsdkError, ValueError):
+    """A DV700 command breaks a validation rule (reference §6).
+
+    ``run`` is the index of the offending run, or None for command-level fields.
+    """
+
+    def __init__(self, message: str, *, run: int | None = None, **kw: Any) -> None:
+        self.run = run
+        if run is not None and kw.get("field") is not None:
+            kw["field"] = f"run[{run}].{kw['field']}"
+        super().__init__(message, **kw)
+
+
+class InvalidURL(DvsdkError, ValueError):
+    """A device URL has an unknown scheme or bad options."""
+
+
+class DeviceError(DvsdkError):
+    """Something went wrong talking to a device (hardware, simulator or link)."""
+
+    exit_code = 3
+
+
+class DeviceNotFound(DeviceError):
+    """No DV700 (or no DMA memory) was found where we looked."""
+
+
+class DeviceBusy(DeviceError):
+    """Another process holds the device.  ``pid`` is the holder."""
+
+    def __init__(self, message: str, *, pid: int | None = None, **kw: Any) -> None:
+        self.pid = pid
+        super().__init__(message, **kw)
+
+
+class DeviceTimeout(DeviceError):
+    """The completion interrupt did not arrive.  ``registers`` is a snapshot."""
+
+    def __init__(self, message: str, *, registers: dict | None = None, **kw: Any) -> None:
+        self.registers = registers or {}
+        super().__init__(message, **kw)
+
+
+class DeviceLost(DeviceError):
+    """The device (or the agent serving it) went away mid-operation."""
+
+
+class DeviceFault(DeviceError):
+    """The device reported an error status for a command (``reason`` says why)."""
+
+    def __init__(self, message: str, *, status: int = 0, reason: str = "", **kw: Any) -> None:
+        self.status = status
+        self.reason = reason
+        super().__init__(message, **kw)
+
+
+class OutOfDeviceMemory(DeviceError):
+    """A DMA allocation does not fit.  Carries the sizes involved."""
+
+    def __init__(
+        self, message: str, *, requested: int = 0, largest_free: int = 0, total: int = 0, **kw: Any
+    ) -> None:
+        self.requested = requested
+        self.largest_free = largest_free
+        self.total = total
+        super().__init__(message, **kw)
+
+
+class CoherenceError(DeviceError):
+    """CPU and device disagree about a DMA range because a sync was missing."""
+
+    def __init__(
+        self, message: str, *, buffer: str = "", start: int = 0, end: int = 0, **kw: Any
+    ) -> None:
+        self.buffer = buffer
+        self.start = start
+        self.end = end
+        super().__init__(message, **kw)
+
+
+class LinkError(DeviceError):
+    """The hardware-in-the-loop link failed (framing, CRC, protocol version)."""
+
+
+class NetFileError(DvsdkError):
+    """A net.bin is truncated, corrupt, of an unknown version or for other hardware."""
+
+
+class ModelError(DvsdkError):
+    """A model cannot be compiled (bad file, dynamic shapes, bad attributes)."""
+
+
+class UnsupportedOps(ModelError):
+    """The model uses ops with neither a hardware mapping nor a CPU kernel."""
+
+    def __init__(self, ops: list[tuple[str, str]]) -> None:
+        self.ops = list(ops)
+        listing = ", ".join(f"{op_type} ({name})" for op_type, name in self.ops)
+        super().__init__(f"unsupported ops: {listing}", field="op_type")
+
+
+class ImageError(DvsdkError):
+    """An input image cannot be read or converted."""

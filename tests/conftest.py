@@ -1,0 +1,35 @@
+"""Shared fixtures: paths to the golden data in ../shared."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _shared_dir() -> Path:
+    for cand in (ROOT.parent / "shared", ROOT / "shared"):
+        if (cand / "vectors").is_dir():
+            return cand
+    raise RuntimeError("cannot find ../shared (golden vectors)")
+
+
+SHARED = _shared_dir()
+
+
+@pytest.fixture(scope="session")
+def shared_dir() -> Path:
+    return SHARED
+
+
+@pytest.fixture(scope="session")
+def weight_golden() -> dict:
+    return json.loads((SHARED / "vectors" / "dmp_weight_golden.json").read_text())
+
+
+@pytest.fixture(scope="session")
+def layout_vectors() -> dict:
+    return json.loads((SHARED / "vectors" / "layout_offsets.json").read_text())
