@@ -33,3 +33,38 @@ def weight_golden() -> dict:
 @pytest.fixture(scope="session")
 def layout_vectors() -> dict:
     return json.loads((SHARED / "vectors" / "layout_offsets.json").read_text())
+
+
+# -- devices -----------------------------------------------------------------------------
+# Every driver test takes `device`; BACKENDS lists the URLs (or factories) it runs against.
+# The fake board (uio://) and the link (socket://, pty) join this list as they land.
+
+def _sim_url() -> str:
+    return "sim://"
+
+
+BACKENDS = {"sim": _sim_url}
+
+
+@pytest.fixture(params=sorted(BACKENDS))
+def device(request):
+    import dvsdk
+
+    url = BACKENDS[request.param]()
+    dev = dvsdk.open_device(url) if isinstance(url, str) else url
+    try:
+        yield dev
+    finally:
+        dev.close()
+
+
+@pytest.fixture
+def sim():
+    """The simulator itself, for tests of simulator-only behaviour (faults, coherence)."""
+    import dvsdk
+
+    dev = dvsdk.open_device("sim://")
+    try:
+        yield dev
+    finally:
+        dev.close()
