@@ -1,0 +1,244 @@
+"""The conv engine: executes the configuration image at controller address 0x2000.
+
+Reference §4 (semantics), §10.3 (image layout), §4.10 (batch).  Tensors are read
+from DRAM in the 8-channel-chunked FP16 layout (§1), computed as HWC float32
+with float32 accumulation, and rounded to FP16 wherever the hardware stores a
+value: after the conv stage, after the element-wise add, after pooling and
+activation, and for every tensor kept in the unified buffer between runs
+([AMBIG] §4.2: our documented choice).  Runs follow the hardware order
+``conv → add → max-pool/upsample → activation → rectify`` (§4.1).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .. import dims, layout
+from ..errors import DvsdkError
+from ..fp16 import fp16_value
+from ..spec import SPEC
+from ..weights import unpack_conv_weights, unpack_dilated_weights
+from . import ops
+from .engine import Dv700Core, HardwareError
+from .timing import conv_run_bytes, conv_run_cycles
+
+CONFIG = SPEC.struct("conv_config")
+CONFIG_RUN = SPEC.struct("conv_config_run")
+CFG_ADDR = int(SPEC.stream["cfg_image_address"])
+POOL = SPEC.enum("pool_enable")
+NO_BUFFER = 0xDEADBEEF
+
+
+@dataclass
+class ConvTotals:
+    """What one stream moved and cost (summed over its commands)."""
+
+    cycles: int = 0
+    in_bytes: int = 0
+    weight_bytes: int = 0
+    out_bytes: int = 0
+
+
+def _xy(word: int) -> tuple[int, int]:
+    return word & 0xFF, (word >> 8) & 0xFF
+
+
+def _pads(word: int, mask_a: int) -> tuple[int, int, int, int]:
+    return word & mask_a, (word >> 8) & 0xFF, (word >> 16) & mask_a, (word >> 24) & 0xFF
+
+
+def run_configuration(core: Dv700Core) -> None:
+    """START was written: decode the image and run every sample of the batch."""
+    table_word, core.u8_table = core.u8_table, NO_BUFFER  # consumed per command
+    hdr = CONFIG.unpack(core.cfg_mem, CFG_ADDR)
+    nruns = int(hdr["topo"]).bit_length()
+    if nruns == 0 or CFG_ADDR + CONFIG.size + nruns * CONFIG_RUN.size > core.cfg_mem.size:
+        raise HardwareError("bad_config", CFG_ADDR, f"topo {hdr['topo']:#x} selects no runs")
+    runs = [CONFIG_RUN.unpack(core.cfg_mem, CFG_ADDR + CONFIG.size + i * CONFIG_RUN.size)
+            for i in range(nruns)]
+    try:
+        _execute(core, hdr, runs, table_word)
+    except HardwareError:
+        raise
+    except (DvsdkError, ValueError, IndexError, ZeroDivisionError, OverflowError) as e:
+        raise HardwareError("bad_config", CFG_ADDR, f"configuration cannot run: {e}") from None
+
+
+def _check_addr(addr: int, align: int, what: str) -> None:
+    if addr == NO_BUFFER:
+        raise HardwareError("bad_address", addr, f"{what} address is unset (0xDEADBEEF)")
+    if addr % align:
+        raise HardwareError("misaligned", addr, f"{what} address not {align}-byte aligned")
+
+
+def _execute(core: Dv700Core, hdr: dict, runs: list[dict], table_word: int) -> None:
+    w, h, c, z = hdr["w"], hdr["h"], hdr["c"], hdr["z"]
+    if min(w, h, c) < 1 or z != 1:
+        raise HardwareError("bad_config", CFG_ADDR, f"input {w}x{h}x{z}x{c} unsupported")
+    topo = hdr["topo"]
+    batch = hdr["input_circular_offset"] or 1
+    u8_input = table_word != NO_BUFFER
+    _check_addr(hdr["input_base_addr"], 1 if u8_input else 2, "input")
+    _check_addr(hdr["output_base_addr"], 2, "output")
+    eltwise = hdr["output_mode"] == 1
+    if eltwise:
+        _check_addr(hdr["eltwise_base_addr"], 2, "eltwise")
+    # shapes, weights and output offsets are the same for every sample
+    shapes, weights, out_offs, elt_shape = [], [], [], None
+    shape = (w, h, 1, c)
+    out_total = 0
+    for i, run in enumerate(runs):
+        out_shape, _ = dims.run_output_shape(run, shape)
+        if min(out_shape) < 1:
+            raise HardwareError("bad_config", CFG_ADDR, f"run {i} output {out_shape} is empty")
+        weights.append(_load_weights(core, run, shape[3]))
+        shapes.append((shape, out_shape))
+        if topo >> i & 1:
+            out_offs.append(out_total)
+            out_total += out_shape[0] * out_shape[1] * out_shape[3] * 2
+            shape = (w, h, 1, c)
+        else:
+            out_offs.append(None)
+            shape = out_shape
+    if eltwise:
+        r0 = dict(runs[0], pool_enable=0 if runs[0]["pool_enable"] != POOL.avg else POOL.avg)
+        (ew, eh, _, ec), _ = dims.run_output_shape(r0, (w, h, 1, c))
+        elt_shape = (eh, ew, ec)
+    one = ConvTotals()  # the cost of one sample; a batch repeats it (§4.10)
+    in_bytes_one = w * h * c * (1 if u8_input else 2)
+    for n in range(batch):
+        x = _read_input(core, hdr["input_base_addr"] + n * in_bytes_one, (h, w, c), table_word)
+        addend = None
+        if eltwise:
+            eb = elt_shape[0] * elt_shape[1] * elt_shape[2] * 2
+            raw = core.mem.read(hdr["eltwise_base_addr"] + n * eb, eb)
+            addend = layout.unpack(raw, elt_shape)
+            if n == 0:
+                one.in_bytes += eb
+        cur = x
+        for i, run in enumerate(runs):
+            src = x if i == 0 or topo >> (i - 1) & 1 else cur
+            y = _run(run, src, weights[i], addend if i == 0 else None)
+            if out_offs[i] is not None:
+                addr = hdr["output_base_addr"] + n * out_total + out_offs[i]
+                core.mem.write(addr, layout.pack(y))
+            else:
+                cur = y
+            if n == 0:
+                tiles = hdr["tiles"] if len(runs) == 1 else 1
+                in_ubuf = i > 0 and not topo >> (i - 1) & 1
+                one.cycles += _run_cycles(core, run, shapes[i], tiles, weights[i], in_ubuf,
+                                          out_offs[i] is None, one)
+    totals = core.totals
+    totals.cycles += core.params.timing.command_overhead + batch * one.cycles
+    totals.in_bytes += batch * one.in_bytes
+    totals.weight_bytes += batch * one.weight_bytes
+    totals.out_bytes += batch * one.out_bytes
+
+
+def _read_input(core: Dv700Core, addr: int, hwc: tuple[int, int, int],
+                table_word: int) -> np.ndarray:
+    hh, ww, cc = hwc
+    if table_word == NO_BUFFER:
+        raw = core.mem.read(addr, hh * ww * cc * 2)
+        return layout.unpack(raw, hwc)
+    # conv v1: uint8 input converted through 3 x 256 FP16 tables ([AMBIG] §3.3, our choice:
+    # the same chunked layout with one byte per element, channel c uses table c % 3, and the
+    # to_bgr flag (bit 0 of the table address) swaps the first and third tables).
+    taddr, bgr = table_word & ~1, table_word & 1
+    _check_addr(taddr, 16, "u8 table")
+    table = core.mem.read(taddr, 1536).view("<f2").reshape(3, 256).astype(np.float32)
+    raw = core.mem.read(addr, hh * ww * cc)
+    idx = layout.unpack(raw.astype(np.float16), hwc).astype(np.int64)
+    t = np.arange(cc) % 3
+    if bgr:
+        t = 2 - t
+    return table[t[None, None, :], idx]
+
+
+def _load_weights(core: Dv700Core, run: dict, in_c: int) -> tuple | None:
+    if not run["conv_enable"]:
+        return None
+    size = dims.run_weight_size(run, in_c)
+    addr = run["weight_base_addr"]
+    _check_addr(addr, 16, "weight")
+    blob = core.mem.read(addr, size)
+    kx, ky = _xy(run["p"])
+    ky = ky or kx
+    q = bool(run["weight_fmt"] & 2)
+    dx, dy = _xy(run["conv_dilation"])
+    if max(dx, dy) > 1:
+        wts, bias = unpack_dilated_weights(blob, in_c, run["m"], kx, ky, q)
+        return wts, bias, None, size
+    dw = bool(run["conv_enable"] & 2)
+    wts, bias, prelu = unpack_conv_weights(blob, in_c, run["m"], kx, ky, q, dw,
+                                           run["actfunc"] == 4)
+    return wts, bias, prelu, size
+
+
+def _run(run: dict, x: np.ndarray, wb: tuple | None, addend: np.ndarray | None) -> np.ndarray:
+    """One run on one sample (§4.1 order)."""
+    ce, pe = run["conv_enable"], run["pool_enable"]
+    prelu = None
+    if run["lrn"] & 1:
+        t = ops.fp16(ops.lrn(x, (run["lrn"] >> 8) & 0xF))
+    elif ce:
+        wts, bias, prelu, _ = wb
+        kx, ky = _xy(run["p"])
+        stride = _xy(run["conv_stride"])
+        pads = _pads(run["conv_pad"], 0x7F)
+        dil = tuple(max(1, d) for d in _xy(run["conv_dilation"]))
+        if ce & 4:
+            t = ops.deconv2d(x, wts, bias, stride, pads, depthwise=bool(ce & 2), dilation=dil)
+        else:
+            t = ops.conv2d(x, wts, bias, stride, pads, dil, depthwise=bool(ce & 2))
+        t = ops.fp16(t)
+    elif pe == POOL.avg:
+        t = ops.fp16(ops.avg_pool(x, _xy(run["pool_size"]), _xy(run["pool_stride"]),
+                                  _pads(run["pool_pad"], 0xFF),
+                                  fp16_value(run["pool_avg_param"])))
+    else:
+        t = x
+    if addend is not None:
+        t = ops.fp16(t + addend)
+    if pe == POOL.max:
+        t = ops.max_pool(t, _xy(run["pool_size"]), _xy(run["pool_stride"]),
+                         _pads(run["pool_pad"], 0xFF))
+    elif pe == POOL.upsample:
+        t = ops.upsample2x(t)
+    if run["actfunc"]:
+        t = ops.activation(t, run["actfunc"], fp16_value(run["actfunc_param"]), prelu)
+    if run["rectifi_en"]:
+        t = ops.rectify(t)
+    return ops.fp16(t)
+
+
+def _run_cycles(core: Dv700Core, run: dict, shapes: tuple, tiles: int, wb: tuple | None,
+                in_ubuf: bool, out_ubuf: bool, totals: ConvTotals) -> int:
+    (w, h, _, c), (ow, oh, _, m) = shapes
+    ce, pe = run["conv_enable"], run["pool_enable"]
+    kx, ky = _xy(run["p"])
+    ky = ky or kx
+    dil = max(_xy(run["conv_dilation"]))
+    if run["lrn"] & 1:
+        kind = "lrn"
+    elif ce:
+        kind = "depthwise" if ce & 2 else "deconv" if ce & 4 else "dilated" if dil > 1 else "conv"
+    elif pe == POOL.upsample:
+        kind = "upsample"
+    elif pe:
+        kind = "pool"
+        kx, ky = _xy(run["pool_size"])
+    else:
+        kind = "eltwise"
+    wsize = wb[3] if wb else 0
+    in_b, w_b, out_b = conv_run_bytes(w, h, c, ow, oh, m, max(1, (kx - 1) * max(dil, 1) + 1),
+                                      max(tiles, 1), wsize, in_ubuf, out_ubuf)
+    totals.in_bytes += in_b
+    totals.weight_bytes += w_b
+    totals.out_bytes += out_b
+    timing = conv_run_cycles(ow, oh, m, c, max(kx, 1), max(ky, 1), kind, max(tiles, 1),
+                             in_b, out_b, w_b, core.params.timing)
+    return timing.total_cycles

@@ -1,0 +1,272 @@
+"""``sim://``: the simulated DV700 behind the same Device interface as the hardware.
+
+DRAM and the CPU's cached view are kept apart, as on a non-coherent Zynq: a
+buffer's ``view`` is the CPU cache, DRAM is only updated by ``sync_for_device``
+and only read back by ``sync_for_cpu``.  So a device read of bytes the CPU
+wrote without ``sync_for_device``, or a checked CPU read of device output
+without ``sync_for_cpu``, is caught and reported with the buffer and byte range.
+
+URL options (``sim://?ub_size=524288&clock_mhz=300``): ``ub_size``, ``mac_num``,
+``clock_mhz``, ``dram_mb``, ``units`` (e.g. ``conv,maximizer``), ``coherence``
+(``error`` | ``warn`` | ``off``), ``fault`` (``hang``, ``lost_irq``,
+``dma_error``, ``bitflip``: once, on the next kick).
+"""
+
+from __future__ import annotations
+
+import threading
+import warnings
+
+import numpy as np
+
+from ..driver.allocator import RegionAllocator
+from ..driver.device import UNITS, Device, DeviceInfo, DmaBuffer, parse_url
+from ..errors import CoherenceError, DeviceTimeout, InvalidArgument, InvalidURL
+from .engine import IRQ_REGS, Dram, Dv700Core, Faults, R, SimParams
+
+DRAM_BASE = 0x6000_0000
+COHERENCE_MODES = ("error", "warn", "off")
+
+
+def _intervals_overlap(spans: list[tuple[int, int]], a: int, b: int) -> tuple[int, int] | None:
+    for s, e in spans:
+        if s < b and a < e:
+            return max(s, a), min(e, b)
+    return None
+
+
+def _add_span(spans: list[tuple[int, int]], a: int, b: int) -> list[tuple[int, int]]:
+    out, s0, e0 = [], a, b
+    for s, e in sorted(spans):
+        if e < s0 or s > e0:
+            out.append((s, e))
+        else:
+            s0, e0 = min(s, s0), max(e, e0)
+    out.append((s0, e0))
+    return sorted(out)
+
+
+def _remove_span(spans: list[tuple[int, int]], a: int, b: int) -> list[tuple[int, int]]:
+    out = []
+    for s, e in spans:
+        if e <= a or s >= b:
+            out.append((s, e))
+            continue
+        if s < a:
+            out.append((s, a))
+        if e > b:
+            out.append((b, e))
+    return out
+
+
+class SimDmaBuffer(DmaBuffer):
+    """A DMA buffer whose CPU view and DRAM content are separate arrays."""
+
+    def __init__(self, device: SimDevice, offset: int, nbytes: int, name: str) -> None:
+        super().__init__(device, device.dram_base + offset, np.zeros(nbytes, np.uint8), name)
+        self.sim = device
+        self.dram_off = offset
+        self.snapshot = np.zeros(nbytes, np.uint8)  # what the CPU view held at the last sync
+        self.device_dirty: list[tuple[int, int]] = []
+
+    def _dram(self, offset: int, nbytes: int) -> np.ndarray:
+        return self.sim.dram[self.dram_off + offset : self.dram_off + offset + nbytes]
+
+    def _sync_for_device(self, offset: int, nbytes: int) -> None:
+        """Clean: write back the bytes the CPU changed since the last sync."""
+        cpu = self.view[offset : offset + nbytes]
+        snap = self.snapshot[offset : offset + nbytes]
+        dirty = cpu != snap
+        if dirty.any():
+            self._dram(offset, nbytes)[dirty] = cpu[dirty]
+            snap[dirty] = cpu[dirty]
+
+    def _sync_for_cpu(self, offset: int, nbytes: int) -> None:
+        """Clean and invalidate: CPU changes go out, then the CPU view reloads from DRAM."""
+        self._sync_for_device(offset, nbytes)
+        fresh = self._dram(offset, nbytes)
+        self.view[offset : offset + nbytes] = fresh
+        self.snapshot[offset : offset + nbytes] = fresh
+        self.device_dirty = _remove_span(self.device_dirty, offset, offset + nbytes)
+
+    def _check_cpu_read(self, offset: int, nbytes: int) -> None:
+        hit = _intervals_overlap(self.device_dirty, offset, offset + nbytes)
+        if hit:
+            self.sim.coherence_problem(
+                f"CPU read of bytes {hit[0]}..{hit[1]} of {self.name}, written by the device "
+                "without sync_for_cpu", self.name, *hit)
+
+    def _free(self) -> None:
+        self.sim.release(self)
+
+
+class SimDevice(Device):
+    """A DV700 in software: registers, DRAM, interrupts, timing, fault injection."""
+
+    def __init__(self, params: SimParams | None = None, dram_mb: int = 256,
+                 coherence: str = "error", url: str = "sim://") -> None:
+        if coherence not in COHERENCE_MODES:
+            raise InvalidArgument("unknown coherence mode", field="coherence", value=coherence,
+                                  limit=COHERENCE_MODES)
+        self.url = url
+        self.params = params or SimParams()
+        self.dram_base = DRAM_BASE
+        self.dram = np.zeros(dram_mb << 20, np.uint8)
+        self.allocator = RegionAllocator(self.dram.size, base=self.dram_base)
+        self.buffers: dict[int, SimDmaBuffer] = {}
+        self.coherence = coherence
+        self.coherence_errors: list[CoherenceError] = []
+        self._irq = {u: threading.Event() for u in UNITS}
+        mem = Dram(self.dram, self.dram_base, on_read=self._device_read,
+                   on_write=self._device_write)
+        self.core = Dv700Core(self.dram, self.dram_base, params=self.params,
+                              on_irq=self._on_irq, memory=mem)
+        self.closed = False
+
+    @classmethod
+    def from_url(cls, url: str) -> SimDevice:
+        u = parse_url(url)
+        if u.netloc or u.path not in ("", "/"):
+            raise InvalidURL("sim:// takes options only, as sim://?ub_size=...", field="url",
+                             value=url)
+        units = tuple(u.pop_str("units", ",".join(UNITS)).split(","))
+        for unit in units:
+            if unit not in UNITS:
+                raise InvalidURL("unknown unit", field="units", value=unit, limit=UNITS)
+        if "conv" not in units:
+            raise InvalidURL("the conv unit cannot be removed", field="units", value=units)
+        mac_num = u.pop_int("mac_num", 576, lo=72, hi=72 * 1024)
+        if mac_num % 72:
+            raise InvalidURL("mac_num must be a multiple of 72", field="mac_num",
+                             value=mac_num, limit="72*n")
+        params = SimParams(
+            clock_mhz=u.pop_float("clock_mhz", 300.0, lo=1.0),
+            mac_num=mac_num,
+            ub_size=u.pop_int("ub_size", 524288, lo=0, hi=1 << 26),
+            units=units,
+        )
+        dram_mb = u.pop_int("dram_mb", 256, lo=1, hi=3072)
+        coherence = u.pop_str("coherence", "error", COHERENCE_MODES)
+        fault = u.pop_str("fault", "", ("", "hang", "lost_irq", "dma_error", "bitflip"))
+        u.reject_unknown()
+        dev = cls(params, dram_mb=dram_mb, coherence=coherence, url=url)
+        if fault:
+            dev.inject(fault)
+        return dev
+
+    # -- Device interface ---------------------------------------------------------------
+    def _unit(self, unit: str, offset: int) -> None:
+        self.check_reg(unit, offset)
+        if unit not in self.params.units:
+            raise InvalidArgument("this simulated device has no such unit", field="unit",
+                                  value=unit, limit=self.params.units)
+
+    def read32(self, unit: str, offset: int) -> int:
+        self._unit(unit, offset)
+        return self.core.read_reg(unit, offset)
+
+    def write32(self, unit: str, offset: int, value: int) -> None:
+        self._unit(unit, offset)
+        if offset == IRQ_REGS[unit] and not value & 1:
+            self._irq[unit].clear()
+        self.core.write_reg(unit, offset, int(value))
+
+    def alloc(self, nbytes: int, align: int = 64, name: str = "") -> SimDmaBuffer:
+        off = self.allocator.alloc(int(nbytes), align)
+        buf = SimDmaBuffer(self, off, int(nbytes), name or f"buf{len(self.buffers)}")
+        self.dram[off : off + nbytes] = 0
+        self.buffers[off] = buf
+        return buf
+
+    def release(self, buf: SimDmaBuffer) -> None:
+        self.buffers.pop(buf.dram_off, None)
+        self.allocator.free(buf.dram_off)
+
+    def wait_irq(self, unit: str, timeout: float) -> None:
+        self.check_reg(unit, IRQ_REGS[unit])
+        ev = self._irq[unit]
+        if not ev.wait(max(float(timeout), 0.0)):
+            raise DeviceTimeout(f"{unit} interrupt did not arrive within {timeout:g} s",
+                                registers=self.snapshot(unit), field="timeout", value=timeout)
+        if self.coherence_errors and self.coherence == "error":
+            err = self.coherence_errors.pop(0)
+            self.coherence_errors.clear()
+            raise err
+
+    def info(self) -> DeviceInfo:
+        p = self.params
+        return DeviceInfo(ub_size=p.ub_size, mac_num=p.mac_num, max_kernel_size=7,
+                          conv_freq=int(p.clock_mhz), hw_version=p.hw_version, svn_version=93,
+                          max_input_size=p.max_input_size, backend="sim", units=p.units,
+                          simulated=True, dma_size=self.dram.size,
+                          extra={"clock_mhz": p.clock_mhz, "dram_base": self.dram_base})
+
+    def reset(self) -> None:
+        self.core.reset()
+        for ev in self._irq.values():
+            ev.clear()
+        self.coherence_errors.clear()
+
+    def close(self) -> None:
+        for buf in list(self.buffers.values()):
+            buf.free()
+        self.closed = True
+
+    # -- simulator extras -------------------------------------------------------------
+    def inject(self, fault: str, times: int = 1) -> None:
+        """Make the next ``times`` kicks ``hang``, lose their irq, fail with a DMA error or
+        flip a bit in their output."""
+        if fault not in Faults.__dataclass_fields__:
+            raise InvalidArgument("unknown fault", field="fault", value=fault,
+                                  limit=sorted(Faults.__dataclass_fields__))
+        setattr(self.core.faults, fault, getattr(self.core.faults, fault) + times)
+
+    @property
+    def errors(self) -> list[str]:
+        """Reasons the simulated hardware reported (SIM_STATUS), oldest first."""
+        return self.core.errors
+
+    def snapshot(self, unit: str) -> dict[str, int]:
+        return {name: self.core.read_reg(unit, off) for name, off in R[unit].items()
+                if not name.startswith("BYTE_COUNTERS")}
+
+    def coherence_problem(self, message: str, buffer: str, start: int, end: int) -> None:
+        err = CoherenceError(message, buffer=buffer, start=start, end=end)
+        if self.coherence == "error":
+            raise err
+        if self.coherence == "warn":
+            warnings.warn(message, stacklevel=3)
+
+    def _on_irq(self, unit: str) -> None:
+        self._irq[unit].set()
+
+    def _buffers_in(self, addr: int, n: int):
+        lo, hi = addr - self.dram_base, addr - self.dram_base + n
+        for off, buf in self.buffers.items():
+            if off < hi and lo < off + buf.size:
+                yield buf, max(lo, off) - off, min(hi, off + buf.size) - off
+
+    def _device_read(self, addr: int, n: int) -> None:
+        if self.coherence == "off":
+            return
+        for buf, a, b in self._buffers_in(addr, n):
+            diff = np.flatnonzero(buf.view[a:b] != buf.snapshot[a:b])
+            if diff.size:
+                msg = (f"device read of bytes {a + diff[0]}..{a + diff[-1] + 1} of {buf.name}, "
+                       "written by the CPU without sync_for_device")
+                err = CoherenceError(msg, buffer=buf.name, start=int(a + diff[0]),
+                                     end=int(a + diff[-1] + 1))
+                if self.coherence == "error":
+                    self.coherence_errors.append(err)
+                else:
+                    warnings.warn(msg, stacklevel=2)
+
+    def _device_write(self, addr: int, n: int) -> None:
+        for buf, a, b in self._buffers_in(addr, n):
+            buf.device_dirty = _add_span(buf.device_dirty, a, b)
+
+    def __repr__(self) -> str:
+        p = self.params
+        return (f"<SimDevice ub={p.ub_size} macs={p.mac_num} clock={p.clock_mhz:g}MHz "
+                f"dram={self.dram.size >> 20}MiB>")
+

@@ -1,0 +1,32 @@
+"""Small helpers for driver tests: move tensors and blobs in and out of DMA memory."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from dvsdk import layout
+
+
+def upload(dev, data, align: int = 64, name: str = ""):
+    """A DMA buffer holding ``data`` (bytes or array), synced for the device."""
+    raw = np.frombuffer(bytes(data), np.uint8) if isinstance(data, (bytes, bytearray)) else \
+        np.ascontiguousarray(data).view(np.uint8).reshape(-1)
+    buf = dev.alloc(max(raw.size, 16), align=align, name=name)
+    buf.write(0, raw)
+    buf.sync_for_device()
+    return buf
+
+
+def upload_tensor(dev, x: np.ndarray, name: str = "input"):
+    """An HWC (or NHWC batch) float tensor in the chunked FP16 layout."""
+    return upload(dev, layout.pack(x), name=name)
+
+
+def download_tensor(buf, shape, offset: int = 0) -> np.ndarray:
+    n = int(np.prod(shape)) * 2
+    buf.sync_for_cpu(offset, n)
+    return layout.unpack(buf.read(offset, n), shape)
+
+
+def fp16(x) -> np.ndarray:
+    return np.asarray(x, np.float32).astype(np.float16).astype(np.float32)

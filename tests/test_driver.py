@@ -1,0 +1,284 @@
+"""Driver lifecycle on every backend: allocation, command lists, exec/wait, errors, recovery."""
+
+from __future__ import annotations
+
+import hashlib
+
+import numpy as np
+import pytest
+
+import dvsdk
+from dvsdk.driver.cmdlist import CommandList
+from dvsdk.driver.commands import ConvCommand, ConvRun, MaximizerCommand
+from dvsdk.errors import (
+    CoherenceError,
+    DeviceFault,
+    DeviceTimeout,
+    InvalidArgument,
+    InvalidCommand,
+    InvalidURL,
+    OutOfDeviceMemory,
+)
+from dvsdk.weights import pack_conv_weights
+
+from .hw import download_tensor, upload, upload_tensor
+
+VALUES = np.array([-2.0, -1.0, 1.0, 2.0], np.float32)
+
+
+def _pure_ints(rng, *shape):
+    return rng.choice(VALUES, size=shape).astype(np.float32)
+
+
+def _conv_ref(x, w, b, pad):
+    """Plain correlation with zero padding, written for the test (HWC in, HWC out)."""
+    h, wd, _ = x.shape
+    m, _, ky, kx = w.shape
+    xp = np.pad(x, ((pad, pad), (pad, pad), (0, 0)))
+    oh, ow = h + 2 * pad - ky + 1, wd + 2 * pad - kx + 1
+    out = np.zeros((oh, ow, m), np.float32)
+    for dy in range(ky):
+        for dx in range(kx):
+            out += xp[dy : dy + oh, dx : dx + ow, :] @ w[:, :, dy, dx].T
+    return out + b
+
+
+def _conv_setup(dev, rng, h=9, w=15, c=9, m=3, k=3, batch=1):
+    x = _pure_ints(rng, batch, h, w, c)
+    wts = _pure_ints(rng, m, c, k, k)
+    b = _pure_ints(rng, m)
+    ib = upload_tensor(dev, x)
+    wb = upload(dev, pack_conv_weights(wts, b), name="weights")
+    ob = dev.alloc(batch * h * w * m * 2, name="output")
+    run = ConvRun.make(m, conv="conv", kernel=k, weights=wb, pads=k // 2, act="relu")
+    cmd = ConvCommand(input_buf=ib, output_buf=ob, w=w, h=h, c=c, runs=[run],
+                      input_circular_offset=batch)
+    ref = np.stack([np.maximum(_conv_ref(x[n], wts, b, k // 2), 0) for n in range(batch)])
+    return cmd, ob, ref
+
+
+def test_info_has_the_sysfs_keys(device):
+    info = device.info()
+    for key in ("ub_size", "mac_num", "max_kernel_size", "conv_freq", "hw_version",
+                "svn_version"):
+        assert isinstance(getattr(info, key), int)
+    assert info.ub_size > 0 and info.mac_num % 72 == 0
+
+
+def test_registers_read_back_the_hardware_facts(device):
+    info = device.info()
+    assert device.read32("conv", 0x11C) == info.ub_size
+    assert device.read32("conv", 0x120) * 72 == info.mac_num
+    with pytest.raises(InvalidArgument, match="aligned"):
+        device.read32("conv", 0x402)
+    with pytest.raises(InvalidArgument, match="unit"):
+        device.write32("dsp", 0x0, 1)
+
+
+def test_conv_runs_exactly_and_reruns_identically(device):
+    rng = np.random.default_rng(1)
+    cmd, ob, ref = _conv_setup(device, rng)
+    with CommandList(device) as cl:
+        cl.add(cmd)
+        cl.commit()
+        digests = set()
+        for _ in range(3):
+            t = cl.run()
+            assert t > 0
+            y = download_tensor(ob, ref.shape[1:])
+            np.testing.assert_array_equal(y, ref[0])
+            digests.add(hashlib.sha256(ob.read().tobytes()).hexdigest())
+        assert len(digests) == 1
+
+
+def test_batch_equals_separate_runs(device):
+    rng = np.random.default_rng(2)
+    cmd, ob, ref = _conv_setup(device, rng, batch=3)
+    with CommandList(device) as cl:
+        cl.add(cmd)
+        cl.commit()
+        cl.run()
+    y = download_tensor(ob, ref.shape)
+    np.testing.assert_array_equal(y, ref)
+
+
+def test_list_state_errors(device):
+    rng = np.random.default_rng(3)
+    cmd, _, _ = _conv_setup(device, rng)
+    cl = CommandList(device)
+    with pytest.raises(InvalidCommand, match="commit"):
+        cl.exec()
+    with pytest.raises(InvalidCommand, match="nothing"):
+        cl.commit()
+    cl.add(cmd)
+    px = device.alloc(64)
+    with pytest.raises(InvalidCommand, match="one unit"):
+        cl.add(MaximizerCommand(input_buf=px, output_buf=px, width=2, height=2, nclass=2))
+    cl.commit()
+    with pytest.raises(InvalidCommand, match="already"):
+        cl.add(cmd)
+    eid = cl.exec()
+    with pytest.raises(InvalidCommand, match="waited"):
+        cl.exec()
+    cl.wait(eid)
+    cl.close()
+
+
+def test_validation_names_run_field_value_limit(device):
+    rng = np.random.default_rng(4)
+    cmd, _, _ = _conv_setup(device, rng)
+    bad = cmd.replace(runs=[ConvRun(**{**cmd.runs[0].__dict__, "p": 0x0808})])
+    with pytest.raises(InvalidCommand) as e:
+        CommandList(device).add(bad)
+    assert e.value.field == "run[0].p" and e.value.value == (8, 8) and "1..7" in str(e.value)
+    with pytest.raises(InvalidCommand, match="output_buf"):
+        CommandList(device).add(cmd.replace(output_buf=device.alloc(16)))
+    with pytest.raises(InvalidCommand, match="aligned"):
+        CommandList(device).add(cmd.replace(input_buf=(cmd.input_buf.buffer, 1)))
+
+
+def test_out_of_device_memory_names_sizes(device):
+    total = device.info().dma_size or (1 << 40)
+    with pytest.raises(OutOfDeviceMemory) as e:
+        device.alloc(total + 4096)
+    assert e.value.requested == total + 4096 and e.value.largest_free <= total
+
+
+def test_dma_buffer_range_checks(device):
+    buf = device.alloc(100)
+    assert buf.phys % 64 == 0
+    with pytest.raises(InvalidArgument, match="outside"):
+        buf.write(90, np.zeros(20, np.uint8))
+    buf.free()
+    with pytest.raises(InvalidArgument, match="freed"):
+        buf.read()
+
+
+# -- simulator-only behaviour --------------------------------------------------------------
+
+def test_hang_times_out_with_register_snapshot_then_reset_recovers(sim):
+    rng = np.random.default_rng(5)
+    cmd, ob, ref = _conv_setup(sim, rng)
+    cl = CommandList(sim)
+    cl.add(cmd)
+    cl.commit()
+    sim.inject("hang")
+    with pytest.raises(DeviceTimeout) as e:
+        cl.run(timeout=0.05)
+    assert e.value.registers["CMD_ADDR"] != 0 and e.value.exit_code == 3
+    sim.reset()
+    cl.run()
+    np.testing.assert_array_equal(download_tensor(ob, ref.shape[1:]), ref[0])
+
+
+def test_lost_interrupt_times_out(sim):
+    rng = np.random.default_rng(6)
+    cmd, ob, ref = _conv_setup(sim, rng)
+    cl = CommandList(sim)
+    cl.add(cmd)
+    cl.commit()
+    sim.inject("lost_irq")
+    with pytest.raises(DeviceTimeout):
+        cl.run(timeout=0.05)
+    sim.reset()
+    cl.run()
+    np.testing.assert_array_equal(download_tensor(ob, ref.shape[1:]), ref[0])
+
+
+def test_dma_error_is_a_device_fault(sim):
+    rng = np.random.default_rng(7)
+    cmd, _, _ = _conv_setup(sim, rng)
+    cl = CommandList(sim)
+    cl.add(cmd)
+    cl.commit()
+    sim.inject("dma_error")
+    with pytest.raises(DeviceFault) as e:
+        cl.run()
+    assert e.value.reason == "dma_error"
+    cl.run()  # the fault was consumed; the device works again
+
+
+def test_bitflip_changes_the_output(sim):
+    rng = np.random.default_rng(8)
+    cmd, ob, ref = _conv_setup(sim, rng)
+    cl = CommandList(sim)
+    cl.add(cmd)
+    cl.commit()
+    sim.inject("bitflip")
+    cl.run()
+    assert not np.array_equal(download_tensor(ob, ref.shape[1:]), ref[0])
+
+
+def test_cpu_write_without_sync_is_caught(sim):
+    rng = np.random.default_rng(9)
+    cmd, _, _ = _conv_setup(sim, rng)
+    cmd.input_buf.buffer.write(10, np.array([1, 2], np.uint8))  # no sync_for_device
+    cl = CommandList(sim)
+    cl.add(cmd)
+    cl.commit()
+    with pytest.raises(CoherenceError) as e:
+        cl.run()
+    assert e.value.buffer == "input" and e.value.start == 10
+
+
+def test_device_output_read_without_sync_is_caught(sim):
+    rng = np.random.default_rng(10)
+    cmd, ob, _ = _conv_setup(sim, rng)
+    cl = CommandList(sim)
+    cl.add(cmd)
+    cl.commit()
+    cl.run()
+    with pytest.raises(CoherenceError, match="sync_for_cpu"):
+        ob.read()
+    ob.sync_for_cpu()
+    ob.read()
+
+
+def test_stream_garbage_sets_status_not_crash(sim):
+    junk = upload(sim, np.array([0xFFFF0002, 0x12345678], "<u4"))
+    sim.write32("conv", 0x400, junk.phys)
+    sim.write32("conv", 0x404, 1)
+    sim.write32("conv", 0x408, 1)
+    sim.wait_irq("conv", 0.1)
+    assert sim.read32("conv", 0x308) == 1  # unknown_packet
+    assert "unknown packet" in sim.errors[-1]
+    sim.write32("conv", 0x404, 1)
+    sim.write32("conv", 0x400, 0x7FFF0000)  # outside DRAM
+    sim.write32("conv", 0x420, 0)
+    sim.write32("conv", 0x408, 1)
+    sim.wait_irq("conv", 0.1)
+    assert sim.read32("conv", 0x308) == 2 and "outside DRAM" in sim.errors[-1]
+
+
+def test_exec_time_comes_from_cycles_on_the_simulator():
+    fast = dvsdk.open_device("sim://?clock_mhz=400")
+    slow = dvsdk.open_device("sim://?clock_mhz=100")
+    times = []
+    for dev in (fast, slow):
+        cmd, _, _ = _conv_setup(dev, np.random.default_rng(11))
+        cl = CommandList(dev)
+        cl.add(cmd)
+        cl.commit()
+        times.append(cl.run())
+        assert cl.last.cycles > 0 and cl.last.output_bytes >= 9 * 15 * 3 * 2
+    assert times[1] == pytest.approx(4 * times[0])
+
+
+@pytest.mark.parametrize("url,field", [
+    ("sim://?ub_size=abc", "ub_size"), ("sim://?colour=1", "colour"), ("warp://x", "scheme"),
+    ("sim://?coherence=maybe", "coherence"), ("sim://?units=conv,dsp", "units"),
+    ("no-scheme", "url"), ("sim://?mac_num=100", "mac_num"),
+])
+def test_bad_urls(url, field):
+    with pytest.raises(InvalidURL) as e:
+        dvsdk.open_device(url)
+    assert e.value.field == field
+
+
+def test_default_device_from_environment(monkeypatch):
+    monkeypatch.setenv("DVSDK_DEVICE", "sim://?ub_size=655360")
+    with dvsdk.open_device() as dev:
+        assert dev.info().ub_size == 655360
+    monkeypatch.delenv("DVSDK_DEVICE")
+    with dvsdk.open_device() as dev:
+        assert dev.info().backend == "sim"
