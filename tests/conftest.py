@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -11,7 +12,8 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def _shared_dir() -> Path:
-    for cand in (ROOT.parent / "shared", ROOT / "shared"):
+    env = os.environ.get("DVSDK_SHARED")
+    for cand in ([Path(env)] if env else []) + [ROOT.parent / "shared", ROOT / "shared"]:
         if (cand / "vectors").is_dir():
             return cand
     raise RuntimeError("cannot find ../shared (golden vectors)")
