@@ -5,15 +5,10 @@ reference fact sheet (``dv700-interface.md``): §4.2 (convolution sizes), §4.3
 (pooling sizes), §6.1 (which tile function applies to a run), §7 (``uapi/
 dimensions.h``) and §3.2 (raw field bit layouts).
 
-Everything follows C integer semantics, because the driver's verdicts (does a
-layer fit, how many bytes does it need) must agree bit for bit with the C code:
-
-* ``/`` on ``int`` truncates toward zero (Python's ``//`` floors, which differs
-  for negative numerators); see :func:`cdiv`.
-* Where §7.3 says an intermediate is ``uint16`` or ``uint32`` it is wrapped with
-  ``& 0xFFFF`` / ``& 0xFFFFFFFF``, and the unsigned 32-bit subtraction and
-  division in the pool tile are reproduced, so a negative difference becomes a
-  huge unsigned value exactly as on the device.
+C integer semantics throughout, so the verdicts (does a layer fit, how many
+bytes) agree bit for bit with the driver: ``/`` truncates toward zero (:func:`cdiv`;
+Python's ``//`` floors), and where §7.3 says ``uint16``/``uint32`` the value wraps,
+including the unsigned subtraction and division of the pool tile.
 
 Run and command descriptors are passed as mappings (``dict``) or as objects with
 attributes, holding the raw §3.2 field values (packed bitfields undecoded).  A
@@ -161,13 +156,17 @@ def conv_out_size(
     division; deconv: ``pad_a + (in-1)·stride + 1 + pad_b - k_eff + 1``.  The
     result is the raw C ``int``: a value <= 0 means the window does not fit.
     """
-    in_size = _check_int(in_size, "in_size")
-    k = _check_int(k, "k", 1, MAX_KERNEL_SIZE)
-    pad_a = _check_int(pad_a, "pad_a")
-    pad_b = _check_int(pad_b, "pad_b")
-    stride = _check_int(stride, "stride", 1)
+    in_size, k, pad_a, pad_b, stride = _axis_args(in_size, k, pad_a, pad_b, stride)
     dil = max(1, _check_int(dilation, "dilation"))
     return _out_width(in_size, (k - 1) * dil + 1, pad_a, pad_b, stride, bool(deconv))
+
+
+def _axis_args(in_size: Any, k: Any, pad_a: Any, pad_b: Any, stride: Any) -> tuple[int, ...]:
+    """Validate the per-axis arguments shared by the conv and pool size functions."""
+    return (
+        _check_int(in_size, "in_size"), _check_int(k, "k", 1, MAX_KERNEL_SIZE),
+        _check_int(pad_a, "pad_a"), _check_int(pad_b, "pad_b"), _check_int(stride, "stride", 1),
+    )  # fmt: skip
 
 
 def deconv_out_size(
@@ -185,11 +184,7 @@ def pool_out_size(in_size: int, k: int, pad_a: int, pad_b: int, stride: int) -> 
 
     C truncating division; the raw ``int`` is returned (<= 0: the window does not fit).
     """
-    in_size = _check_int(in_size, "in_size")
-    k = _check_int(k, "k", 1, MAX_KERNEL_SIZE)
-    pad_a = _check_int(pad_a, "pad_a")
-    pad_b = _check_int(pad_b, "pad_b")
-    stride = _check_int(stride, "stride", 1)
+    in_size, k, pad_a, pad_b, stride = _axis_args(in_size, k, pad_a, pad_b, stride)
     return cdiv(pad_a + in_size + pad_b - k, stride) + 1
 
 
@@ -254,7 +249,8 @@ def _nonzero_pair(run: Any, name: str) -> tuple[int, int]:
     x, y = _pair(run, name)
     if x == 0 or y == 0:
         raise InvalidArgument(
-            f"{name} has a zero byte (division by zero in the driver, §15.4)",
+            f"{name} has a zero X or Y byte; the driver would divide by zero"
+            + (' (the "zero pool-stride trap", §15.4)' if name == "pool_stride" else ""),
             field=name,
             value=_run_field(run, name),
             limit="X and Y bytes >= 1, e.g. 0x0101",
@@ -509,9 +505,7 @@ def ubuf_single_tile_usage(cmd_fields: Any, runs: Sequence[Any] | None, ub_size:
     runs = _runs_of(cmd_fields, runs, n_runs)
     cmd_w, cmd_h, cmd_c = (_field(cmd_fields, n) for n in ("w", "h", "c"))
 
-    best = 0
-    run_w = 0
-    is_input = True
+    best, run_w, is_input = 0, 0, True
     prev_dims = (0, 0, 0)  # (ow, oh, m) of the previous UBUF-resident run
     prev_foot = (0, 0, 0, 0)  # (ofm_off, o128, os128, out_size) of that run
     for r in range(n_runs):
@@ -526,14 +520,11 @@ def ubuf_single_tile_usage(cmd_fields: Any, runs: Sequence[Any] | None, ub_size:
         pavg = pool_enable == 2
 
         # Step 3: average pooling runs on the conv engine.
-        if pavg:
-            conv_pad = _run_field(run, "pool_pad")
-            pool_pad = 0
-            sw, sh = _nonzero_pair(run, "pool_stride")  # becomes the conv stride
-            psw = psh = 1
-            p = _run_field(run, "pool_size") & 0xFF
-            pool_w = pool_h = 0
-            ce = 1
+        if pavg:  # pool_stride becomes the conv stride, pool_size & 0xFF the kernel
+            conv_pad, pool_pad = _run_field(run, "pool_pad"), 0
+            pool_w, pool_h, psw, psh = 0, 0, 1, 1
+            sw, sh = _nonzero_pair(run, "pool_stride")
+            p, ce = _run_field(run, "pool_size") & 0xFF, 1
         else:
             conv_pad = _run_field(run, "conv_pad")
             pool_pad = _run_field(run, "pool_pad")
@@ -546,11 +537,9 @@ def ubuf_single_tile_usage(cmd_fields: Any, runs: Sequence[Any] | None, ub_size:
         # Step 4: pads, kernel, the odd-square window P and its extra pads.
         pw0, pw1 = conv_pad & 0x7F, (conv_pad >> 8) & 0xFF
         ph0, ph1 = (conv_pad >> 16) & 0x7F, (conv_pad >> 24) & 0xFF
-        px = p & 0xFF
-        py = ((p >> 8) & 0xFF) or px
+        px, py = p & 0xFF, ((p >> 8) & 0xFF) or p & 0xFF
         P = max(px, py) | 1  # noqa: N806
-        pw1 = _u16(pw1 + P - px)
-        ph0 = _u16(ph0 + P - py)
+        pw1, ph0 = _u16(pw1 + P - px), _u16(ph0 + P - py)
 
         # Step 5: conv-less runs have no pads; max pool/upsample pads scale by the stride.
         if not pavg:
