@@ -17,6 +17,7 @@ opaque 2..16-byte unit by one strided copy.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 from typing import Any
 
@@ -30,6 +31,25 @@ _F16 = np.dtype("<f2")
 _CHUNK = 8
 # Dtypes that copy `n` bytes as one element (fast same-dtype strided copies).
 _UNIT = {2: np.dtype("<u2"), 4: np.dtype("<u4"), 8: np.dtype("<u8")}
+
+
+_SCRATCH_MAX = 16 << 20  # keep at most one 16 MiB FP16 staging buffer per thread
+_tls = threading.local()
+
+
+def _scratch_f16(shape: tuple[int, ...]) -> np.ndarray:
+    """An uninitialized FP16 staging array, reused per thread to avoid page faults.
+
+    The result is only valid until the next call in the same thread; it never escapes.
+    """
+    count = int(np.prod(shape))
+    if 2 * count > _SCRATCH_MAX:
+        return np.empty(shape, dtype=_F16)
+    buf = getattr(_tls, "buf", None)
+    if buf is None or buf.size < count:
+        buf = np.empty(count, dtype=_F16)
+        _tls.buf = buf
+    return buf[:count].reshape(shape)
 
 
 def _unit(n_channels: int) -> np.dtype:
@@ -140,7 +160,8 @@ def pack(x: Any, transpose: bool = False) -> np.ndarray:
             # One chunk and an order-preserving spatial walk: a plain cast copy.
             out.reshape(n, h, w, c)[...] = arr
             return out
-        src = np.ascontiguousarray(arr, dtype=_F16)
+        src = _scratch_f16((n, h, w, c))
+        src[...] = arr
     dst2 = out.reshape(n, whc)
     # Destination spatial order: (W, H) for DWHC, (H, W) for DHWC.
     dshape = (w, h) if not transpose else (h, w)
@@ -201,7 +222,7 @@ def unpack(buf: Any, shape: Sequence[int], transpose: bool = False) -> np.ndarra
         return out
     whc = w * h * c
     src2 = flat.reshape(n, whc)
-    tmp = np.empty((n, h, w, c), dtype=_F16)
+    tmp = _scratch_f16((n, h, w, c))
     dshape = (w, h) if not transpose else (h, w)
     if nfull:
         u = _unit(_CHUNK)

@@ -241,3 +241,21 @@ def test_offset_errors() -> None:
         layout.offset((2, 3, 20), 0, 0, 0, n=1)
     with pytest.raises(LayoutError):
         layout.nbytes((2, 3, 2.5))
+
+
+def test_threads_do_not_share_staging() -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    rng = np.random.default_rng(8)
+    xs = [fp16_values(rng, (7, 5, 8 * i + 3)) for i in range(1, 9)]
+
+    def work(x: np.ndarray) -> bool:
+        ok = True
+        for _ in range(20):
+            buf = layout.pack(x)
+            ok &= np.array_equal(buf.view(np.uint16), naive_pack(x, False).view(np.uint16))
+            ok &= np.array_equal(layout.unpack(buf, x.shape), x)
+        return bool(ok)
+
+    with ThreadPoolExecutor(4) as pool:
+        assert all(pool.map(work, xs))

@@ -183,12 +183,10 @@ def naive_dilated(w, bias, lut) -> bytes:
     out = bytearray(lut.tobytes() if lut is not None else b"")
     for iy in range(ky):
         for ix in range(kx):
-            tap = naive_conv(w[:, :, iy : iy + 1, ix : ix + 1], bias, None, None,
+            # a 1x1 packing of this tap; an empty LUT selects 1-byte slots when quantized
+            tap = naive_conv(w[:, :, iy : iy + 1, ix : ix + 1], bias, None,
+                             None if lut is None else np.zeros(0, np.uint16),
                              last_bias=(iy == ky - 1 and ix == kx - 1))
-            if lut is not None:  # same stream with 1-byte slots
-                tap = naive_conv(w[:, :, iy : iy + 1, ix : ix + 1], bias, None,
-                                 np.zeros(0, np.uint16),
-                                 last_bias=(iy == ky - 1 and ix == kx - 1))
             out += tap + bytes(-len(tap) % 16)
     out += bytes(-len(out) % 16)
     return bytes(out)
@@ -466,3 +464,14 @@ def test_quantize_bad_inputs() -> None:
     assert _err(W.quantize_weights, np.array(["a"])).field == "weights.dtype"
     assert _err(W.quantization_error, np.zeros(3), np.zeros(256),
                 np.zeros(3, np.int64)).field == "indices"
+
+
+def test_quantize_dominant_value() -> None:
+    # One value repeated many times plus a few hundred others: the repeated value must
+    # stay exact and the rest must still get a reasonable codebook.
+    rng = np.random.default_rng(4)
+    w = np.concatenate([np.full(50000, 0.5), rng.standard_normal(400)]).astype(np.float32)
+    table, idx = W.quantize_weights(w, seed=9)
+    assert np.all(table[idx[:50000]] == np.float16(0.5))
+    err = W.quantization_error(w, table, idx)
+    assert err["max_abs"] < 0.05 and len(np.unique(table)) > 200
