@@ -1,0 +1,420 @@
+"""Graph simplification passes: each a pure ``Graph -> Graph`` function.
+
+Run them after :func:`dvsdk.compiler.fold.infer_and_fold` (they need shapes and explicit
+attributes); :func:`optimize` runs the whole pipeline from a freshly loaded graph.
+
+=======================  ==================================================================
+pass                     effect
+=======================  ==================================================================
+remove_identity          drops Identity and Dropout (inference: both pass data through)
+fold_pad                 constant zero spatial Pad -> pads of the following Conv, or of an
+                         AveragePool with count_include_pad=1 (never MaxPool: its padding is
+                         -inf, not 0)
+canonicalize_gemm        Gemm with constant B -> B as [N, K] with transB=1, alpha folded into
+                         B, beta into C, a per-column C as a 1-D [N] vector
+matmul_to_gemm           MatMul(2-D A, constant 2-D B) [+ Add(constant bias)] -> Gemm
+fold_batchnorm           BatchNormalization after Conv/ConvTranspose/Gemm (single consumer) ->
+                         folded into its weights and bias (float64 math, then the weight dtype).
+                         A BatchNormalization that cannot be folded stays a
+                         ``BatchNormalization`` op (the lowering maps it to a depthwise 1x1 run)
+fold_affine              constant per-channel Mul/Div/Add/Sub after a Conv/ConvTranspose/Gemm
+                         -> its weights/bias; Mul/Div before a Conv -> its weights (exact with
+                         any padding); Add/Sub before a Conv -> its bias, only when the Conv has
+                         no padding (padded zeros would otherwise see the offset)
+normalize_clip           Clip with constant bounds -> ``Clip(x)`` with float attrs ``min``/
+                         ``max`` (+-inf when absent); Clip(0, 6) is the ReLU6 marker
+split_grouped_conv       Conv with 1 < group < C_in -> Split + one Conv per group + Concat
+                         (depthwise convs, group == C_in, are kept)
+=======================  ==================================================================
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from ..cpu_nn import pool_output_shape
+from ..errors import ModelError
+from .fold import infer_and_fold, infer_shapes
+from .ir import Graph, Op
+
+__all__ = [
+    "remove_identity", "fold_pad", "canonicalize_gemm", "matmul_to_gemm", "fold_batchnorm",
+    "fold_affine", "normalize_clip", "split_grouped_conv", "optimize", "PASSES",
+]
+
+
+# --------------------------------------------------------------------------- helpers
+def _sole_reader(g: Graph, tensor: str, cons: dict[str, list[Op]]) -> Op | None:
+    """The only op reading ``tensor`` (None if several, none, or it is a graph output)."""
+    readers = cons.get(tensor, [])
+    if len(readers) != 1 or tensor in g.outputs:
+        return None
+    return readers[0]
+
+
+def _channel_vector(c: np.ndarray, out_shape: tuple[int, ...], axis: int = 1) -> np.ndarray | None:
+    """Length-C float64 vector if ``c`` broadcast against ``out_shape`` varies only on ``axis``."""
+    if c.ndim > len(out_shape) or len(out_shape) <= axis:
+        return None
+    cs = (1,) * (len(out_shape) - c.ndim) + tuple(c.shape)
+    for i, (d, o) in enumerate(zip(cs, out_shape, strict=True)):
+        if d != 1 and (i != axis or d != o):
+            return None
+    v = c.astype(np.float64).reshape(-1)
+    return np.broadcast_to(v, (out_shape[axis],)).copy()
+
+
+def _is_canonical_gemm(g: Graph, op: Op) -> bool:
+    a = op.attrs
+    return (g.is_const(op.inputs[1]) and a.get("transB", 0) == 1 and a.get("alpha", 1.0) == 1.0
+            and a.get("beta", 1.0) == 1.0 and (not op.input(2) or g.is_const(op.input(2))))
+
+
+def _foldable_producer(g: Graph, op: Op | None) -> bool:
+    if op is None or not g.is_const(op.inputs[1]):
+        return False
+    if op.type in ("Conv", "ConvTranspose"):
+        return not op.input(2) or g.is_const(op.input(2))
+    return op.type == "Gemm" and _is_canonical_gemm(g, op)
+
+
+def _n_out(g: Graph, op: Op) -> int:
+    return int(g.shape(op.outputs[0])[1])
+
+
+def _bias(g: Graph, op: Op) -> np.ndarray:
+    """The producer's per-output-channel bias as float64 (zeros when absent)."""
+    b = g.const(op.input(2))
+    n = _n_out(g, op)
+    if b is None:
+        return np.zeros(n)
+    return np.broadcast_to(b.astype(np.float64), np.broadcast_shapes(b.shape, (n,))).copy()
+
+
+def _set_bias(g: Graph, op: Op, b: np.ndarray, dtype: np.dtype) -> None:
+    name = g.add_const(f"{op.name}_bias", b.astype(dtype))
+    while len(op.inputs) < 3:
+        op.inputs.append("")
+    op.inputs[2] = name
+
+
+def _affine_producer(g: Graph, op: Op, scale: np.ndarray | None, shift: np.ndarray | None) -> None:
+    """Make ``op``'s output ``y`` become ``y * scale + shift`` (per output channel)."""
+    w = g.const(op.inputs[1])
+    dtype = w.dtype
+    b = _bias(g, op)
+    if scale is not None:
+        wd = w.astype(np.float64)
+        if op.type == "Conv":
+            wd = wd * scale.reshape((-1,) + (1,) * (w.ndim - 1))
+        elif op.type == "ConvTranspose":
+            grp = int(op.attrs.get("group", 1))
+            cin, mg = w.shape[0], w.shape[1]
+            wd = (wd.reshape(grp, cin // grp, mg, *w.shape[2:])
+                  * scale.reshape(grp, 1, mg, *([1] * (w.ndim - 2)))).reshape(w.shape)
+        else:  # canonical Gemm: B is [N, K]
+            wd = wd * scale[:, None]
+        op.inputs[1] = g.add_const(f"{op.name}_weight", wd.astype(dtype))
+        b = b * scale
+    if shift is not None:
+        b = b + shift
+    if scale is not None or shift is not None:
+        _set_bias(g, op, b, dtype)
+
+
+def _absorb(g: Graph, producer: Op, follower: Op) -> None:
+    """``follower`` is now folded into ``producer``: producer writes follower's output."""
+    old = producer.outputs[0]
+    producer.outputs[0] = follower.outputs[0]
+    g.ops.remove(follower)
+    g.tensors.pop(old, None)
+
+
+def _finish(g: Graph) -> Graph:
+    g.dead_code_elimination()
+    return infer_shapes(g)
+
+
+# --------------------------------------------------------------------------- passes
+def remove_identity(graph: Graph) -> Graph:
+    """Remove Identity and Dropout ops (kept only where a graph output could not be renamed)."""
+    g = graph.copy()
+    for op in [o for o in g.ops if o.type in ("Identity", "Dropout")]:
+        try:
+            g.remove_op(op, rewire=True)
+        except ModelError:
+            continue
+    g.dead_code_elimination()
+    return g
+
+
+def fold_pad(graph: Graph) -> Graph:
+    """Fold constant-zero spatial Pads into following Convs / include-pad AveragePools."""
+    g = infer_shapes(graph)
+    cons = g.consumers()
+    for pad in [o for o in g.ops if o.type == "Pad"]:
+        x = pad.inputs[0]
+        rank = len(g.shape(x))
+        pads, value = g.const(pad.input(1)), g.const(pad.input(2))
+        if (pads is None or (pad.input(2) and value is None) or pad.input(3)
+                or pad.attrs.get("mode", "constant") != "constant" or rank < 3):
+            continue
+        if value is not None and value.size and float(value.ravel()[0]) != 0.0:
+            continue
+        p = [int(v) for v in pads.ravel()]
+        if min(p) < 0 or p[0] or p[1] or p[rank] or p[rank + 1]:
+            continue
+        sp = p[2:rank] + p[rank + 2:]
+        absorbed = 0
+        readers = cons.get(pad.outputs[0], [])
+        for r in readers:
+            if r.inputs[0] != pad.outputs[0] or pad.outputs[0] in r.inputs[1:]:
+                continue
+            if r.type == "AveragePool":
+                if not r.attrs.get("count_include_pad", 0):
+                    continue
+                if r.attrs.get("ceil_mode", 0):
+                    merged = {**r.attrs, "pads": [a + b for a, b in zip(r.attrs["pads"], sp,
+                                                                        strict=True)]}
+                    if pool_output_shape(g.shape(x), merged) != g.shape(r.outputs[0]):
+                        continue
+            elif r.type != "Conv":
+                continue
+            r.attrs["pads"] = [a + b for a, b in zip(r.attrs["pads"], sp, strict=True)]
+            r.inputs[0] = x
+            absorbed += 1
+        if absorbed == len(readers) and pad.outputs[0] not in g.outputs:
+            g.ops.remove(pad)
+    return _finish(g)
+
+
+def canonicalize_gemm(graph: Graph) -> Graph:
+    """Gemm with constant B -> transB=1, alpha=1, beta=1 (when C is constant), C as [N]."""
+    g = infer_shapes(graph)
+    for op in [o for o in g.ops if o.type == "Gemm" and g.is_const(o.inputs[1])]:
+        a = op.attrs
+        b = g.const(op.inputs[1])
+        alpha, beta = float(a.get("alpha", 1.0)), float(a.get("beta", 1.0))
+        c_name = op.input(2)
+        c = g.const(c_name)
+        canon = {"transA": int(a.get("transA", 0)), "transB": 1, "alpha": 1.0, "beta": 1.0}
+        if _is_canonical_gemm(g, op) and (c is None or c.ndim == 1):
+            op.attrs = canon
+            continue
+        if c_name and c is None and beta != 1.0:
+            continue  # a run-time C with beta: leave as is
+        bt = b if a.get("transB", 0) else b.T
+        bd = bt.astype(np.float64) * alpha if alpha != 1.0 else bt
+        op.inputs[1] = g.add_const(f"{op.name}_weight", np.ascontiguousarray(bd.astype(b.dtype)))
+        if c is not None:
+            n = bt.shape[0]
+            cd = c.astype(np.float64) * beta
+            vec = _channel_vector(cd, (1, n)) if cd.ndim <= 2 else None
+            cd = vec if vec is not None else cd
+            op.inputs[2] = g.add_const(f"{op.name}_bias", cd.astype(c.dtype))
+        op.attrs = canon
+    return _finish(g)
+
+
+def matmul_to_gemm(graph: Graph) -> Graph:
+    """MatMul(2-D A, constant 2-D B) followed by an Add of a constant [N] bias -> Gemm."""
+    g = infer_shapes(graph)
+    cons = g.consumers()
+    for mm in [o for o in g.ops if o.type == "MatMul"]:
+        a_shape, b = g.shape(mm.inputs[0]), g.const(mm.inputs[1])
+        if b is None or b.ndim != 2 or len(a_shape) != 2 or g.is_const(mm.inputs[0]):
+            continue
+        mm.type = "Gemm"
+        mm.inputs[1] = g.add_const(f"{mm.name}_weight", np.ascontiguousarray(b.T))
+        mm.attrs = {"transA": 0, "transB": 1, "alpha": 1.0, "beta": 1.0}
+        add = _sole_reader(g, mm.outputs[0], cons)
+        if add is None or add.type != "Add" or add.inputs[0] == add.inputs[1]:
+            continue
+        other = add.inputs[1] if add.inputs[0] == mm.outputs[0] else add.inputs[0]
+        c = g.const(other)
+        vec = None if c is None else _channel_vector(c, g.shape(mm.outputs[0]))
+        if vec is None or g.shape(add.outputs[0]) != g.shape(mm.outputs[0]):
+            continue
+        mm.inputs.append(g.add_const(f"{mm.name}_bias", vec.astype(c.dtype)))
+        _absorb(g, mm, add)
+    return _finish(g)
+
+
+def _fold_one_bn(g: Graph, bn: Op, prods: dict, cons: dict) -> bool:
+    x = bn.inputs[0]
+    prod = prods.get(x)
+    params = [g.const(n) for n in bn.inputs[1:5]]
+    if (any(p is None for p in params) or not _foldable_producer(g, prod)
+            or _sole_reader(g, x, cons) is not bn):
+        return False
+    gamma, beta, mean, var = (p.astype(np.float64).reshape(-1) for p in params)
+    scale = gamma / np.sqrt(var + float(bn.attrs.get("epsilon", 1e-5)))
+    _affine_producer(g, prod, scale, beta - mean * scale)
+    _absorb(g, prod, bn)
+    return True
+
+
+def _until_fixed(g: Graph, types: tuple[str, ...],
+                 rewrite: Callable[[Graph, Op, dict, dict], bool]) -> Graph:
+    """Apply ``rewrite`` to ops of ``types`` until none changes (maps rebuilt after each)."""
+    changed = True
+    while changed:
+        changed = False
+        prods, cons = g.producers(), g.consumers()
+        for op in list(g.ops):
+            if op.type in types and rewrite(g, op, prods, cons):
+                changed = True
+                break
+    return _finish(g)
+
+
+def fold_batchnorm(graph: Graph) -> Graph:
+    """Fold BatchNormalization into a preceding Conv/ConvTranspose/canonical Gemm."""
+    return _until_fixed(infer_shapes(graph), ("BatchNormalization",), _fold_one_bn)
+
+
+def _post_affine(g: Graph, op: Op, prods: dict, cons: dict) -> bool:
+    xi = [i for i, n in enumerate(op.inputs) if not g.is_const(n)]
+    if len(xi) != 1:
+        return False
+    x, c = op.inputs[xi[0]], g.const(op.inputs[1 - xi[0]])
+    prod = prods.get(x)
+    if not _foldable_producer(g, prod) or _sole_reader(g, x, cons) is not op:
+        return False
+    if g.shape(op.outputs[0]) != g.shape(x):
+        return False
+    v = _channel_vector(c, g.shape(x))
+    if v is None:
+        return False
+    if op.type == "Mul":
+        _affine_producer(g, prod, v, None)
+    elif op.type == "Add":
+        _affine_producer(g, prod, None, v)
+    elif op.type == "Div":
+        if xi[0] != 0 or np.any(v == 0):
+            return False
+        _affine_producer(g, prod, 1.0 / v, None)
+    elif xi[0] == 0:  # Sub: x - c
+        _affine_producer(g, prod, None, -v)
+    else:  # c - x
+        _affine_producer(g, prod, -np.ones_like(v), v)
+    _absorb(g, prod, op)
+    return True
+
+
+def _pre_affine(g: Graph, op: Op, cons: dict) -> bool:
+    xi = [i for i, n in enumerate(op.inputs) if not g.is_const(n)]
+    if len(xi) != 1:
+        return False
+    x, c = op.inputs[xi[0]], g.const(op.inputs[1 - xi[0]])
+    conv = _sole_reader(g, op.outputs[0], cons)
+    if (conv is None or conv.type != "Conv" or conv.inputs[0] != op.outputs[0]
+            or op.outputs[0] in conv.inputs[1:] or not g.is_const(conv.inputs[1])
+            or (conv.input(2) and not g.is_const(conv.input(2)))):
+        return False
+    if g.shape(op.outputs[0]) != g.shape(x):
+        return False
+    v = _channel_vector(c, g.shape(x))
+    if v is None:
+        return False
+    scale = shift = None
+    if op.type == "Mul":
+        scale = v
+    elif op.type == "Div":
+        if xi[0] != 0 or np.any(v == 0):
+            return False
+        scale = 1.0 / v
+    elif op.type == "Add":
+        shift = v
+    elif xi[0] == 0:
+        shift = -v
+    else:
+        scale, shift = -np.ones_like(v), v
+    if shift is not None and any(conv.attrs["pads"]):
+        return False  # the offset would also apply to padded zeros
+    w = g.const(conv.inputs[1])
+    grp = int(conv.attrs["group"])
+    m, cg = w.shape[0], w.shape[1]
+    wg = w.astype(np.float64).reshape(grp, m // grp, cg, -1)
+    b = _bias(g, conv)
+    if shift is not None:  # y = W (x + a) = W x + sum W a
+        b = b + np.einsum("gmck,gc->gm", wg, shift.reshape(grp, cg)).reshape(-1)
+        _set_bias(g, conv, b, w.dtype)
+    if scale is not None:
+        wg = wg * scale.reshape(grp, 1, cg, 1)
+        conv.inputs[1] = g.add_const(f"{conv.name}_weight", wg.reshape(w.shape).astype(w.dtype))
+    conv.inputs[0] = x
+    g.ops.remove(op)
+    g.tensors.pop(op.outputs[0], None)
+    return True
+
+
+def _affine_one(g: Graph, op: Op, prods: dict, cons: dict) -> bool:
+    if len(op.inputs) != 2:
+        return False
+    return _post_affine(g, op, prods, cons) or _pre_affine(g, op, cons)
+
+
+def fold_affine(graph: Graph) -> Graph:
+    """Fold constant per-channel Mul/Div/Add/Sub into neighbouring Conv/ConvTranspose/Gemm."""
+    return _until_fixed(infer_shapes(graph), ("Mul", "Div", "Add", "Sub"), _affine_one)
+
+
+def normalize_clip(graph: Graph) -> Graph:
+    """Clip with constant (or absent) bounds -> single-input Clip with float min/max attrs."""
+    g = infer_shapes(graph)
+    for op in [o for o in g.ops if o.type == "Clip"]:
+        bounds = [op.input(1), op.input(2)]
+        if any(n and not g.is_const(n) for n in bounds):
+            continue
+        lo = float(g.const(bounds[0]).ravel()[0]) if bounds[0] else op.attrs.get("min", -np.inf)
+        hi = float(g.const(bounds[1]).ravel()[0]) if bounds[1] else op.attrs.get("max", np.inf)
+        op.inputs = [op.inputs[0]]
+        op.attrs = {"min": float(lo), "max": float(hi)}
+    return _finish(g)
+
+
+def split_grouped_conv(graph: Graph) -> Graph:
+    """Conv with 1 < group < C_in -> Split(axis 1) + per-group Convs + Concat(axis 1)."""
+    g = infer_shapes(graph)
+    for conv in [o for o in g.ops if o.type == "Conv"]:
+        grp = int(conv.attrs["group"])
+        x = conv.inputs[0]
+        cin = g.shape(x)[1]
+        w, b = g.const(conv.inputs[1]), g.const(conv.input(2))
+        if not 1 < grp < cin or w is None or (conv.input(2) and b is None):
+            continue
+        mg, cg = w.shape[0] // grp, cin // grp
+        sizes = g.add_const(f"{conv.name}_split", np.full(grp, cg, dtype=np.int64))
+        parts = [g.add_tensor(f"{conv.name}_in{i}") for i in range(grp)]
+        outs = [g.add_tensor(f"{conv.name}_out{i}") for i in range(grp)]
+        new = [Op("Split", g.unique_name(f"{conv.name}_split"), [x, sizes], parts, {"axis": 1})]
+        for i in range(grp):
+            ins = [parts[i], g.add_const(f"{conv.name}_w{i}", w[i * mg:(i + 1) * mg])]
+            if b is not None:
+                ins.append(g.add_const(f"{conv.name}_b{i}", b[i * mg:(i + 1) * mg]))
+            attrs = {**conv.attrs, "group": 1}
+            new.append(Op("Conv", g.unique_name(f"{conv.name}_g{i}"), ins, [outs[i]], attrs))
+        new.append(Op("Concat", g.unique_name(f"{conv.name}_concat"), outs,
+                      [conv.outputs[0]], {"axis": 1}))
+        g.replace_op(conv, new)
+    return _finish(g)
+
+
+#: The default pass order used by :func:`optimize`.
+PASSES: list[Callable[[Graph], Graph]] = [
+    remove_identity, canonicalize_gemm, matmul_to_gemm, fold_pad, fold_batchnorm, fold_affine,
+    normalize_clip, split_grouped_conv,
+]
+
+
+def optimize(graph: Graph, passes: list[Callable[[Graph], Graph]] | None = None) -> Graph:
+    """Fold shapes/constants, run ``passes`` (default :data:`PASSES`), fold again, validate."""
+    g = infer_and_fold(remove_identity(graph))
+    for p in PASSES if passes is None else passes:
+        g = p(g)
+    g = infer_and_fold(g)
+    g.validate()
+    return g

@@ -1,0 +1,528 @@
+"""Numpy reference kernels for every op the compiler accepts, and a graph interpreter.
+
+``KERNELS`` maps an ONNX op type to ``kernel(inputs, attrs) -> list[np.ndarray]`` with ONNX
+semantics (NCHW, float32 in -> float32 out; shape subgraph ops on int64). ``inputs`` holds
+one array per op input, None for an absent optional input (``""`` in the IR). Attributes are
+the IR's normalized ones (see :mod:`dvsdk.compiler.ir`); kernels fall back to ONNX defaults
+for any that are missing, so they also run un-normalized graphs.
+
+:func:`run_graph` interprets a :class:`dvsdk.compiler.ir.Graph` with these kernels. The
+compiler uses it (and :data:`KERNELS`) for constant folding and to check its passes; the
+runtime uses it as the CPU fallback for ops the DV700 cannot run. This module must not import
+onnx: the board has only numpy.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from .cpu_nn import NN_KERNELS
+from .errors import ModelError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .compiler.ir import Graph
+
+__all__ = ["KERNELS", "Kernel", "run_graph", "run_op", "onnx_dtype", "ONNX_DTYPES"]
+
+Arr = np.ndarray
+Attrs = dict[str, Any]
+Kernel = Callable[[list, Attrs], list]
+
+#: ONNX TensorProto.DataType code -> numpy dtype (our own table; no onnx import).
+ONNX_DTYPES: dict[int, np.dtype] = {
+    1: np.dtype(np.float32), 2: np.dtype(np.uint8), 3: np.dtype(np.int8),
+    4: np.dtype(np.uint16), 5: np.dtype(np.int16), 6: np.dtype(np.int32),
+    7: np.dtype(np.int64), 9: np.dtype(np.bool_), 10: np.dtype(np.float16),
+    11: np.dtype(np.float64), 12: np.dtype(np.uint32), 13: np.dtype(np.uint64),
+}
+
+
+def onnx_dtype(code: int) -> np.dtype:
+    """numpy dtype of an ONNX element-type code (ModelError if we do not handle it)."""
+    try:
+        return ONNX_DTYPES[int(code)]
+    except KeyError:
+        raise ModelError("unsupported tensor element type", field="dtype", value=int(code),
+                         limit=sorted(ONNX_DTYPES)) from None
+
+
+# --------------------------------------------------------------------------- helpers
+def _unary(fn: Callable[[Arr], Arr]) -> Kernel:
+    def kernel(inputs: list, attrs: Attrs) -> list[Arr]:
+        x = inputs[0]
+        with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+            return [np.asarray(fn(x)).astype(x.dtype, copy=False)]
+    return kernel
+
+
+def _binary(fn: Callable[[Arr, Arr], Arr], keep_dtype: bool = True) -> Kernel:
+    def kernel(inputs: list, attrs: Attrs) -> list[Arr]:
+        a, b = inputs[0], inputs[1]
+        with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+            y = np.asarray(fn(a, b))
+        return [y.astype(a.dtype, copy=False) if keep_dtype else y]
+    return kernel
+
+
+def _variadic(fn: Callable[[Arr, Arr], Arr], mean: bool = False) -> Kernel:
+    def kernel(inputs: list, attrs: Attrs) -> list[Arr]:
+        xs = [x for x in inputs if x is not None]
+        y = xs[0]
+        for x in xs[1:]:
+            y = fn(y, x)
+        if mean:
+            y = y / len(xs)
+        return [np.asarray(y).astype(xs[0].dtype, copy=False)]
+    return kernel
+
+
+def _div(a: Arr, b: Arr) -> Arr:
+    if np.issubdtype(a.dtype, np.integer):  # ONNX integer Div truncates toward zero
+        q = np.abs(a) // np.abs(b)
+        return np.where((a < 0) ^ (b < 0), -q, q)
+    return a / b
+
+
+def _sigmoid(x: Arr) -> Arr:
+    e = np.exp(-np.abs(x))
+    return np.where(x >= 0, 1.0 / (1.0 + e), e / (1.0 + e))
+
+
+def _axes(arr: Arr | None, attrs: Attrs, rank: int) -> list[int] | None:
+    if arr is not None:
+        v = np.asarray(arr).reshape(-1)
+    elif attrs.get("axes") is not None:
+        v = np.asarray(attrs["axes"]).reshape(-1)
+    else:
+        return None
+    return [int(a) % rank if rank else 0 for a in v]
+
+
+def _opt(inputs: Sequence, i: int) -> Arr | None:
+    return inputs[i] if len(inputs) > i else None
+
+
+# --------------------------------------------------------------------------- activations
+def _leaky_relu(inputs: list, attrs: Attrs) -> list[Arr]:
+    x = inputs[0]
+    alpha = x.dtype.type(attrs.get("alpha", 0.01))
+    return [np.where(x >= 0, x, x * alpha)]
+
+
+def _prelu(inputs: list, attrs: Attrs) -> list[Arr]:
+    x, slope = inputs[0], inputs[1]
+    return [np.where(x >= 0, x, x * slope).astype(x.dtype, copy=False)]
+
+
+def _elu(inputs: list, attrs: Attrs) -> list[Arr]:
+    x = inputs[0]
+    alpha = float(attrs.get("alpha", 1.0))
+    return [np.where(x > 0, x, alpha * np.expm1(np.minimum(x, 0))).astype(x.dtype)]
+
+
+def _selu(inputs: list, attrs: Attrs) -> list[Arr]:
+    x = inputs[0]
+    alpha = float(attrs.get("alpha", 1.67326319217681884765625))
+    gamma = float(attrs.get("gamma", 1.05070102214813232421875))
+    y = gamma * np.where(x > 0, x, alpha * np.expm1(np.minimum(x, 0)))
+    return [y.astype(x.dtype)]
+
+
+def _hard_sigmoid(inputs: list, attrs: Attrs) -> list[Arr]:
+    x = inputs[0]
+    alpha, beta = float(attrs.get("alpha", 0.2)), float(attrs.get("beta", 0.5))
+    return [np.clip(x * np.float32(alpha) + np.float32(beta), 0, 1).astype(x.dtype)]
+
+
+def _hard_swish(inputs: list, attrs: Attrs) -> list[Arr]:
+    x = inputs[0]
+    return [(x * np.clip(x * np.float32(1 / 6) + np.float32(0.5), 0, 1)).astype(x.dtype)]
+
+
+def _clip(inputs: list, attrs: Attrs) -> list[Arr]:
+    """Clip with min/max from inputs 1/2 (opset >= 11) or from attributes (normalized form)."""
+    x = inputs[0]
+    lo, hi = _opt(inputs, 1), _opt(inputs, 2)
+    lo = lo if lo is not None else attrs.get("min")
+    hi = hi if hi is not None else attrs.get("max")
+    y = x
+    if lo is not None:
+        y = np.maximum(y, np.asarray(lo, dtype=x.dtype))
+    if hi is not None:
+        y = np.minimum(y, np.asarray(hi, dtype=x.dtype))
+    return [y]
+
+
+def _identity(inputs: list, attrs: Attrs) -> list[Arr]:
+    return [inputs[0]]
+
+
+# --------------------------------------------------------------------------- shape ops
+def _shape(inputs: list, attrs: Attrs) -> list[Arr]:
+    shape = np.array(inputs[0].shape, dtype=np.int64)
+    start, end = attrs.get("start", 0), attrs.get("end")
+    return [shape[start:end]]
+
+
+def _size(inputs: list, attrs: Attrs) -> list[Arr]:
+    return [np.array(inputs[0].size, dtype=np.int64)]
+
+
+def _cast(inputs: list, attrs: Attrs) -> list[Arr]:
+    return [inputs[0].astype(onnx_dtype(attrs["to"]))]
+
+
+def _constant_of_shape(inputs: list, attrs: Attrs) -> list[Arr]:
+    value = attrs.get("value")
+    value = np.zeros(1, np.float32) if value is None else np.asarray(value).reshape(-1)
+    shape = tuple(int(d) for d in inputs[0].reshape(-1))
+    return [np.full(shape, value[0], dtype=value.dtype)]
+
+
+def _range(inputs: list, attrs: Attrs) -> list[Arr]:
+    start, limit, delta = (np.asarray(v).reshape(()) for v in inputs[:3])
+    n = max(int(np.ceil((limit - start) / delta)), 0)
+    return [(start + delta * np.arange(n)).astype(start.dtype)]
+
+
+def _reshape(inputs: list, attrs: Attrs) -> list[Arr]:
+    x = inputs[0]
+    shape = [int(d) for d in inputs[1].reshape(-1)]
+    if not attrs.get("allowzero", 0):
+        shape = [x.shape[i] if d == 0 else d for i, d in enumerate(shape)]
+    return [x.reshape(shape)]
+
+
+def _flatten(inputs: list, attrs: Attrs) -> list[Arr]:
+    x = inputs[0]
+    axis = int(attrs.get("axis", 1)) % (x.ndim + 1) if x.ndim else 0
+    lead = int(np.prod(x.shape[:axis], dtype=np.int64))
+    return [x.reshape(lead, -1) if x.size else x.reshape(lead, int(np.prod(x.shape[axis:])))]
+
+
+def _squeeze(inputs: list, attrs: Attrs) -> list[Arr]:
+    x = inputs[0]
+    axes = _axes(_opt(inputs, 1), attrs, x.ndim)
+    if axes is None:
+        axes = [i for i, d in enumerate(x.shape) if d == 1]
+    return [np.squeeze(x, axis=tuple(axes))]
+
+
+def _unsqueeze(inputs: list, attrs: Attrs) -> list[Arr]:
+    x = inputs[0]
+    raw = _opt(inputs, 1)
+    raw = np.asarray(raw if raw is not None else attrs["axes"]).reshape(-1)
+    rank = x.ndim + raw.size
+    axes = sorted(int(a) % rank for a in raw)
+    shape = list(x.shape)
+    for a in axes:
+        shape.insert(a, 1)
+    return [x.reshape(shape)]
+
+
+def _concat(inputs: list, attrs: Attrs) -> list[Arr]:
+    xs = [x for x in inputs if x is not None]
+    return [np.concatenate(xs, axis=int(attrs.get("axis", 1)))]
+
+
+def split_sizes(dim: int, split: Arr | None, attrs: Attrs) -> list[int]:
+    """Sizes of the Split outputs: the ``split`` input, else ceil(dim / num_outputs) chunks."""
+    if split is not None and np.asarray(split).size:
+        return [int(s) for s in np.asarray(split).reshape(-1)]
+    if attrs.get("split"):
+        return [int(s) for s in attrs["split"]]
+    n = int(attrs["num_outputs"])
+    chunk = -(-dim // n)
+    sizes = [chunk] * (n - 1)
+    sizes.append(dim - chunk * (n - 1))
+    return sizes
+
+
+def _split(inputs: list, attrs: Attrs) -> list[Arr]:
+    x = inputs[0]
+    axis = int(attrs.get("axis", 0)) % x.ndim
+    sizes = split_sizes(x.shape[axis], _opt(inputs, 1), attrs)
+    return np.split(x, np.cumsum(sizes)[:-1], axis=axis)
+
+
+def _transpose(inputs: list, attrs: Attrs) -> list[Arr]:
+    x = inputs[0]
+    perm = attrs.get("perm")
+    return [np.transpose(x, None if perm is None else [int(p) for p in perm])]
+
+
+def slice_index(shape: Sequence[int], starts: Arr, ends: Arr, axes: Arr | None,
+                steps: Arr | None) -> tuple:
+    """A numpy index tuple implementing ONNX Slice clamping rules."""
+    rank = len(shape)
+    starts = np.asarray(starts).reshape(-1)
+    ends = np.asarray(ends).reshape(-1)
+    axes = range(len(starts)) if axes is None else [int(a) % rank for a in np.ravel(axes)]
+    steps = [1] * len(starts) if steps is None else [int(s) for s in np.ravel(steps)]
+    index: list[slice] = [slice(None)] * rank
+    for s, e, ax, st in zip(starts, ends, axes, steps, strict=True):
+        dim = int(shape[ax])
+        s, e = int(s), int(e)
+        s = s + dim if s < 0 else s
+        e = e + dim if e < 0 else e
+        if st > 0:
+            s, e = min(max(s, 0), dim), min(max(e, 0), dim)
+        else:
+            s, e = min(max(s, 0), dim - 1), min(max(e, -1), dim - 1)
+        index[ax] = slice(s, e if e >= 0 else None, st)
+    return tuple(index)
+
+
+def _slice(inputs: list, attrs: Attrs) -> list[Arr]:
+    x = inputs[0]
+    idx = slice_index(x.shape, inputs[1], inputs[2], _opt(inputs, 3), _opt(inputs, 4))
+    return [np.ascontiguousarray(x[idx])]
+
+
+def _gather(inputs: list, attrs: Attrs) -> list[Arr]:
+    x, idx = inputs[0], np.asarray(inputs[1]).astype(np.int64)
+    axis = int(attrs.get("axis", 0)) % x.ndim
+    idx = np.where(idx < 0, idx + x.shape[axis], idx)
+    return [np.take(x, idx, axis=axis)]
+
+
+def _gather_elements(inputs: list, attrs: Attrs) -> list[Arr]:
+    x, idx = inputs[0], np.asarray(inputs[1]).astype(np.int64)
+    axis = int(attrs.get("axis", 0)) % x.ndim
+    idx = np.where(idx < 0, idx + x.shape[axis], idx)
+    return [np.take_along_axis(x, idx, axis=axis)]
+
+
+def full_pads(pads: Arr, axes: Arr | None, rank: int) -> list[int]:
+    """ONNX Pad ``pads`` (optionally for ``axes`` only) as full-rank ``[begins..., ends...]``."""
+    p = [int(v) for v in np.asarray(pads).reshape(-1)]
+    if axes is None:
+        return p
+    ax = [int(a) % rank for a in np.ravel(axes)]
+    out = [0] * (2 * rank)
+    for j, a in enumerate(ax):
+        out[a], out[rank + a] = p[j], p[len(ax) + j]
+    return out
+
+
+def _pad(inputs: list, attrs: Attrs) -> list[Arr]:
+    x = inputs[0]
+    rank = x.ndim
+    pads = full_pads(inputs[1], _opt(inputs, 3), rank)
+    value = _opt(inputs, 2)
+    value = 0 if value is None or np.asarray(value).size == 0 else np.asarray(value).ravel()[0]
+    # negative pads crop first
+    crop = tuple(slice(-min(pads[i], 0), x.shape[i] + min(pads[rank + i], 0)) for i in range(rank))
+    x = x[crop]
+    width = [(max(pads[i], 0), max(pads[rank + i], 0)) for i in range(rank)]
+    mode = attrs.get("mode", "constant")
+    if mode == "constant":
+        return [np.pad(x, width, mode="constant", constant_values=value)]
+    np_mode = {"reflect": "reflect", "edge": "edge", "wrap": "wrap"}.get(mode)
+    if np_mode is None:
+        raise ModelError("Pad mode not supported", field="Pad.mode", value=mode)
+    return [np.pad(x, width, mode=np_mode)]
+
+
+def _expand(inputs: list, attrs: Attrs) -> list[Arr]:
+    x = inputs[0]
+    shape = tuple(int(d) for d in inputs[1].reshape(-1))
+    out = np.broadcast_shapes(x.shape, shape)
+    return [np.ascontiguousarray(np.broadcast_to(x, out))]
+
+
+def _tile(inputs: list, attrs: Attrs) -> list[Arr]:
+    return [np.tile(inputs[0], [int(r) for r in inputs[1].reshape(-1)])]
+
+
+def _where(inputs: list, attrs: Attrs) -> list[Arr]:
+    return [np.where(inputs[0], inputs[1], inputs[2])]
+
+
+def _reduce(fn: Callable[..., Arr]) -> Kernel:
+    def kernel(inputs: list, attrs: Attrs) -> list[Arr]:
+        x = inputs[0]
+        axes = _axes(_opt(inputs, 1), attrs, x.ndim)
+        if axes is not None and len(axes) == 0:
+            axes = None
+        if axes is None and attrs.get("noop_with_empty_axes", 0):
+            return [x]
+        keep = bool(attrs.get("keepdims", 1))
+        ax = tuple(range(x.ndim)) if axes is None else tuple(axes)
+        return [np.asarray(fn(x, axis=ax, keepdims=keep)).astype(x.dtype, copy=False)]
+    return kernel
+
+
+def _arg(fn: Callable[..., Arr]) -> Kernel:
+    def kernel(inputs: list, attrs: Attrs) -> list[Arr]:
+        x = inputs[0]
+        axis = int(attrs.get("axis", 0)) % x.ndim
+        if attrs.get("select_last_index", 0):
+            flipped = np.flip(x, axis=axis)
+            idx = x.shape[axis] - 1 - fn(flipped, axis=axis)
+        else:
+            idx = fn(x, axis=axis)
+        if attrs.get("keepdims", 1):
+            idx = np.expand_dims(idx, axis)
+        return [idx.astype(np.int64)]
+    return kernel
+
+
+def _matmul(inputs: list, attrs: Attrs) -> list[Arr]:
+    return [np.matmul(inputs[0], inputs[1])]
+
+
+KERNELS: dict[str, Kernel] = {
+    # activations / unary math
+    "Relu": _unary(lambda x: np.maximum(x, 0)),
+    "LeakyRelu": _leaky_relu,
+    "PRelu": _prelu,
+    "Sigmoid": _unary(_sigmoid),
+    "Tanh": _unary(np.tanh),
+    "Elu": _elu,
+    "Selu": _selu,
+    "Clip": _clip,
+    "HardSigmoid": _hard_sigmoid,
+    "HardSwish": _hard_swish,
+    "Softplus": _unary(lambda x: np.logaddexp(0, x)),
+    "Softsign": _unary(lambda x: x / (1 + np.abs(x))),
+    "Sqrt": _unary(np.sqrt),
+    "Exp": _unary(np.exp),
+    "Log": _unary(np.log),
+    "Neg": _unary(np.negative),
+    "Abs": _unary(np.abs),
+    "Reciprocal": _unary(lambda x: 1 / x),
+    "Floor": _unary(np.floor),
+    "Ceil": _unary(np.ceil),
+    "Round": _unary(np.round),
+    "Sign": _unary(np.sign),
+    "Not": _unary(np.logical_not),
+    "Identity": _identity,
+    "Dropout": _identity,
+    # binary / variadic
+    "Add": _binary(np.add),
+    "Sub": _binary(np.subtract),
+    "Mul": _binary(np.multiply),
+    "Div": _binary(_div),
+    "Pow": _binary(np.power),
+    "Max": _variadic(np.maximum),
+    "Min": _variadic(np.minimum),
+    "Sum": _variadic(np.add),
+    "Mean": _variadic(np.add, mean=True),
+    "Equal": _binary(np.equal, keep_dtype=False),
+    "Less": _binary(np.less, keep_dtype=False),
+    "LessOrEqual": _binary(np.less_equal, keep_dtype=False),
+    "Greater": _binary(np.greater, keep_dtype=False),
+    "GreaterOrEqual": _binary(np.greater_equal, keep_dtype=False),
+    "And": _binary(np.logical_and, keep_dtype=False),
+    "Or": _binary(np.logical_or, keep_dtype=False),
+    "Xor": _binary(np.logical_xor, keep_dtype=False),
+    "Where": _where,
+    "MatMul": _matmul,
+    # shape / data movement
+    "Shape": _shape,
+    "Size": _size,
+    "Cast": _cast,
+    "ConstantOfShape": _constant_of_shape,
+    "Range": _range,
+    "Reshape": _reshape,
+    "Flatten": _flatten,
+    "Squeeze": _squeeze,
+    "Unsqueeze": _unsqueeze,
+    "Concat": _concat,
+    "Split": _split,
+    "Transpose": _transpose,
+    "Slice": _slice,
+    "Gather": _gather,
+    "GatherElements": _gather_elements,
+    "Pad": _pad,
+    "Expand": _expand,
+    "Tile": _tile,
+    # reductions
+    "ReduceSum": _reduce(np.sum),
+    "ReduceMean": _reduce(np.mean),
+    "ReduceMax": _reduce(np.max),
+    "ReduceMin": _reduce(np.min),
+    "ReduceProd": _reduce(np.prod),
+    "ReduceL2": _reduce(lambda x, axis, keepdims: np.sqrt(np.sum(
+        np.square(x), axis=axis, keepdims=keepdims))),
+    "ReduceSumSquare": _reduce(lambda x, axis, keepdims: np.sum(
+        np.square(x), axis=axis, keepdims=keepdims)),
+    "ArgMax": _arg(np.argmax),
+    "ArgMin": _arg(np.argmin),
+    **NN_KERNELS,
+}
+
+
+# --------------------------------------------------------------------------- interpreter
+def run_op(op_type: str, inputs: list, attrs: Mapping[str, Any]) -> list[Arr]:
+    """Run one kernel; ModelError if there is none."""
+    kernel = KERNELS.get(op_type)
+    if kernel is None:
+        raise ModelError("no CPU kernel for op", field="op_type", value=op_type)
+    return kernel(inputs, dict(attrs))
+
+
+def run_graph(graph: Graph, feeds: Mapping[str, np.ndarray],
+              outputs: Sequence[str] | None = None) -> dict[str, np.ndarray]:
+    """Interpret ``graph`` on ``feeds`` (graph input name -> array) with :data:`KERNELS`.
+
+    Returns the graph outputs (or the tensors named in ``outputs``) by name. Feeds are cast to
+    the input's dtype and checked against its shape when known. Intermediate arrays are
+    released as soon as their last reader has run.
+    """
+    want = list(graph.outputs if outputs is None else outputs)
+    env: dict[str, np.ndarray] = {}
+    for name in graph.inputs:
+        if name not in feeds:
+            raise ModelError("missing feed for graph input", field=name)
+        t = graph.tensors[name]
+        arr = np.asarray(feeds[name])
+        if t.dtype is not None:
+            arr = arr.astype(t.dtype, copy=False)
+        if t.shape is not None and tuple(arr.shape) != tuple(t.shape):
+            raise ModelError("feed has the wrong shape", field=name, value=tuple(arr.shape),
+                             limit=tuple(t.shape))
+        env[name] = arr
+    last_use: dict[str, int] = {}
+    for i, op in enumerate(graph.ops):
+        for n in op.inputs:
+            last_use[n] = i
+    keep = set(want)
+    for i, op in enumerate(graph.ops):
+        args = []
+        for n in op.inputs:
+            if not n:
+                args.append(None)
+            elif n in env:
+                args.append(env[n])
+            else:
+                c = graph.const(n)
+                if c is None:
+                    raise ModelError("tensor not computed before use",
+                                     field=f"{op.type} {op.name}", value=n)
+                args.append(c)
+        try:
+            results = run_op(op.type, args, op.attrs)
+        except ModelError:
+            raise
+        except Exception as exc:  # a kernel crash: name the op
+            raise ModelError(f"CPU kernel failed: {exc}", field=f"{op.type} {op.name}") from exc
+        for n, r in zip(op.outputs, results, strict=False):
+            if n:
+                env[n] = np.asarray(r)
+        for n in dict.fromkeys(op.inputs):
+            if n and last_use.get(n) == i and n not in keep and n in env:
+                del env[n]
+    out = {}
+    for n in want:
+        if n in env:
+            out[n] = env[n]
+        elif graph.const(n) is not None:
+            out[n] = np.asarray(graph.const(n))
+        else:
+            raise ModelError("requested tensor was not computed", field=n)
+    return out

@@ -1,0 +1,226 @@
+"""CPU kernels (dvsdk.cpu_ops / dvsdk.cpu_nn) against onnxruntime.
+
+Metric everywhere: max-abs error <= 1e-4 * max(1, range of the ORT output), float32; integer
+outputs must match exactly. Single-op models come from tests/onnx_models.py; random attribute
+sweeps use hypothesis (derandomized, so CI is deterministic).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
+from onnx import TensorProto, helper
+
+from dvsdk.compiler.fold import infer_and_fold
+from dvsdk.compiler.onnx_frontend import SUPPORTED_OPS, load_onnx
+from dvsdk.cpu_ops import KERNELS, run_graph, run_op
+from dvsdk.errors import ModelError
+
+from . import onnx_models as M
+
+SWEEP = settings(max_examples=int(os.environ.get("DVSDK_SWEEP_EXAMPLES", "40")), deadline=None,
+                 derandomize=True)
+
+
+def check_against_ort(model, feeds=None, input_sizes=None, positive=False) -> None:
+    feeds = feeds or M.make_feeds(model, positive=positive, input_sizes=input_sizes)
+    ref = M.ort_run(model, feeds)
+    g = infer_and_fold(load_onnx(model, input_sizes))
+    out = run_graph(g, feeds)
+    for name, r in zip(g.outputs, ref, strict=True):
+        M.assert_close(out[name], r, name)
+
+
+@pytest.mark.parametrize("case", M.SINGLE_OP_CASES, ids=lambda c: c.name)
+def test_single_op_matches_onnxruntime(case):
+    check_against_ort(case.build(), input_sizes=case.input_sizes or None, positive=case.positive)
+
+
+def test_every_supported_op_has_a_kernel_or_is_rewritten():
+    assert SUPPORTED_OPS - set(KERNELS) == {"Constant", "Upsample"}
+
+
+def test_every_hw_op_has_a_single_op_case():
+    built = set()
+    for case in M.SINGLE_OP_CASES:
+        built.update(n.op_type for n in case.build().graph.node)
+    missing = {"Conv", "ConvTranspose", "BatchNormalization", "Add", "Sub", "Mul", "Div",
+               "Relu", "LeakyRelu", "PRelu", "Sigmoid", "Tanh", "Elu", "Clip", "MaxPool",
+               "AveragePool", "GlobalAveragePool", "GlobalMaxPool", "Pad", "Gemm", "MatMul",
+               "Flatten", "Reshape", "Squeeze", "Unsqueeze", "Concat", "Split", "Softmax",
+               "Resize", "Upsample", "Transpose", "Identity", "Dropout", "Shape", "Gather",
+               "Cast", "ConstantOfShape", "Slice", "Range", "Expand", "ReduceProd", "Equal",
+               "Where", "LRN", "Sqrt", "Exp", "Log", "Neg", "Abs", "HardSigmoid",
+               "HardSwish"} - built
+    assert not missing
+
+
+# --------------------------------------------------------------------------- sweeps
+@SWEEP
+@given(st.data())
+def test_conv_random_attrs(data):
+    d = data.draw
+    g, cg, mg = d(st.integers(1, 3)), d(st.integers(1, 3)), d(st.integers(1, 3))
+    k = [d(st.integers(1, 4)), d(st.integers(1, 4))]
+    s = [d(st.integers(1, 3)), d(st.integers(1, 3))]
+    dil = [d(st.integers(1, 2)), d(st.integers(1, 2))]
+    auto = d(st.sampled_from(["NOTSET", "NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID"]))
+    if auto.startswith("SAME"):
+        dil = [1, 1]  # onnxruntime rejects dilation with SAME_* padding
+    pads = [d(st.integers(0, 2)) for _ in range(4)]
+    eff = [(k[i] - 1) * dil[i] + 1 for i in range(2)]
+    hw = [d(st.integers(eff[i], eff[i] + 6)) for i in range(2)]
+    attrs = {"kernel_shape": k, "strides": s, "dilations": dil, "group": g}
+    if auto == "NOTSET":
+        attrs["pads"] = pads
+    else:
+        attrs["auto_pad"] = auto
+    ins = [(1, g * cg, *hw), M.w(1, g * mg, cg, *k)]
+    if d(st.booleans()):
+        ins.append(M.w(2, g * mg))
+    check_against_ort(M.single("Conv", ins, attrs))
+
+
+@SWEEP
+@given(st.data())
+def test_conv_transpose_random_attrs(data):
+    d = data.draw
+    g, cg, mg = d(st.integers(1, 2)), d(st.integers(1, 3)), d(st.integers(1, 3))
+    k = [d(st.integers(1, 3)), d(st.integers(1, 3))]
+    s = [d(st.integers(1, 3)), d(st.integers(1, 3))]
+    dil = [d(st.integers(1, 2)), d(st.integers(1, 2))]
+    hw = [d(st.integers(1, 5)), d(st.integers(1, 5))]
+    attrs = {"kernel_shape": k, "strides": s, "dilations": dil, "group": g}
+    eff = [(k[i] - 1) * dil[i] + 1 for i in range(2)]
+    if d(st.booleans()):
+        nat = [s[i] * (hw[i] - 1) + eff[i] for i in range(2)]
+        attrs["output_shape"] = [max(1, nat[i] - d(st.integers(0, 2))) for i in range(2)]
+    else:
+        pads = [d(st.integers(0, max(0, eff[i % 2] - 1))) for i in range(4)]
+        outpad = [d(st.integers(0, s[i] - 1)) for i in range(2)]  # ORT: < stride
+        assume(all(s[i] * (hw[i] - 1) + outpad[i] + eff[i] - pads[i] - pads[i + 2] > 0
+                   for i in range(2)))
+        attrs["pads"], attrs["output_padding"] = pads, outpad
+    ins = [(1, g * cg, *hw), M.w(3, g * cg, mg, *k)]
+    if d(st.booleans()):
+        ins.append(M.w(4, g * mg))
+    check_against_ort(M.single("ConvTranspose", ins, attrs))
+
+
+@SWEEP
+@given(st.data())
+def test_pool_random_attrs(data):
+    d = data.draw
+    op = d(st.sampled_from(["MaxPool", "AveragePool"]))
+    k = [d(st.integers(1, 3)), d(st.integers(1, 3))]
+    s = [d(st.integers(1, 3)), d(st.integers(1, 3))]
+    dil = [d(st.integers(1, 2)), d(st.integers(1, 2))] if op == "MaxPool" else [1, 1]
+    pads = [d(st.integers(0, k[i % 2] - 1)) for i in range(4)]
+    eff = [(k[i] - 1) * dil[i] + 1 for i in range(2)]
+    hw = [d(st.integers(eff[i], eff[i] + 6)) for i in range(2)]
+    attrs = {"kernel_shape": k, "strides": s, "pads": pads, "ceil_mode": d(st.integers(0, 1))}
+    if op == "MaxPool":
+        attrs["dilations"] = dil
+    else:
+        attrs["count_include_pad"] = d(st.integers(0, 1))
+    check_against_ort(M.single(op, [(1, 2, *hw)], attrs))
+
+
+@SWEEP
+@given(st.data())
+def test_resize_random_attrs(data):
+    d = data.draw
+    mode = d(st.sampled_from(["nearest", "linear"]))
+    ctms = ["half_pixel", "align_corners", "asymmetric", "pytorch_half_pixel"]
+    if mode == "nearest":
+        ctms.append("tf_half_pixel_for_nn")
+    attrs = {"mode": mode, "coordinate_transformation_mode": d(st.sampled_from(ctms))}
+    if mode == "nearest":
+        attrs["nearest_mode"] = d(st.sampled_from(
+            ["round_prefer_floor", "round_prefer_ceil", "floor", "ceil"]))
+    hw = (d(st.integers(2, 7)), d(st.integers(2, 7)))
+    if d(st.booleans()):
+        sc = [d(st.sampled_from([0.5, 0.75, 1.0, 1.5, 2.0, 3.0])) for _ in range(2)]
+        ins = [(1, 2, *hw), None, np.array([1, 1, *sc], np.float32)]
+    else:
+        sz = [d(st.integers(1, 12)) for _ in range(2)]
+        ins = [(1, 2, *hw), None, None, np.array([1, 2, *sz], np.int64)]
+    check_against_ort(M.single("Resize", ins, attrs))
+
+
+@SWEEP
+@given(st.data())
+def test_slice_random(data):
+    d = data.draw
+    rank = d(st.integers(1, 3))
+    shape = [d(st.integers(1, 6)) for _ in range(rank)]
+    axes = d(st.lists(st.integers(-rank, rank - 1), min_size=1, max_size=rank,
+                      unique_by=lambda a: a % rank))
+    bound = st.one_of(st.integers(-8, 8), st.sampled_from([2**62, -(2**62)]))
+    starts = [d(bound) for _ in axes]
+    ends = [d(bound) for _ in axes]
+    steps = [d(st.sampled_from([-3, -2, -1, 1, 2, 3])) for _ in axes]
+    ins = [tuple(shape), *(np.array(v, np.int64) for v in (starts, ends, axes, steps))]
+    model = M.single("Slice", ins)
+    check_against_ort(model)
+
+
+# --------------------------------------------------------------------------- unit checks
+def test_integer_div_truncates_like_onnxruntime():
+    node = helper.make_node("Div", ["a", "b"], ["y"])
+    model = M.make_model([node], [("a", (6,), TensorProto.INT64), ("b", (6,), TensorProto.INT64)],
+                         [("y", TensorProto.INT64)])
+    feeds = {"a": np.array([7, -7, 7, -7, 0, 9], np.int64),
+             "b": np.array([2, 2, -2, -2, 3, 3], np.int64)}
+    check_against_ort(model, feeds)
+
+
+def test_softmax_opset11_coerces_to_2d():
+    x = np.random.default_rng(0).standard_normal((2, 3, 4)).astype(np.float32)
+    new = run_op("Softmax", [x], {"axis": 1, "opset": 13})[0]
+    old = run_op("Softmax", [x], {"axis": 1, "opset": 11})[0]
+    assert not np.allclose(new, old)
+    np.testing.assert_allclose(old.reshape(2, 12).sum(axis=1), 1.0, rtol=1e-6)
+    np.testing.assert_allclose(new.sum(axis=1), 1.0, rtol=1e-6)
+
+
+def test_kernels_keep_float32():
+    x = np.ones((1, 2, 4, 4), np.float32)
+    w = np.ones((3, 2, 3, 3), np.float32)
+    assert run_op("Conv", [x, w], {"pads": [1, 1, 1, 1]})[0].dtype == np.float32
+    assert run_op("AveragePool", [x], {"kernel_shape": [2, 2]})[0].dtype == np.float32
+    assert run_op("Resize", [x, None, np.array([1, 1, 2, 2], np.float32)],
+                  {"mode": "linear"})[0].dtype == np.float32
+
+
+def test_run_graph_checks_feeds():
+    g = infer_and_fold(load_onnx(M.single("Relu", [(1, 3)])))
+    with pytest.raises(ModelError, match="missing feed"):
+        run_graph(g, {})
+    with pytest.raises(ModelError, match="wrong shape"):
+        run_graph(g, {"x0": np.zeros((1, 4), np.float32)})
+    out = run_graph(g, {"x0": np.array([[-1.0, 0.0, 2.0]])}, outputs=["y0"])
+    np.testing.assert_array_equal(out["y0"], np.array([[0, 0, 2]], np.float32))
+
+
+def test_unknown_kernel_is_a_model_error():
+    with pytest.raises(ModelError, match="no CPU kernel"):
+        run_op("NotAnOp", [], {})
+
+
+def test_cpu_ops_import_without_onnx():
+    """The board runtime has numpy but no onnx: cpu_ops and the IR must import without it."""
+    code = ("import sys; sys.modules['onnx'] = None; import numpy as np; "
+            "import dvsdk.cpu_ops as c, dvsdk.compiler.ir as ir; "
+            "x = np.ones((1, 1, 3, 3), np.float32); "
+            "print(c.run_op('MaxPool', [x], {'kernel_shape': [2, 2]})[0].shape)")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=60)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.strip() == "(1, 1, 2, 2)"
