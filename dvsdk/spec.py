@@ -202,6 +202,11 @@ class Spec:
         self.commands = _load(root / "commands.yaml")
         self.registers = _load(root / "registers.yaml")
         self.stream = _load(root / "stream.yaml")
+        self.netbin = _load(root / "netbin.yaml")
+        for name, desc in self.netbin["structs"].items():
+            if name in self.commands["structs"]:
+                raise SpecError(f"struct {name} defined twice", field="struct", value=name)
+            self.commands["structs"][name] = desc
         self.bitfields = {
             n: BitField(n, {p: (int(v[0]), int(v[1])) for p, v in parts.items()})
             for n, parts in self.commands["bitfields"].items()

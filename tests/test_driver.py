@@ -282,3 +282,15 @@ def test_default_device_from_environment(monkeypatch):
     monkeypatch.delenv("DVSDK_DEVICE")
     with dvsdk.open_device() as dev:
         assert dev.info().backend == "sim"
+
+
+def test_rewriting_a_stale_value_still_reaches_the_device(sim):
+    """A CPU store dirties the line whatever the value: writing back the stale value the
+    CPU view still holds must overwrite what the device wrote there."""
+    buf = sim.alloc(64)
+    buf.write(0, np.zeros(64, np.uint8))
+    buf.sync_for_device()
+    sim.dram[buf.dram_off : buf.dram_off + 64] = 7   # the device wrote 7s
+    buf.write(0, np.zeros(64, np.uint8))             # the CPU stores 0s (its stale view)
+    buf.sync_for_device()
+    assert not sim.dram[buf.dram_off : buf.dram_off + 64].any()

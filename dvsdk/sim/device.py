@@ -68,21 +68,34 @@ class SimDmaBuffer(DmaBuffer):
         self.dram_off = offset
         self.snapshot = np.zeros(nbytes, np.uint8)  # what the CPU view held at the last sync
         self.device_dirty: list[tuple[int, int]] = []
+        self.cpu_written: list[tuple[int, int]] = []  # spans written through write()
 
     def _dram(self, offset: int, nbytes: int) -> np.ndarray:
         return self.sim.dram[self.dram_off + offset : self.dram_off + offset + nbytes]
 
+    def write(self, offset: int, data) -> None:
+        """A CPU store: the lines become dirty whatever the value (as in a real cache)."""
+        super().write(offset, data)
+        n = np.asarray(data).nbytes if not isinstance(data, (bytes, bytearray)) else len(data)
+        self.cpu_written = _add_span(self.cpu_written, offset, offset + n)
+
     def _sync_for_device(self, offset: int, nbytes: int) -> None:
-        """Clean: write back the bytes the CPU changed since the last sync."""
+        """Clean: write back what the CPU stored since the last sync (write() spans, plus
+        any byte changed through the raw view)."""
         cpu = self.view[offset : offset + nbytes]
         snap = self.snapshot[offset : offset + nbytes]
         dirty = cpu != snap
+        for s, e in self.cpu_written:
+            a, b = max(s, offset), min(e, offset + nbytes)
+            if a < b:
+                dirty[a - offset : b - offset] = True
+        self.cpu_written = _remove_span(self.cpu_written, offset, offset + nbytes)
         if dirty.any():
             self._dram(offset, nbytes)[dirty] = cpu[dirty]
             snap[dirty] = cpu[dirty]
 
     def _sync_for_cpu(self, offset: int, nbytes: int) -> None:
-        """Clean and invalidate: CPU changes go out, then the CPU view reloads from DRAM."""
+        """Clean and invalidate: CPU stores go out, then the CPU view reloads from DRAM."""
         self._sync_for_device(offset, nbytes)
         fresh = self._dram(offset, nbytes)
         self.view[offset : offset + nbytes] = fresh
@@ -250,7 +263,12 @@ class SimDevice(Device):
         if self.coherence == "off":
             return
         for buf, a, b in self._buffers_in(addr, n):
-            diff = np.flatnonzero(buf.view[a:b] != buf.snapshot[a:b])
+            dirty = buf.view[a:b] != buf.snapshot[a:b]
+            for s, e in buf.cpu_written:
+                lo, hi = max(s, a), min(e, b)
+                if lo < hi:
+                    dirty[lo - a : hi - a] = True
+            diff = np.flatnonzero(dirty)
             if diff.size:
                 msg = (f"device read of bytes {a + diff[0]}..{a + diff[-1] + 1} of {buf.name}, "
                        "written by the CPU without sync_for_device")

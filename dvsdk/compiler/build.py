@@ -1,0 +1,253 @@
+"""compile(): model → optimized IR → DV700 program → memory plan → net.bin.
+
+The file records everything the runtime needs and nothing it must guess:
+hardware requirements, inputs with their preprocessing, outputs, labels, the
+relocatable commands, CPU op records and constants, packed weights, the memory
+plan, a per-op report and a golden input/output pair for self-test.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .. import __version__, cpu_ops
+from ..driver.commands import BufferRef
+from ..driver.device import DeviceInfo
+from ..errors import InvalidCommand, ModelError
+from ..netfile import FORMAT_VERSION, REGIONS, BlobBuilder, NetFile, write
+from .ir import Graph
+from .lower import CpuStep, HwStep, Program, lower
+from .memplan import Plan, plan
+
+CHANNEL_ORDERS = ("RGB", "BGR")
+RESIZE_MODES = ("stretch", "letterbox")
+
+
+@dataclass
+class Options:
+    """Compiler options (the ``dvsdk-compile`` flags)."""
+
+    quantize: bool = False
+    transpose: bool = False
+    input_size: tuple[int, int] | None = None
+    mean: tuple[float, ...] = (0.0, 0.0, 0.0)
+    scale: float = 1.0
+    std: tuple[float, ...] | None = None
+    channel_order: str = "RGB"
+    resize: str = "stretch"
+    labels: list[str] | None = None
+    ub_size: int = 524288
+    golden: bool = True
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class _Region:
+    """Stand-in DMA buffer of one net.bin region, so commands encode relocatably."""
+
+    def __init__(self, region: int, size: int) -> None:
+        self.region, self.phys, self.size, self.freed, self.name = region, 0, size, False, \
+            {1: "arena", 2: "weights"}[region]
+
+
+def _json_attr(v: Any) -> Any:
+    if isinstance(v, np.ndarray):
+        return {"__array__": v.tolist(), "dtype": v.dtype.str, "shape": list(v.shape)}
+    if isinstance(v, np.generic):
+        return v.item()
+    if isinstance(v, (list, tuple)):
+        return [_json_attr(x) for x in v]
+    if isinstance(v, bytes):
+        return v.decode("latin-1")
+    return v
+
+
+def _input_sizes(graph_inputs: list[str], size: tuple[int, int] | None) -> dict | None:
+    if size is None:
+        return None
+    return {name: tuple(size) for name in graph_inputs}
+
+
+def load_model(model: Any, options: Options) -> Graph:
+    """Read and optimize a model (ONNX: a path, bytes or a ModelProto)."""
+    from .fold import infer_and_fold
+    from .onnx_frontend import load_onnx
+    from .simplify import optimize
+
+    sizes = None
+    if options.input_size is not None:
+        import onnx
+
+        proto = model if isinstance(model, onnx.ModelProto) else None
+        if proto is None:
+            try:
+                proto = (onnx.load_from_string(model) if isinstance(model, bytes)
+                         else onnx.load(str(model), load_external_data=False))
+            except Exception as e:  # noqa: BLE001 - the frontend reports it properly below
+                raise ModelError(f"cannot read ONNX model: {e}", field="model") from None
+        inits = {i.name for i in proto.graph.initializer}
+        sizes = _input_sizes([i.name for i in proto.graph.input if i.name not in inits],
+                             options.input_size)
+    graph = load_onnx(model, sizes)
+    return optimize(infer_and_fold(graph))
+
+
+def _encode_program(program: Program, mplan: Plan, options: Options
+                    ) -> tuple[list[dict], bytes, bytes, BlobBuilder, dict]:
+    arena = _Region(REGIONS["arena"], max(mplan.size, 64))
+    weights_blob = BlobBuilder(align=64)
+    records = BlobBuilder(align=8)
+    constants = BlobBuilder(align=16)
+    const_index: dict[str, dict] = {}
+    steps: list[dict] = []
+    place = {n: BufferRef(arena, off) for n, off in mplan.offsets.items()}
+    info = DeviceInfo(ub_size=options.ub_size, mac_num=576, max_kernel_size=7, svn_version=93)
+    weight_refs: list[list[int | None]] = []
+    ncmd = 0
+    from ..driver.validate import validate_conv
+
+    for step in program.steps:
+        if isinstance(step, HwStep):
+            start = ncmd
+            for cmd in step.commands:
+                offs = [weights_blob.add(b) if b else None for b in cmd.blobs]
+                weight_refs.append(offs)
+            sources = []
+            for cmd, offs in zip(step.commands, weight_refs[start:]):
+                wregion = _Region(REGIONS["weights"], 1 << 31)
+                conv = cmd.command(place, [BufferRef(wregion, o) if o is not None else None
+                                           for o in offs])
+                try:
+                    validate_conv(conv, info)
+                except InvalidCommand as e:  # a lowering bug, not a user error
+                    raise ModelError(f"internal: planned command fails validation: {e}",
+                                     field=",".join(cmd.sources)) from e
+                records.add(conv.to_raw(lambda b: b.region))
+                sources.extend(cmd.sources)
+                ncmd += 1
+            steps.append({"kind": "hw", "name": f"segment{len(steps)}",
+                          "commands": [start, ncmd - start], "sources": sources,
+                          "runs": [c.kind for c in step.commands]})
+        elif isinstance(step, CpuStep):
+            op = step.op
+            for name in op.inputs:
+                c = program.graph.const(name)
+                if name and c is not None and name not in const_index:
+                    const_index[name] = constants.add_array(np.asarray(c))
+            steps.append({"kind": "cpu", "op": op.type, "name": op.name,
+                          "attrs": {k: _json_attr(v) for k, v in op.attrs.items()},
+                          "inputs": list(op.inputs), "outputs": list(op.outputs)})
+    return steps, records.bytes(), weights_blob.bytes(), constants, const_index
+
+
+def compile_graph(graph: Graph, options: Options, source: str = "") -> NetFile:
+    t0 = time.perf_counter()
+    info = DeviceInfo(ub_size=options.ub_size, mac_num=576, max_kernel_size=7, svn_version=93)
+    program = lower(graph, info, quantize=options.quantize)
+    mplan = plan(program)
+    steps, cmds, weights, constants, const_index = _encode_program(program, mplan, options)
+    tensors = {}
+    for name, t in graph.tensors.items():
+        if t.is_const:
+            continue
+        entry: dict[str, Any] = {"shape": list(t.shape or ()),
+                                 "dtype": str(t.dtype or "float32")}
+        if name in program.device:
+            entry["device"] = {"offset": mplan.offsets[name], "hwc": list(program.device[name])}
+        tensors[name] = entry
+    preprocess = {"mean": list(options.mean), "scale": options.scale,
+                  "std": list(options.std) if options.std else None,
+                  "channel_order": options.channel_order, "resize": options.resize}
+    inputs = [{"name": n, "tensor": n, "shape": list(graph.shape(n)), "dtype": "float32",
+               "layout": "NCHW", "preprocess": preprocess} for n in graph.inputs]
+    outputs = [{"name": n, "tensor": n, "shape": list(graph.shape(n)), "dtype": "float32",
+                "layout": "NCHW" if len(graph.shape(n) or ()) == 4 else "ND"}
+               for n in graph.outputs]
+    hw_ops = sum(1 for r in program.report if r["where"] == "hw")
+    meta = {
+        "format_version": FORMAT_VERSION, "compiler": f"dvsdk {__version__}", "source": source,
+        "hardware": {"ub_size_min": options.ub_size, "max_kernel_size": _max_kernel(program),
+                     "svn_version_min": 93, "units": ["conv"]},
+        "inputs": inputs, "outputs": outputs, "labels": options.labels,
+        "tensors": tensors, "program": steps, "constants": const_index,
+        "arena": {"size": mplan.size, "offsets": mplan.offsets},
+        "weights": {"size": len(weights), "quantized": options.quantize},
+        "report": program.report,
+        "stats": {"hw_ops": hw_ops, "cpu_ops": len(program.report) - hw_ops,
+                  "commands": len(cmds) and sum(s["commands"][1] for s in steps
+                                                if s["kind"] == "hw"),
+                  "compile_s": 0.0},
+    }
+    net = NetFile(meta=meta, commands=cmds, weights=weights, constants=constants.bytes())
+    if options.golden:
+        _add_golden(net, graph)
+    meta["stats"]["compile_s"] = round(time.perf_counter() - t0, 3)
+    return net
+
+
+def _max_kernel(program: Program) -> int:
+    k = 1
+    for step in program.steps:
+        if isinstance(step, HwStep):
+            for cmd in step.commands:
+                for r in cmd.runs:
+                    k = max(k, r.kx, r.ky, *r.pool_kernel)
+    return min(k, 7)
+
+
+def _add_golden(net: NetFile, graph: Graph) -> None:
+    """A deterministic input, the float32 reference output, and a tolerance set from the
+    error the simulator shows on it (FP16 arithmetic), so ``--selftest`` means something."""
+    from ..runtime import Net
+
+    rng = np.random.default_rng(20261122)
+    feeds = {n: rng.uniform(0, 1, graph.shape(n)).astype(np.float32) for n in graph.inputs}
+    ref = cpu_ops.run_graph(graph, feeds)
+    with Net(net, "sim://?coherence=error&dram_mb=" + str(_dram_mb(net))) as sim_net:
+        got = sim_net.run(feeds)
+    blob = BlobBuilder(align=16)
+    tolerance, errors = {}, {}
+    for name, arr in ref.items():
+        err = float(np.max(np.abs(got[name] - arr))) if arr.size else 0.0
+        span = float(np.max(arr) - np.min(arr)) if arr.size else 0.0
+        errors[name] = err
+        tolerance[name] = max(4 * err, 1e-3 * max(span, 1.0))
+    net.meta["golden"] = {
+        "inputs": {n: blob.add_array(v) for n, v in feeds.items()},
+        "outputs": {n: blob.add_array(v.astype(np.float32)) for n, v in ref.items()},
+        "tolerance": tolerance, "sim_max_abs_error": errors,
+    }
+    net.golden = blob.bytes()
+
+
+def _dram_mb(net: NetFile) -> int:
+    need = net.meta["arena"]["size"] + len(net.weights) + (8 << 20)
+    return max(64, -(-need // (1 << 20)) * 2)
+
+
+def compile(model: Any, output: str | os.PathLike | None = None, **options: Any) -> NetFile:
+    """Compile ``model`` (an ONNX path, bytes or ModelProto); write ``output`` if given."""
+    labels = options.pop("labels", None)
+    if isinstance(labels, (str, os.PathLike)):
+        labels = [ln.strip() for ln in Path(labels).read_text().splitlines() if ln.strip()]
+    opts = Options(labels=labels, **options)
+    if opts.channel_order not in CHANNEL_ORDERS:
+        raise ModelError("unknown channel order", field="channel_order",
+                         value=opts.channel_order, limit=CHANNEL_ORDERS)
+    if opts.resize not in RESIZE_MODES:
+        raise ModelError("unknown resize mode", field="resize", value=opts.resize,
+                         limit=RESIZE_MODES)
+    if opts.transpose:
+        raise ModelError("--transpose (DHWC input) is not implemented yet", field="transpose",
+                         value=True, hint="compile without --transpose")
+    graph = load_model(model, opts)
+    net = compile_graph(graph, opts, source=str(model) if isinstance(model, (str, Path))
+                        else "<memory>")
+    if output is not None:
+        write(net, output)
+    return net

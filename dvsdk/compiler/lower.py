@@ -1,0 +1,374 @@
+"""Lowering: the optimized graph IR → a program of DV700 commands and CPU ops.
+
+Conv-like ops become runs; following ops fuse into the same run in the hardware's
+order ``conv → add → max-pool → activation`` (§4.1), an activation before the
+max-pool only when it is monotonic (so it commutes with max).  Every candidate
+command is checked with the driver's own validation (§6) against the target's
+UBUF; what fails, or has no mapping, runs on the CPU with the reason recorded.
+Consecutive hardware commands form one segment (one command list).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+
+from .. import dims
+from ..driver.commands import BufferRef, ConvCommand, ConvRun
+from ..driver.device import DeviceInfo
+from ..driver.validate import validate_conv
+from ..errors import InvalidCommand
+from ..weights import pack_conv_weights, pack_dilated_weights, quantize_weights
+from . import hwmap
+from .hwmap import Act, NoMapping, hwc
+from .ir import Graph, Op
+from .lower_ops import OpLowerings
+
+
+@dataclass
+class HwCmd:
+    """A conv command over symbolic tensors; ``blobs[i]`` are run i's packed weights."""
+
+    input: str
+    output: str
+    w: int
+    h: int
+    c: int
+    runs: list[ConvRun]
+    blobs: list[bytes | None]
+    eltwise: str | None = None
+    topo: int = 1
+    sources: list[str] = field(default_factory=list)
+    kind: str = ""
+
+    def command(self, place: dict[str, BufferRef], weights: list[BufferRef | None]) -> ConvCommand:
+        runs = [replace(r, weight_buf=wb) if wb is not None else r
+                for r, wb in zip(self.runs, weights)]
+        return ConvCommand(input_buf=place[self.input], output_buf=place[self.output],
+                           eltwise_buf=place[self.eltwise] if self.eltwise else BufferRef(),
+                           w=self.w, h=self.h, c=self.c, runs=runs, topo=self.topo,
+                           output_mode=1 if self.eltwise else 0)
+
+
+@dataclass
+class CpuStep:
+    op: Op
+
+
+@dataclass
+class HwStep:
+    commands: list[HwCmd] = field(default_factory=list)
+
+
+@dataclass
+class Program:
+    graph: Graph
+    steps: list[HwStep | CpuStep]
+    device: dict[str, tuple[int, int, int]]        # tensors with an arena slot: (H, W, C)
+    aliases: dict[str, tuple[str, int]]            # tensor -> (base tensor, byte offset)
+    report: list[dict]
+
+
+def out_hwc(cmd: HwCmd) -> tuple[int, int, int]:
+    """(H, W, C) of a single-run command's output (§7.5)."""
+    (ow, oh, _, oc), _ = dims.run_output_shape(cmd.runs[0], (cmd.w, cmd.h, 1, cmd.c))
+    return oh, ow, oc
+
+
+class _FakeBuffer:
+    """A huge, aligned stand-in so validation checks shapes before the memory plan."""
+
+    def __init__(self, phys: int) -> None:
+        self.phys, self.size, self.freed, self.name = phys, 1 << 28, False, "plan"
+
+
+_FAKE = BufferRef(_FakeBuffer(0x1000_0000), 0)
+
+
+class Lowering(OpLowerings):
+    HwCmd = HwCmd
+    def __init__(self, graph: Graph, info: DeviceInfo, quantize: bool = False) -> None:
+        self.g = graph
+        self.info = info
+        self.quantize = quantize
+        self.cons = graph.consumers()
+        self.prod = graph.producers()
+        self.order = {op.name: i for i, op in enumerate(graph.ops)}
+        self.done: set[str] = set()
+        self.steps: list[HwStep | CpuStep] = []
+        self.device: dict[str, tuple[int, int, int]] = {}
+        self.aliases: dict[str, tuple[str, int]] = {}
+        self.report: list[dict] = []
+        self.deferred: dict[str, Op] = {}  # view output -> view op a Gemm may absorb
+
+    # -- helpers ------------------------------------------------------------------------
+    def shape(self, name: str) -> tuple[int, ...]:
+        s = self.g.shape(name)
+        if s is None:
+            raise NoMapping(f"shape of {name} unknown")
+        return s
+
+    def dev_shape(self, name: str) -> tuple[int, int, int]:
+        d = hwc(self.shape(name))
+        if d is None or self.g.is_const(name):
+            raise NoMapping(f"{name} {self.shape(name)} cannot live on the device (batch 1, "
+                            "rank 2 or 4 only)")
+        return d
+
+    def single_consumer(self, name: str) -> Op | None:
+        users = self.cons.get(name, [])
+        if len(users) != 1 or name in self.g.outputs:
+            return None
+        return users[0] if users[0].name not in self.done else None
+
+    def _pack(self, w: np.ndarray, b: np.ndarray, prelu: np.ndarray | None = None,
+              dilated: bool = False) -> tuple[bytes, int]:
+        if self.quantize and prelu is None:
+            table, idx = quantize_weights(w)
+            blob = (pack_dilated_weights(idx, b, table=table) if dilated
+                    else pack_conv_weights(idx, b, table=table))
+            return blob, 3
+        blob = (pack_dilated_weights(w, b) if dilated
+                else pack_conv_weights(w, b, prelu=prelu))
+        return blob, 1
+
+    def check(self, cmd: HwCmd) -> None:
+        """The driver's own validation (§6) with stand-in buffers."""
+        place = {cmd.input: _FAKE, cmd.output: _FAKE}
+        if cmd.eltwise:
+            place[cmd.eltwise] = _FAKE
+        weights = [_FAKE if b else None for b in cmd.blobs]
+        try:
+            validate_conv(cmd.command(place, weights), self.info)
+        except InvalidCommand as e:
+            raise NoMapping(f"rejected by DV700 validation: {e}") from None
+
+    # -- walking ------------------------------------------------------------------------
+    def run(self) -> Program:
+        for op in self.g.ops:
+            if op.name in self.done:
+                continue
+            try:
+                handled = self.lower_op(op)
+            except NoMapping as e:
+                handled, reason = False, str(e)
+            else:
+                reason = ""
+            if not handled:
+                for name in op.inputs:  # a view deferred for this op must run first
+                    view = self.deferred.pop(name, None)
+                    if view is not None:
+                        self.report[:] = [r for r in self.report if r["op"] != view.name]
+                        self.cpu(view, "its Gemm consumer runs on the CPU")
+                self.cpu(op, reason or f"{op.type} has no hardware mapping")
+        for step in self.steps:
+            if isinstance(step, HwStep):
+                for cmd in step.commands:
+                    for t in (cmd.input, cmd.output, cmd.eltwise):
+                        if t:
+                            self.device[t] = self.dev_shape(t)
+        for name, (base, _) in self.aliases.items():
+            self.device.setdefault(base, self.dev_shape(base))
+            self.device[name] = self.dev_shape(name)
+        return Program(self.g, self.steps, self.device, self.aliases, self.report)
+
+    def emit(self, cmd: HwCmd) -> None:
+        if not self.steps or not isinstance(self.steps[-1], HwStep):
+            self.steps.append(HwStep())
+        self.steps[-1].commands.append(cmd)
+        for name in cmd.sources:
+            self.done.add(name)
+            self.report.append({"op": name, "type": self.g.op_by_name(name).type,
+                                "where": "hw", "detail": cmd.kind})
+
+    def cpu(self, op: Op, reason: str) -> None:
+        self.done.add(op.name)
+        self.steps.append(CpuStep(op))
+        self.report.append({"op": op.name, "type": op.type, "where": "cpu", "detail": reason})
+
+    def note(self, op: Op, where: str, detail: str) -> None:
+        self.done.add(op.name)
+        self.report.append({"op": op.name, "type": op.type, "where": where, "detail": detail})
+
+    def lower_op(self, op: Op) -> bool:
+        t = op.type
+        if t in ("Conv", "ConvTranspose"):
+            return self.lower_conv(op)
+        if t == "Gemm":
+            return self.lower_gemm(op)
+        if t == "MaxPool":
+            return self.lower_maxpool(op)
+        if t in ("AveragePool", "GlobalAveragePool"):
+            return self.lower_avgpool(op)
+        if t == "GlobalMaxPool":
+            return self.lower_global_max(op)
+        if t in ("Add", "Sub", "Mul", "Div", "BatchNormalization"):
+            return self.lower_elementwise(op)
+        if t in hwmap.ACTIVATIONS:
+            return self.lower_activation(op)
+        if t in ("Resize", "Upsample"):
+            return self.lower_upsample(op)
+        if t in ("Flatten", "Reshape", "Squeeze", "Unsqueeze"):
+            return self.lower_view(op)
+        if t == "Concat":
+            return self.lower_concat(op)
+        return False
+
+    # -- fusion tail: [add] -> [max-pool] -> [activation] -> [abs] ----------------------
+    def fuse_tail(self, run: ConvRun, out: str, channels: int, allow_add: bool,
+                  allow_pool: bool, before: int) -> tuple[ConvRun, str, list[str], str | None,
+                                                          Act | None]:
+        fused: list[str] = []
+        eltwise = None
+        act: Act | None = None
+        stage = 0  # 1 add, 2 pool, 3 act, 4 abs
+        while True:
+            nxt = self.single_consumer(out)
+            if nxt is None:
+                break
+            try:
+                if stage < 1 and allow_add and nxt.type == "Add" and not any(
+                        self.g.is_const(i) for i in nxt.inputs):
+                    other = nxt.inputs[1] if nxt.inputs[0] == out else nxt.inputs[0]
+                    if self.g.shape(other) != self.g.shape(out) or other == out:
+                        break
+                    p = self.prod.get(other)
+                    if p is not None and self.order[p.name] >= before:
+                        break
+                    self.dev_shape(other)
+                    eltwise, stage = other, 1
+                elif (stage < 2 or (stage == 3 and act is not None and act.monotonic
+                                    and run.pool_enable == 0)) and allow_pool \
+                        and nxt.type == "MaxPool":
+                    run = self.maxpool_fields(run, nxt, self.shape(out))
+                    stage = max(stage, 2)
+                elif stage < 3 and nxt.type in hwmap.ACTIVATIONS:
+                    act = hwmap.activation(nxt, self.g, channels)
+                    stage = 3
+                elif stage == 3 and nxt.type == "Abs":
+                    run = replace(run, rectifi_en=1)
+                    stage = 4
+                else:
+                    break
+            except NoMapping:
+                break
+            fused.append(nxt.name)
+            out = nxt.outputs[0]
+        if act is not None:
+            run = replace(run, actfunc=act.code, actfunc_param=hwmap.fp16_param(act.param))
+        return run, out, fused, eltwise, act
+
+    def maxpool_fields(self, run: ConvRun, op: Op, in_shape: tuple[int, ...]) -> ConvRun:
+        (kx, ky), (sx, sy), (dx, dy) = hwmap.window(op)
+        if (dx, dy) != (1, 1) or op.attrs.get("storage_order", 0):
+            raise NoMapping("dilated max-pool")
+        if not (2 <= kx <= 3 and 1 <= ky <= 3):
+            raise NoMapping(f"max-pool window {kx}x{ky} outside 2..3 x 1..3")
+        l, r, t, b = hwmap.pads_lrtb(op)
+        _, _, h, w = in_shape
+        oh, ow = self.shape(op.outputs[0])[2:]
+        r += hwmap.extra_pad(w, kx, l, r, sx, ow)
+        b += hwmap.extra_pad(h, ky, t, b, sy, oh)
+        hwmap.check_pads((l, r, t, b), "max-pool", seven_bit=False)
+        if max(sx, sy) > 255:
+            raise NoMapping("pool stride too large")
+        mk = ConvRun.make(pool="max", pool_size=(kx, ky), pool_stride=(sx, sy),
+                          pool_pads=(l, r, t, b))
+        return replace(run, pool_enable=mk.pool_enable, pool_size=mk.pool_size,
+                       pool_stride=mk.pool_stride, pool_pad=mk.pool_pad)
+
+    def _finish(self, cmd: HwCmd, act: Act | None) -> bool:
+        if act is not None and act.prelu is not None:
+            if cmd.runs[0].conv_enable == 0:
+                raise NoMapping("PReLU needs a conv run")
+        want = self.shape(cmd.output)
+        self.check(cmd)
+        got = out_hwc(cmd)
+        if hwc(want) != got:
+            raise NoMapping(f"hardware output {got} differs from the model's {hwc(want)}")
+        self.emit(cmd)
+        return True
+
+    # -- conv / deconv ------------------------------------------------------------------
+    def lower_conv(self, op: Op) -> bool:
+        x, wname = op.inputs[0], op.input(1)
+        w = self.g.const(wname)
+        if w is None:
+            raise NoMapping("conv weights are not constant")
+        bias = self.g.const(op.input(2))
+        h, wd, c = self.dev_shape(x)
+        (kx, ky), (sx, sy), (dx, dy) = hwmap.window(op)
+        group = int(op.attrs.get("group", 1))
+        deconv = op.type == "ConvTranspose"
+        w = np.asarray(w, np.float32)
+        if deconv:
+            m = w.shape[1] * group
+            if group == 1:
+                wk = w.transpose(1, 0, 2, 3)[:, :, ::-1, ::-1]
+            elif group == c == m:
+                wk = w[:, :, ::-1, ::-1]
+            else:
+                raise NoMapping("grouped transposed conv")
+        else:
+            m = w.shape[0]
+            wk = w
+        depthwise = group > 1
+        if depthwise and not (group == c == m):
+            raise NoMapping(f"grouped conv with group {group} (not depthwise)")
+        if max(kx, ky) > 7:
+            raise NoMapping(f"kernel {kx}x{ky} larger than 7x7")
+        b = np.zeros(m, np.float32) if bias is None else np.asarray(bias, np.float32)
+        pads = hwmap.pads_lrtb(op)
+        if deconv:
+            if (dx, dy) != (1, 1):
+                raise NoMapping("dilated transposed conv")
+            opad = [int(v) for v in op.attrs.get("output_padding", [0, 0])]
+            l, r, t, bt = pads
+            pads = (kx - 1 - l, kx - 1 - r + opad[1], ky - 1 - t, ky - 1 - bt + opad[0])
+        hwmap.check_pads(pads, "conv")
+        dilated = max(dx, dy) > 1
+        # activation first, so PReLU slopes can be packed with the weights
+        probe, out, fused, eltwise, act = self.fuse_tail(
+            ConvRun(pool_stride=0x0101), op.outputs[0], m, allow_add=not dilated,
+            allow_pool=not dilated, before=self.order[op.name])
+        prelu = act.prelu if act is not None and act.code == 4 else None
+        if prelu is not None and dilated:
+            raise NoMapping("PReLU with dilation")
+        blob, fmt = self._pack(wk, b, prelu, dilated=dilated)
+        kind = ("depthwise " if depthwise else "") + ("deconv" if deconv else
+                                                       "dilated conv" if dilated else "conv")
+        run = replace(probe, m=m, conv_enable=(1 | (2 if depthwise else 0)
+                                               | (4 if deconv else 0)),
+                      p=kx | ky << 8, pz=1, conv_pad=pads[0] | pads[1] << 8 | pads[2] << 16
+                      | pads[3] << 24, conv_stride=sx | sy << 8,
+                      conv_dilation=dx | dy << 8, weight_fmt=fmt)
+        desc = self._describe(kind, kx, ky, run, eltwise)
+        cmd = HwCmd(x, out, wd, h, c, [run], [blob], eltwise, 1, [op.name, *fused], desc)
+        try:
+            return self._finish(cmd, act)
+        except NoMapping:
+            if not fused:
+                raise
+        # retry without fusion
+        blob, fmt = self._pack(wk, b, None, dilated=dilated)
+        run = replace(run, pool_enable=0, pool_size=0, pool_stride=0x0101, pool_pad=0,
+                      actfunc=0, actfunc_param=0, rectifi_en=0, weight_fmt=fmt)
+        cmd = HwCmd(x, op.outputs[0], wd, h, c, [run], [blob], None, 1, [op.name], kind)
+        return self._finish(cmd, None)
+
+    @staticmethod
+    def _describe(kind: str, kx: int, ky: int, run: ConvRun, eltwise: str | None) -> str:
+        parts = [f"{kind} {kx}x{ky}"]
+        if eltwise:
+            parts.append("+add")
+        if run.pool_enable == 1:
+            parts.append(f"+maxpool {run.pool_kernel[0]}x{run.pool_kernel[1]}")
+        if run.actfunc:
+            parts.append(f"+act{run.actfunc}")
+        return " ".join(parts)
+
+
+def lower(graph: Graph, info: DeviceInfo, quantize: bool = False) -> Program:
+    """Lower an optimized, shape-inferred graph for a device with ``info``."""
+    return Lowering(graph, info, quantize).run()

@@ -1,0 +1,302 @@
+"""Lowering of the op families beyond conv: FC, pools, element-wise, views, concat.
+
+A mixin of :class:`dvsdk.compiler.lower.Lowering`; every method returns True when
+the op became hardware work (or a free view), and raises :class:`NoMapping`
+with the reason when it stays on the CPU.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from .. import layout
+from ..driver.commands import ConvRun
+from ..weights import pack_conv_weights
+from . import hwmap
+from .hwmap import NoMapping, hwc
+from .ir import Op
+
+if TYPE_CHECKING:
+    from .lower import HwCmd
+
+
+class OpLowerings:
+    # -- FC ------------------------------------------------------------------------------
+    def lower_gemm(self, op: Op) -> bool:
+        """§6.4 / dmp-convertor §2.6: an FC is a 1x1 conv on a 1x1xN input.  A flattened
+        conv output is read in place: the weight columns follow its chunked layout (§1)."""
+        a, bname = op.inputs[0], op.input(1)
+        wt = self.g.const(bname)
+        if wt is None or op.attrs.get("transA", 0) or not op.attrs.get("transB", 0):
+            raise NoMapping("Gemm is not in canonical A·Bᵀ form with constant B")
+        wt = np.asarray(wt, np.float32)
+        n_out, k = wt.shape
+        cvec = self.g.const(op.input(2))
+        b = np.zeros(n_out, np.float32) if cvec is None else np.broadcast_to(
+            np.asarray(cvec, np.float32).reshape(-1), (n_out,)).copy()
+        src, cols = a, None
+        if hwc(self.shape(a)) is None:
+            raise NoMapping("Gemm input is not a single row")
+        p = self.prod.get(a)
+        if p is not None and p.type in ("Flatten", "Reshape") and hwc(self.shape(p.inputs[0])):
+            h, w, c = self.dev_shape(p.inputs[0])
+            if h * w * c == k and (h, w) != (1, 1) and len(self.shape(p.inputs[0])) == 4:
+                src = p.inputs[0]
+                # NCHW flatten index j = (ch, y, x) -> element offset in the chunked layout
+                offs = layout.offsets((h, w, c))            # (h, w, c) -> element offset
+                cols = offs.transpose(2, 0, 1).reshape(-1)  # in NCHW order
+        if cols is not None:
+            wk = np.zeros_like(wt)
+            wk[:, cols] = wt
+        else:
+            wk = wt
+        run = ConvRun(pool_stride=0x0101)
+        run, out, fused, _, act = self.fuse_tail(run, op.outputs[0], n_out, False, False,
+                                                 self.order[op.name])
+        prelu = act.prelu if act is not None and act.code == 4 else None
+        blob, fmt = self._pack(wk.reshape(n_out, k, 1, 1), b, prelu)
+        run = replace(run, m=n_out, conv_enable=1, p=0x0101, pz=1, conv_stride=0x0101,
+                      weight_fmt=fmt)
+        kind = f"fc {k}->{n_out}" + (" (reads flattened conv output in place)" if cols
+                                     is not None else "") + (f" +act{run.actfunc}"
+                                                             if run.actfunc else "")
+        cmd = self.HwCmd(src, out, 1, 1, k, [run], [blob], None, 1, [op.name, *fused], kind)
+        if src == a and a in self.deferred:
+            raise NoMapping("the flattened input cannot be read in place")
+        return self._finish(cmd, act)
+
+    # -- pools ---------------------------------------------------------------------------
+    def lower_maxpool(self, op: Op) -> bool:
+        x = op.inputs[0]
+        h, w, c = self.dev_shape(x)
+        run = self.maxpool_fields(ConvRun(m=c, pool_stride=0x0101), op, self.shape(x))
+        run, out, fused, _, act = self.fuse_tail(run, op.outputs[0], c, False, False,
+                                                 self.order[op.name])
+        kx, ky = run.pool_kernel
+        cmd = self.HwCmd(x, out, w, h, c, [run], [None], None, 1, [op.name, *fused],
+                    f"max-pool {kx}x{ky}" + (f" +act{run.actfunc}" if run.actfunc else ""))
+        return self._finish(cmd, act)
+
+    def _avg_stage(self, x: str, out: str, hwc_in: tuple[int, int, int], k: tuple[int, int],
+                   s: tuple[int, int], pads: tuple[int, int, int, int], scale: float,
+                   sources: list[str], kind: str) -> HwCmd:
+        h, w, c = hwc_in
+        run = ConvRun.make(c, pool="avg", pool_size=k, pool_stride=s, pool_pads=pads,
+                           pool_scale=scale)
+        return self.HwCmd(x, out, w, h, c, [run], [None], None, 1, sources, kind)
+
+    def lower_avgpool(self, op: Op) -> bool:
+        x = op.inputs[0]
+        h, w, c = self.dev_shape(x)
+        kmax = min(self.info.max_kernel_size, 7)
+        if op.type == "GlobalAveragePool":
+            return self._global_pool(op, (h, w, c), "avg", kmax)
+        (kx, ky), (sx, sy), (dx, dy) = hwmap.window(op)
+        if (dx, dy) != (1, 1) or max(kx, ky) > kmax:
+            raise NoMapping(f"average-pool window {kx}x{ky} larger than {kmax}")
+        l, r, t, b = hwmap.pads_lrtb(op)
+        oh, ow = self.shape(op.outputs[0])[2:]
+        if hwmap.extra_pad(w, kx, l, r, sx, ow) or hwmap.extra_pad(h, ky, t, b, sy, oh):
+            raise NoMapping("ceil_mode average pool: the extra cells are not in the divisor")
+        if any((l, r, t, b)) and not op.attrs.get("count_include_pad", 0):
+            raise NoMapping("average pool with padding and count_include_pad=0")
+        hwmap.check_pads((l, r, t, b), "average-pool", seven_bit=False)
+        cmd = self._avg_stage(x, op.outputs[0], (h, w, c), (kx, ky), (sx, sy), (l, r, t, b),
+                              1.0 / (kx * ky), [op.name], f"avg-pool {kx}x{ky}")
+        return self._finish_with_act(cmd)
+
+    def _finish_with_act(self, cmd: HwCmd) -> bool:
+        run, out, fused, _, act = self.fuse_tail(cmd.runs[0], cmd.output, cmd.runs[0].m or
+                                                 cmd.c, False, False, 1 << 30)
+        if fused and (act is None or act.prelu is None):
+            cmd = replace(cmd, runs=[run], output=out, sources=cmd.sources + fused,
+                          kind=cmd.kind + f" +act{run.actfunc}")
+        return self._finish(cmd, None)
+
+    def _global_pool(self, op: Op, shape: tuple[int, int, int], kind: str, kmax: int) -> bool:
+        """Global pooling as stages of windows no larger than the hardware allows.
+
+        Max: 3x3/3 stages with -inf padding.  Average: stages of at most kmax x kmax with
+        zero padding, the scales multiplying to 1/(H*W), so sums of padded zeros cancel."""
+        h, w, c = shape
+        x, final = op.inputs[0], op.outputs[0]
+        cap = 3 if kind == "max" else kmax
+        stages = []
+        while (h, w) != (1, 1):
+            kx, ky = min(w, cap), min(h, cap)
+            if kind == "max" and kx == 1:
+                kx = 2 if w > 1 else 1
+            ow, oh = -(-w // kx), -(-h // ky)
+            stages.append(((kx, ky), (ow * kx - w, oh * ky - h), (h, w)))
+            h, w = oh, ow
+        if kind == "max" and any(k[0] < 2 for k, _, _ in stages):
+            raise NoMapping("global max-pool over a single column")
+        total = shape[0] * shape[1]
+        src = x
+        cmds = []
+        for i, ((kx, ky), (er, eb), (hh, ww)) in enumerate(stages):
+            last = i == len(stages) - 1
+            dst = final if last else self.g.add_tensor(f"{final}_stage{i}", (1, c, -(-hh // ky),
+                                                                          -(-ww // kx)))
+            if kind == "max":
+                run = ConvRun.make(c, pool="max", pool_size=(kx, ky), pool_stride=(kx, ky),
+                                   pool_pads=(0, er, 0, eb))
+                cmd = self.HwCmd(src, dst, ww, hh, c, [run], [None], None, 1,
+                            [op.name] if last else [], f"global max-pool stage {kx}x{ky}")
+            else:
+                scale = 1.0 / (kx * ky) if not last else (
+                    float(np.prod([k[0] * k[1] for k, _, _ in stages[:-1]])) / total)
+                cmd = self._avg_stage(src, dst, (hh, ww, c), (kx, ky), (kx, ky),
+                                      (0, er, 0, eb), scale, [op.name] if last else [],
+                                      f"global avg-pool stage {kx}x{ky}")
+            self.check(cmd)
+            cmds.append(cmd)
+            src = dst
+        if not cmds:
+            raise NoMapping("global pool over 1x1 is an identity")
+        for cmd in cmds[:-1]:
+            self.emit(cmd)
+        if kind == "max":
+            return self._finish(cmds[-1], None)
+        return self._finish_with_act(cmds[-1])
+
+    def lower_global_max(self, op: Op) -> bool:
+        return self._global_pool(op, self.dev_shape(op.inputs[0]), "max", 3)
+
+    # -- element-wise ----------------------------------------------------------------------
+    def lower_elementwise(self, op: Op) -> bool:
+        consts = [self.g.is_const(i) for i in op.inputs[:2]]
+        if op.type == "Add" and not any(consts):
+            a, b = op.inputs[0], op.inputs[1]
+            if self.shape(a) != self.shape(b) or a == b:
+                raise NoMapping("element-wise add of differently shaped tensors")
+            h, w, c = self.dev_shape(a)
+            self.dev_shape(b)
+            run = ConvRun.make(c, pool="avg", pool_size=1, pool_stride=1, pool_scale=1.0)
+            cmd = self.HwCmd(a, op.outputs[0], w, h, c, [run], [None], b, 1, [op.name],
+                        "element-wise add")
+            return self._finish_with_act(cmd)
+        # per-channel affine -> depthwise 1x1 conv
+        x = op.inputs[0]
+        h, w, c = self.dev_shape(x)
+        scale, shift = np.ones(c, np.float32), np.zeros(c, np.float32)
+        if op.type == "BatchNormalization":
+            g, bb, mean, var = (self.g.const(i) for i in op.inputs[1:5])
+            if any(v is None for v in (g, bb, mean, var)):
+                raise NoMapping("BatchNormalization parameters are not constant")
+            eps = float(op.attrs.get("epsilon", 1e-5))
+            scale = (np.asarray(g, np.float64) / np.sqrt(np.asarray(var, np.float64) + eps))
+            shift = (np.asarray(bb, np.float64) - np.asarray(mean, np.float64) * scale)
+        else:
+            if consts[0] or not consts[1]:
+                raise NoMapping(f"{op.type} of two tensors")
+            k = np.asarray(self.g.const(op.inputs[1]), np.float32)
+            if k.size == 1:
+                k = np.full(c, float(k.reshape(-1)[0]), np.float32)
+            elif k.size == c and k.shape[-2:] in ((1, 1),) and len(self.shape(x)) == 4:
+                k = k.reshape(-1)
+            elif k.size == c and len(self.shape(x)) == 2:
+                k = k.reshape(-1)
+            else:
+                raise NoMapping(f"{op.type} constant is not per-channel")
+            if op.type == "Add":
+                shift = k
+            elif op.type == "Sub":
+                shift = -k
+            elif op.type == "Mul":
+                scale = k
+            else:
+                if np.any(k == 0):
+                    raise NoMapping("division by zero")
+                scale = 1.0 / k
+        blob, fmt = self._pack(np.asarray(scale, np.float32).reshape(c, 1, 1, 1),
+                               np.asarray(shift, np.float32))
+        run = ConvRun.make(c, conv="depthwise", kernel=1)
+        run = replace(run, weight_fmt=fmt)
+        cmd = self.HwCmd(x, op.outputs[0], w, h, c, [run], [blob], None, 1, [op.name],
+                    f"{op.type} as depthwise 1x1")
+        return self._finish_with_act(cmd)
+
+    def lower_activation(self, op: Op) -> bool:
+        x = op.inputs[0]
+        h, w, c = self.dev_shape(x)
+        act = hwmap.activation(op, self.g, c)
+        if act.prelu is not None:
+            blob, fmt = self._pack(np.ones((c, 1, 1, 1), np.float32), np.zeros(c, np.float32),
+                                   act.prelu)
+            if fmt != 1:
+                blob, fmt = pack_conv_weights(np.ones((c, 1, 1, 1), np.float32),
+                                              np.zeros(c, np.float32), prelu=act.prelu), 1
+            run = replace(ConvRun.make(c, conv="depthwise", kernel=1), weight_fmt=fmt,
+                          actfunc=4)
+            cmd = self.HwCmd(x, op.outputs[0], w, h, c, [run], [blob], None, 1, [op.name],
+                        "PReLU on a depthwise 1x1")
+            return self._finish(cmd, None)
+        run = ConvRun(m=c, actfunc=act.code, actfunc_param=hwmap.fp16_param(act.param),
+                      pool_stride=0x0101)
+        cmd = self.HwCmd(x, op.outputs[0], w, h, c, [run], [None], None, 1, [op.name],
+                    f"activation {op.type}")
+        return self._finish(cmd, None)
+
+    def lower_upsample(self, op: Op) -> bool:
+        x = op.inputs[0]
+        h, w, c = self.dev_shape(x)
+        out = self.shape(op.outputs[0])
+        if len(out) != 4 or out[2:] != (2 * h, 2 * w) or out[:2] != (1, c):
+            raise NoMapping("only 2x spatial upsampling maps to the hardware")
+        mode = op.attrs.get("mode", "nearest")
+        ctm = op.attrs.get("coordinate_transformation_mode", "half_pixel")
+        near = op.attrs.get("nearest_mode", "round_prefer_floor")
+        if mode != "nearest":
+            raise NoMapping(f"{mode} resize")
+        if ctm == "align_corners" or (ctm in ("asymmetric", "tf_crop_and_resize")
+                                       and near not in ("floor", "round_prefer_floor")):
+            raise NoMapping(f"nearest resize with {ctm}/{near} is not a 2x replicate")
+        run = ConvRun.make(c, pool="upsample", pool_size=2, pool_stride=1)
+        cmd = self.HwCmd(x, op.outputs[0], w, h, c, [run], [None], None, 1, [op.name],
+                    "2x nearest upsample")
+        return self._finish_with_act(cmd)
+
+    # -- views and concat ------------------------------------------------------------------
+    def lower_view(self, op: Op) -> bool:
+        x, y = op.inputs[0], op.outputs[0]
+        hx, hy = hwc(self.shape(x)), hwc(self.shape(y))
+        if hx and hy and hx[:2] == (1, 1) and hy == hx and x not in self.aliases \
+                and not self.g.is_const(x):
+            self.aliases[y] = (x, 0)
+            self.note(op, "hw", "free view (same bytes)")
+            return True
+        users = self.cons.get(y, [])
+        if hx and users and y not in self.g.outputs and all(
+                u.type == "Gemm" and u.inputs[0] == y for u in users):
+            self.deferred[y] = op  # the Gemm reads x in place; CPU only if it cannot
+            self.note(op, "hw", "absorbed: the following FC reads the chunked layout in place")
+            return True
+        return False
+
+    def lower_concat(self, op: Op) -> bool:
+        axis = int(op.attrs.get("axis", 1))
+        shapes = [self.shape(i) for i in op.inputs]
+        if axis != 1 or any(len(s) != 4 for s in shapes):
+            raise NoMapping("concat on an axis other than channels")
+        offset = 0
+        members = []
+        for i, name in enumerate(op.inputs):
+            h, w, c = self.dev_shape(name)
+            p = self.prod.get(name)
+            if p is None or name in self.aliases or name in self.g.outputs \
+                    or op.inputs.count(name) > 1:
+                raise NoMapping(f"concat input {name} cannot be placed in the output")
+            if any(u.type == "Concat" and u is not op for u in self.cons.get(name, [])):
+                raise NoMapping(f"{name} feeds two concats")
+            if i < len(op.inputs) - 1 and c % 8:
+                raise NoMapping(f"concat input {name} has C={c}, not a multiple of 8")
+            members.append((name, offset))
+            offset += h * w * c * 2
+        for name, off in members:
+            self.aliases[name] = (op.outputs[0], off)
+        self.note(op, "hw", f"zero-copy: {len(members)} producers write into place")
+        return True

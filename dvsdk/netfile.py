@@ -1,0 +1,239 @@
+"""net.bin: the compiled network file (``firmware_spec/netbin.md``, ``netbin.yaml``).
+
+A 64-byte header, a section table, then 64-byte aligned sections, each with its
+own CRC32.  ``META`` is JSON; ``CMDS`` holds raw DV700 command structs whose
+buffer handles are region ids (1 = activation arena, 2 = weights), so the file
+is relocatable; ``WGTS``, ``CNST`` and ``GOLD`` are raw blobs indexed from META.
+
+:func:`write` is atomic (temporary file, fsync, rename).  :func:`read` rejects
+truncated, corrupt, unknown-version and foreign files with :class:`NetFileError`
+naming the reason; :func:`check_hardware` compares the requirements with a device.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import zlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from . import __version__
+from .driver.device import DeviceInfo
+from .errors import NetFileError
+from .spec import SPEC
+
+NB = SPEC.netbin
+MAGIC = NB["magic"].encode()
+FORMAT_VERSION = int(NB["format_version"])
+ALIGN = int(NB["alignment"])
+REGIONS: dict[str, int] = dict(NB["regions"])
+HEADER = SPEC.struct("netbin_header")
+SECTION = SPEC.struct("netbin_section")
+TAGS = tuple(NB["sections"])
+
+
+@dataclass
+class NetFile:
+    """The decoded contents of a net.bin."""
+
+    meta: dict[str, Any]
+    commands: bytes = b""
+    weights: bytes = b""
+    constants: bytes = b""
+    golden: bytes = b""
+    format_version: int = FORMAT_VERSION
+    compiler_version: str = f"dvsdk {__version__}"
+    extra: dict[str, bytes] = field(default_factory=dict)
+
+    # -- indexed arrays in CNST / GOLD ----------------------------------------------------
+    def array(self, entry: dict[str, Any], section: str = "CNST") -> np.ndarray:
+        blob = self.constants if section == "CNST" else self.golden
+        dtype, shape = np.dtype(entry["dtype"]), tuple(entry["shape"])
+        n = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        off = int(entry["offset"])
+        if off < 0 or off + n > len(blob):
+            raise NetFileError(f"{section} entry outside its section", field=section,
+                               value=(off, n), limit=len(blob))
+        return np.frombuffer(blob, dtype, count=n // dtype.itemsize, offset=off).reshape(shape)
+
+    def command_records(self) -> list[bytes]:
+        """Split CMDS into raw structs by their own header size (§3.1)."""
+        out, pos, data = [], 0, self.commands
+        while pos < len(data):
+            if pos + 8 > len(data):
+                raise NetFileError("command record cut short", field="CMDS", value=pos)
+            size = int.from_bytes(data[pos : pos + 4], "little")
+            if size < 8 or pos + size > len(data):
+                raise NetFileError("command record size out of range", field="CMDS.size",
+                                   value=size, limit=len(data) - pos)
+            out.append(data[pos : pos + size])
+            pos += -(-size // 8) * 8
+        return out
+
+
+class BlobBuilder:
+    """Appends arrays to a blob at aligned offsets and returns their index entries."""
+
+    def __init__(self, align: int = 16) -> None:
+        self.parts: list[bytes] = []
+        self.size = 0
+        self.align = align
+
+    def add(self, data: bytes | np.ndarray, align: int | None = None) -> int:
+        a = align or self.align
+        pad = -self.size % a
+        if pad:
+            self.parts.append(b"\0" * pad)
+            self.size += pad
+        off = self.size
+        raw = data if isinstance(data, bytes) else np.ascontiguousarray(data).tobytes()
+        self.parts.append(raw)
+        self.size += len(raw)
+        return off
+
+    def add_array(self, arr: np.ndarray) -> dict[str, Any]:
+        arr = np.ascontiguousarray(arr)
+        if arr.dtype.byteorder == ">":
+            arr = arr.astype(arr.dtype.newbyteorder("<"))
+        return {"offset": self.add(arr), "dtype": arr.dtype.str, "shape": list(arr.shape)}
+
+    def bytes(self) -> bytes:
+        return b"".join(self.parts)
+
+
+def _crc(data: bytes) -> int:
+    return zlib.crc32(data) & 0xFFFFFFFF
+
+
+def encode(net: NetFile) -> bytes:
+    meta = json.dumps(net.meta, separators=(",", ":"), sort_keys=True).encode()
+    sections = [("META", meta), ("CMDS", net.commands), ("WGTS", net.weights),
+                ("CNST", net.constants), ("GOLD", net.golden), *net.extra.items()]
+    table_end = HEADER.size + SECTION.size * len(sections)
+    pos = -(-table_end // ALIGN) * ALIGN
+    entries, body = [], []
+    for tag, data in sections:
+        entries.append({"tag": list(tag.encode().ljust(8, b"\0")), "offset": pos,
+                        "size": len(data), "crc32": _crc(data)})
+        body.append((pos, data))
+        pos = -(-(pos + len(data)) // ALIGN) * ALIGN
+    file_size = pos if sections else table_end
+    table = b"".join(SECTION.pack(e) for e in entries)
+    header = {"magic": list(MAGIC), "format_version": net.format_version,
+              "header_size": HEADER.size, "section_count": len(sections),
+              "file_size": file_size,
+              "compiler_version": list(net.compiler_version.encode()[:16].ljust(16, b"\0"))}
+    crc = _crc(HEADER.pack(header) + table)
+    out = bytearray(file_size)
+    out[: HEADER.size] = HEADER.pack({**header, "header_crc32": crc})
+    out[HEADER.size : table_end] = table
+    for p, data in body:
+        out[p : p + len(data)] = data
+    return bytes(out)
+
+
+def write(net: NetFile, path: str | os.PathLike) -> int:
+    """Write atomically: nothing half-written is ever left at ``path``."""
+    data = encode(net)
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent or ".")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    return len(data)
+
+
+def decode(data: bytes, name: str = "net.bin") -> NetFile:
+    if len(data) < HEADER.size:
+        raise NetFileError(f"{name} is truncated: {len(data)} bytes, no header", field="size",
+                           value=len(data), limit=HEADER.size)
+    hdr = HEADER.unpack(data)
+    if bytes(hdr["magic"]) != MAGIC:
+        raise NetFileError(f"{name} is not a dvsdk net.bin (bad magic)", field="magic",
+                           value=bytes(hdr["magic"]), limit=MAGIC)
+    version = hdr["format_version"]
+    if version > FORMAT_VERSION or version < 1:
+        raise NetFileError(f"{name} has format version {version}; this dvsdk reads "
+                           f"1..{FORMAT_VERSION}", field="format_version", value=version,
+                           limit=FORMAT_VERSION, hint="upgrade dvsdk or recompile the model")
+    if hdr["file_size"] != len(data):
+        raise NetFileError(f"{name} is truncated or padded: header says {hdr['file_size']} "
+                           f"bytes, file has {len(data)}", field="file_size",
+                           value=len(data), limit=hdr["file_size"])
+    n = hdr["section_count"]
+    table_end = HEADER.size + SECTION.size * n
+    if n > 64 or table_end > len(data):
+        raise NetFileError(f"{name} section table is corrupt", field="section_count", value=n)
+    table = data[HEADER.size : table_end]
+    check = HEADER.pack({k: v for k, v in hdr.items() if k != "header_crc32"}) + table
+    if _crc(check) != hdr["header_crc32"]:
+        raise NetFileError(f"{name} header is corrupt (CRC mismatch)", field="header_crc32",
+                           value=hdr["header_crc32"], limit=_crc(check))
+    sections: dict[str, bytes] = {}
+    for i in range(n):
+        e = SECTION.unpack(table, i * SECTION.size)
+        tag = bytes(e["tag"]).rstrip(b"\0").decode("ascii", "replace")
+        start, size = e["offset"], e["size"]
+        if start + size > len(data):
+            raise NetFileError(f"{name} section {tag} runs past the end", field=tag,
+                               value=start + size, limit=len(data))
+        body = data[start : start + size]
+        if _crc(body) != e["crc32"]:
+            raise NetFileError(f"{name} section {tag} is corrupt (CRC mismatch)", field=tag,
+                               value=_crc(body), limit=e["crc32"])
+        sections[tag] = body
+    if "META" not in sections:
+        raise NetFileError(f"{name} has no META section", field="META")
+    try:
+        meta = json.loads(sections.pop("META").decode())
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise NetFileError(f"{name} metadata is not valid JSON: {e}", field="META") from None
+    compiler = bytes(hdr["compiler_version"]).rstrip(b"\0").decode("ascii", "replace")
+    return NetFile(meta=meta, commands=sections.pop("CMDS", b""),
+                   weights=sections.pop("WGTS", b""), constants=sections.pop("CNST", b""),
+                   golden=sections.pop("GOLD", b""), format_version=version,
+                   compiler_version=compiler, extra=sections)
+
+
+def read(path: str | os.PathLike) -> NetFile:
+    try:
+        data = Path(path).read_bytes()
+    except OSError as e:
+        raise NetFileError(f"cannot read {path}: {e.strerror}", field="path",
+                           value=str(path)) from None
+    return decode(data, Path(path).name)
+
+
+def check_hardware(net: NetFile, info: DeviceInfo) -> None:
+    """Reject a net.bin compiled for hardware this device is not."""
+    hw = net.meta.get("hardware", {})
+    need_ub = int(hw.get("ub_size_min", 0))
+    if info.ub_size < need_ub:
+        raise NetFileError(f"net.bin needs a unified buffer of {need_ub} bytes; the device "
+                           f"has {info.ub_size}", field="ub_size", value=info.ub_size,
+                           limit=need_ub, hint="recompile with --ub-size for this device")
+    need_k = int(hw.get("max_kernel_size", 1))
+    if info.max_kernel_size < need_k:
+        raise NetFileError(f"net.bin uses {need_k}x{need_k} kernels; the device allows "
+                           f"{info.max_kernel_size}", field="max_kernel_size",
+                           value=info.max_kernel_size, limit=need_k)
+    need_svn = int(hw.get("svn_version_min", 0))
+    if info.svn_version < need_svn:
+        raise NetFileError("net.bin needs a newer DV700 (svn_version)", field="svn_version",
+                           value=info.svn_version, limit=need_svn)
+    for unit in hw.get("units", ["conv"]):
+        if unit not in info.units:
+            raise NetFileError(f"net.bin uses the {unit} unit, which this device lacks",
+                               field="units", value=list(info.units), limit=unit)
