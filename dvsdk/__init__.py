@@ -10,4 +10,19 @@ __version__ = "0.1.0"
 
 from .driver.device import Device, DeviceInfo, DmaBuffer, open_device  # noqa: E402
 
-__all__ = ["__version__", "Device", "DeviceInfo", "DmaBuffer", "open_device"]
+
+def load(path, device=None):  # noqa: ANN001, ANN201 - documented in dvsdk.runtime.load
+    """Load a net.bin on a device (see :func:`dvsdk.runtime.load`)."""
+    from .runtime import load as _load
+
+    return _load(path, device)
+
+
+def compile(model, output=None, **options):  # noqa: A001, ANN001, ANN201
+    """Compile a model to a net.bin (see :func:`dvsdk.compiler.build.compile`)."""
+    from .compiler.build import compile as _compile
+
+    return _compile(model, output, **options)
+
+
+__all__ = ["__version__", "Device", "DeviceInfo", "DmaBuffer", "compile", "load", "open_device"]

@@ -237,3 +237,9 @@ def check_hardware(net: NetFile, info: DeviceInfo) -> None:
         if unit not in info.units:
             raise NetFileError(f"net.bin uses the {unit} unit, which this device lacks",
                                field="units", value=list(info.units), limit=unit)
+
+
+def dma_bytes(net: NetFile) -> int:
+    """DMA memory a net.bin needs on the device: arena, weights and command streams."""
+    stream = len(net.commands) // 1864 * 1500 + 64 * 1024
+    return int(net.meta["arena"]["size"]) + len(net.weights) + stream

@@ -237,6 +237,17 @@ class Net:
         self.last_run = self._stats
         return result
 
+    def run_image(self, image: Any, timeout: float = 10.0) -> dict[str, np.ndarray]:
+        """Run on an image (path or array) with the preprocessing recorded in the net.bin."""
+        from .images import preprocess
+
+        if len(self.inputs) != 1:
+            raise InvalidArgument("run_image needs a single-input network", field="inputs",
+                                  value=[i["name"] for i in self.inputs])
+        spec = self.inputs[0]
+        return self.run(preprocess(image, tuple(spec["shape"]), spec.get("preprocess", {})),
+                        timeout)
+
     def selftest(self) -> dict[str, Any]:
         """Run the golden pair stored in the file; report pass/fail and the worst error."""
         gold = self.meta.get("golden")

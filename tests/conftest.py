@@ -45,7 +45,37 @@ def _sim_url() -> str:
     return "sim://"
 
 
-BACKENDS = {"sim": _sim_url}
+def _fake_board():
+    from .fakeboard import open_fake_device
+
+    return open_fake_device()
+
+
+_AGENTS: dict = {}
+
+
+def _link(port: str):
+    """A dvsdk-agent in another process serving sim:// over TCP loopback or a pty."""
+
+    def make() -> str:
+        from dvsdk.agent import AgentProcess
+
+        if port not in _AGENTS:
+            _AGENTS[port] = AgentProcess("sim://", port=port)
+        url = _AGENTS[port].url
+        return url + ("&" if "?" in url else "?") + "timeout=2"
+
+    return make
+
+
+def pytest_sessionfinish(session, exitstatus):
+    for agent in _AGENTS.values():
+        agent.stop()
+    _AGENTS.clear()
+
+
+BACKENDS = {"sim": _sim_url, "uio": _fake_board, "link-tcp": _link("tcp:127.0.0.1:0"),
+            "link-pty": _link("pty")}
 
 
 @pytest.fixture(params=sorted(BACKENDS))

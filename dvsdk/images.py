@@ -1,0 +1,97 @@
+"""Images in, tensors out: Pillow decoding and the preprocessing a net.bin records.
+
+PNG, JPEG, BMP (anything Pillow reads); grayscale, RGBA and palette images are
+converted.  :func:`preprocess` resizes (stretch or letterbox), orders channels,
+subtracts the mean, multiplies by the scale and divides by the std, and returns
+the model's NCHW float32 input.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import numpy as np
+
+from .errors import ImageError
+
+IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff", ".webp", ".ppm",
+                  ".pgm")
+
+
+def load_image(path: str | os.PathLike) -> np.ndarray:
+    """Decode an image file to RGB uint8 (H, W, 3)."""
+    from PIL import Image, UnidentifiedImageError
+
+    try:
+        with Image.open(path) as img:
+            img.load()
+            if img.mode in ("RGBA", "LA") or (img.mode == "P" and "transparency" in img.info):
+                img = img.convert("RGBA")
+                bg = Image.new("RGBA", img.size, (0, 0, 0, 255))
+                img = Image.alpha_composite(bg, img)
+            return np.asarray(img.convert("RGB"), np.uint8)
+    except FileNotFoundError:
+        raise ImageError("image file not found", field="image", value=str(path)) from None
+    except (UnidentifiedImageError, OSError, ValueError) as e:
+        raise ImageError(f"cannot decode image: {e}", field="image", value=str(path)) from None
+
+
+def as_rgb(image: Any) -> np.ndarray:
+    """A path, or an (H, W), (H, W, 1|3|4) array, as RGB uint8 (H, W, 3)."""
+    if isinstance(image, (str, os.PathLike)):
+        return load_image(image)
+    arr = np.asarray(image)
+    if arr.ndim == 2:
+        arr = arr[..., None]
+    if arr.ndim != 3 or arr.shape[2] not in (1, 3, 4) or min(arr.shape[:2]) < 1:
+        raise ImageError("image array must be (H, W) or (H, W, 1|3|4)", field="image",
+                         value=arr.shape)
+    if arr.dtype != np.uint8:
+        if np.issubdtype(arr.dtype, np.floating) and arr.size and arr.max() <= 1.0:
+            arr = arr * 255.0
+        arr = np.clip(np.nan_to_num(arr), 0, 255).astype(np.uint8)
+    if arr.shape[2] == 1:
+        arr = np.repeat(arr, 3, axis=2)
+    return np.ascontiguousarray(arr[..., :3])
+
+
+def resize(rgb: np.ndarray, height: int, width: int, mode: str = "stretch") -> np.ndarray:
+    """Bilinear resize to (height, width); ``letterbox`` keeps the aspect ratio, pads with 0."""
+    from PIL import Image
+
+    if rgb.shape[:2] == (height, width):
+        return rgb
+    img = Image.fromarray(rgb)
+    if mode == "stretch":
+        return np.asarray(img.resize((width, height), Image.BILINEAR), np.uint8)
+    if mode != "letterbox":
+        raise ImageError("unknown resize mode", field="resize", value=mode,
+                         limit=("stretch", "letterbox"))
+    h, w = rgb.shape[:2]
+    s = min(height / h, width / w)
+    nh, nw = max(1, round(h * s)), max(1, round(w * s))
+    out = np.zeros((height, width, 3), np.uint8)
+    top, left = (height - nh) // 2, (width - nw) // 2
+    out[top : top + nh, left : left + nw] = np.asarray(img.resize((nw, nh), Image.BILINEAR))
+    return out
+
+
+def preprocess(image: Any, shape: tuple[int, ...], spec: dict[str, Any]) -> np.ndarray:
+    """An image (path or array) → the model's NCHW float32 input of ``shape``."""
+    if len(shape) != 4 or shape[1] not in (1, 3):
+        raise ImageError("this network's input is not an image", field="input shape",
+                         value=tuple(shape), limit="(N, 1|3, H, W)")
+    _, c, h, w = shape
+    rgb = resize(as_rgb(image), h, w, spec.get("resize", "stretch"))
+    x = rgb.astype(np.float32)
+    if spec.get("channel_order", "RGB") == "BGR":
+        x = x[..., ::-1]
+    if c == 1:
+        x = x @ np.array([0.299, 0.587, 0.114], np.float32)[:, None]
+    mean = np.asarray(spec.get("mean") or [0.0], np.float32)[:c]
+    x = (x - mean) * float(spec.get("scale", 1.0) or 1.0)
+    std = spec.get("std")
+    if std:
+        x = x / np.asarray(std, np.float32)[:c]
+    return np.ascontiguousarray(x.transpose(2, 0, 1)[None], np.float32)
