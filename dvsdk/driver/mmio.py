@@ -17,29 +17,32 @@ from collections.abc import Iterable
 import numpy as np
 
 from ..errors import InvalidArgument
+from ..spec import SPEC
 
 PAGE_SIZE = mmap.PAGESIZE
 
 # -- conv window (dv700-interface.md §10.2, §10.4 history, §10.9, §10.10) -----------
-CONV_START = 0x040          # write 1: run the configuration (sent inside the stream)
-CONV_CFG_PTR = 0x080        # RISC-V memory address pointer (0x2000 for the config image)
-CONV_CFG_DATA = 0x084       # RISC-V memory data port
-CONV_UBUF_SIZE = 0x11C      # UBUF bytes (§7.6)
-CONV_MAC_GROUPS = 0x120     # x 72 = mac_num
-CONV_MAX_INPUT = 0x124      # max_input_size (meaning undocumented)
-CONV_HW_VERSION = 0x128     # & 0xFFFF
-CONV_PERF_CFG = 0x144       # performance-counter configuration
-PERF_CFG_VALUE = 0x177654   # written at open ("watch I/O events", §10.10)
-CONV_COUNTERS = tuple(range(0x200, 0x280, 4))  # byte/beat counters 0x200..0x27C (§10.10)
-CONV_CMD_ADDR = 0x400       # command-stream physical address
-CONV_CMD_LEN = 0x404        # command-stream length in 8-byte units
-CONV_KICK = 0x408           # write 1: fetch and execute the stream
-CONV_CMDLIST_MODE = 0x40C   # write 1 at open: command-list mode
-CONV_IRQ = 0x420            # the stream's last packet writes 1; the driver acks with 0
-# -- IPU / maximizer windows (§10.5-10.7) --------------------------------------------
-IPU_START = 0x2A0
-MAXIMIZER_START = 0x008
-UNIT_IRQ = 0x020            # IPU / maximizer interrupt, acked by writing 0
+_R = SPEC.reg
+CONV_START = _R("conv", "START")             # run the configuration (sent inside the stream)
+CONV_CFG_PTR = _R("conv", "CFG_ADDR")        # controller memory pointer (0x2000 for the image)
+CONV_CFG_DATA = _R("conv", "CFG_DATA")       # controller memory data port
+CONV_UBUF_SIZE = _R("conv", "UBUF_SIZE")     # UBUF bytes (§7.6)
+CONV_MAC_GROUPS = _R("conv", "MAC_GROUPS")   # x 72 = mac_num
+CONV_MAX_INPUT = _R("conv", "MAX_INPUT_SIZE")
+CONV_HW_VERSION = _R("conv", "HW_VERSION")   # & 0xFFFF
+CONV_PERF_CFG = _R("conv", "PERF_CONFIG")    # performance-counter configuration
+PERF_CFG_VALUE = int(SPEC.reg_info("conv", "PERF_CONFIG")["init"])  # written at open (§10.10)
+CONV_COUNTERS = tuple(range(_R("conv", "BYTE_COUNTERS_LO"), _R("conv", "BYTE_COUNTERS_HI")
+                            + 4 * int(SPEC.reg_info("conv", "BYTE_COUNTERS_HI")["count"]), 4))
+CONV_CMD_ADDR = _R("conv", "CMD_ADDR")       # command-stream physical address
+CONV_CMD_LEN = _R("conv", "CMD_LEN")         # command-stream length in 8-byte units
+CONV_KICK = _R("conv", "KICK")               # write 1: fetch and execute the stream
+CONV_CMDLIST_MODE = _R("conv", "CMDLIST_MODE")  # write 1 at open: command-list mode
+CONV_IRQ = _R("conv", "IRQ")                 # the stream's last packet writes 1; ack with 0
+
+IPU_START = _R("ipu", "START")
+MAXIMIZER_START = _R("maximizer", "START")
+UNIT_IRQ = _R("ipu", "IRQ")                  # IPU / maximizer interrupt, acked by writing 0
 
 START_REG = {"conv": CONV_KICK, "ipu": IPU_START, "maximizer": MAXIMIZER_START}
 IRQ_REG = {"conv": CONV_IRQ, "ipu": UNIT_IRQ, "maximizer": UNIT_IRQ}

@@ -37,6 +37,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from ..errors import InvalidArgument
+from ..spec import SPEC
 
 __all__ = [
     "TimingParams",
@@ -296,9 +297,9 @@ def ipu_cycles(rect_w: int, rect_h: int, read_bytes: int, write_bytes: int,
 #: Counter slot the simulator uses for each stream.  The kernel classifies slot
 #: i as output if (i & 3) == 3, weights if i & 4, input if i & 8 (overlapping
 #: classes); these slots fall in exactly one class each.
-COUNTER_SLOT_INPUT = 8
-COUNTER_SLOT_WEIGHTS = 4
-COUNTER_SLOT_OUTPUT = 3
+COUNTER_SLOT_INPUT = int(SPEC.registers["byte_counter_slots"]["input"])
+COUNTER_SLOT_WEIGHTS = int(SPEC.registers["byte_counter_slots"]["weights"])
+COUNTER_SLOT_OUTPUT = int(SPEC.registers["byte_counter_slots"]["output"])
 
 
 def byte_counter_values(in_bytes: int, weight_bytes: int, out_bytes: int) -> list[int]:
