@@ -40,9 +40,12 @@ from ..errors import ModelError
 __all__ = ["Tensor", "Op", "Graph"]
 
 
-@dataclass
+@dataclass(eq=False)
 class Tensor:
-    """A named value. ``shape``/``dtype`` are None until inferred; ``const`` holds constants."""
+    """A named value. ``shape``/``dtype`` are None until inferred; ``const`` holds constants.
+
+    Equality is identity (graph objects, not values).
+    """
 
     name: str
     shape: tuple[int, ...] | None = None
@@ -74,9 +77,12 @@ class Tensor:
         return None if self.shape is None else int(np.prod(self.shape, dtype=np.int64))
 
 
-@dataclass
+@dataclass(eq=False)
 class Op:
-    """One node: ONNX ``type``, unique ``name``, input/output tensor names and attributes."""
+    """One node: ONNX ``type``, unique ``name``, input/output tensor names and attributes.
+
+    Equality is identity, so ``graph.ops.remove(op)`` removes exactly that op.
+    """
 
     type: str
     name: str
@@ -92,7 +98,7 @@ class Op:
         return f"Op({self.type} {self.name!r}: {self.inputs} -> {self.outputs} {self.attrs})"
 
 
-@dataclass
+@dataclass(eq=False)
 class Graph:
     """Tensors by name, ops in (topological) order, graph input and output names.
 
