@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -37,13 +39,26 @@ class SegmentStats:
 
 @dataclass
 class RunStats:
-    """Where the time of the last ``run`` went."""
+    """Where the time of the last ``run`` went (µs); ``events`` feed ``--trace``."""
 
     segments: list[SegmentStats] = field(default_factory=list)
     cpu_us: float = 0.0
     pack_us: float = 0.0
+    sync_us: float = 0.0
     unpack_us: float = 0.0
     total_us: float = 0.0
+    events: list[tuple[str, str, float, float, dict]] = field(default_factory=list)
+    t0: float = field(default_factory=time.perf_counter)
+
+    @contextmanager
+    def stage(self, kind: str, name: str) -> Iterator[None]:
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            dur = (time.perf_counter() - start) * 1e6
+            setattr(self, f"{kind}_us", getattr(self, f"{kind}_us") + dur)
+            self.events.append((kind, name, (start - self.t0) * 1e6, dur, {}))
 
     @property
     def device_us(self) -> float:
@@ -52,6 +67,63 @@ class RunStats:
     @property
     def cycles(self) -> int:
         return sum(s.cycles or 0 for s in self.segments)
+
+
+@dataclass
+class _Context:
+    """One activation arena and the command lists committed against it."""
+
+    arena: Any
+    commands: list[ConvCommand]
+    lists: list[CommandList] = field(default_factory=list)
+
+
+class RunHandle:
+    """A run in flight (from :meth:`Net.run_async`); :meth:`wait` returns its outputs."""
+
+    def __init__(self, net: Net, ctx: _Context, timeout: float) -> None:
+        self.net, self.ctx, self.timeout = net, ctx, timeout
+        self.host: dict[str, np.ndarray] = {}
+        self.stats = RunStats()
+        self.pc = 0
+        self.exec_id: int | None = None
+        self.t_kick = 0.0
+        self.result: dict[str, np.ndarray] | None = None
+
+    def advance(self, block: bool) -> None:
+        while self.pc < len(self.net.steps):
+            if not self.net._step(self, block):
+                return
+
+    def done(self) -> bool:
+        return self.result is not None
+
+    def wait(self) -> dict[str, np.ndarray]:
+        if self.result is not None:
+            return self.result
+        net = self.net
+        for earlier in list(net._pending):  # complete in order
+            if earlier is self:
+                break
+            earlier.wait()
+        try:
+            self.advance(block=True)
+            result = {}
+            for spec in net.outputs:
+                result[spec["name"]] = np.asarray(net._value(self, spec["tensor"]),
+                                                  np.float32).reshape(spec["shape"])
+        finally:
+            if self in net._pending:
+                net._pending.remove(self)
+        self.stats.total_us = (time.perf_counter() - self.stats.t0) * 1e6
+        net.last_run = self.stats
+        net._last_ctx = self.ctx
+        net._last_result = result
+        self.result = result
+        self.host = {}
+        if net._pending and net._pending[0].pc == 0 and net._pending[0].exec_id is None:
+            net._pending[0].advance(block=False)  # its input is packed: kick it now
+        return result
 
 
 def decode_attr(v: Any) -> Any:
@@ -80,19 +152,22 @@ class Net:
             self.inputs: list[dict] = meta["inputs"]
             self.outputs: list[dict] = meta["outputs"]
             self.labels: list[str] | None = meta.get("labels")
-            arena_size = max(int(meta["arena"]["size"]), 64)
-            self.arena = self._alloc(arena_size, "arena")
             self.weights = self._alloc(max(len(self.file.weights), 64), "weights")
             if self.file.weights:
                 self.weights.write(0, np.frombuffer(self.file.weights, np.uint8))
                 self.weights.sync_for_device()
             self.constants = {n: self.file.array(e) for n, e in meta.get("constants",
                                                                            {}).items()}
-            self._build(meta["program"])
+            self._contexts = [self._context()]
         except BaseException:
             self.close()
             raise
         self.last_run = RunStats()
+        self._pending: list[RunHandle] = []
+
+    @property
+    def arena(self):
+        return self._contexts[0].arena
 
     # -- setup --------------------------------------------------------------------------
     def _alloc(self, n: int, name: str):
@@ -100,30 +175,36 @@ class Net:
         self._buffers.append(buf)
         return buf
 
-    def _resolve(self, mem: int, offs: int) -> BufferRef:
-        if mem == REGIONS["arena"]:
-            return BufferRef(self.arena, offs)
-        if mem == REGIONS["weights"]:
-            return BufferRef(self.weights, offs)
-        raise NetFileError("command refers to an unknown memory region", field="mem",
-                           value=mem, limit=sorted(REGIONS.values()))
+    def _context(self) -> _Context:
+        """An arena with every hardware segment committed against it."""
+        arena = self._alloc(max(int(self.meta["arena"]["size"]), 64), "arena")
 
-    def _build(self, program: list[dict]) -> None:
+        def resolve(mem: int, offs: int) -> BufferRef:
+            if mem == REGIONS["arena"]:
+                return BufferRef(arena, offs)
+            if mem == REGIONS["weights"]:
+                return BufferRef(self.weights, offs)
+            raise NetFileError("command refers to an unknown memory region", field="mem",
+                               value=mem, limit=sorted(REGIONS.values()))
+
         records = self.file.command_records()
+        commands = [ConvCommand.from_raw(raw, resolve) for raw in records]
+        ctx = _Context(arena, commands)
         self.steps: list[tuple[str, Any]] = []
-        for step in program:
+        for step in self.meta["program"]:
             if step["kind"] == "hw":
                 start, count = step["commands"]
-                if start < 0 or start + count > len(records):
+                if start < 0 or count < 1 or start + count > len(records):
                     raise NetFileError("program refers to missing commands", field="commands",
                                        value=(start, count), limit=len(records))
                 cl = CommandList(self.device)
                 self._lists.append(cl)
-                for raw in records[start : start + count]:
-                    cl.add(ConvCommand.from_raw(raw, self._resolve))
+                for cmd in commands[start : start + count]:
+                    cl.add(cmd)
                 cl.commit()
-                self.steps.append(("hw", (step.get("name", f"segment{len(self._lists)}"), cl,
-                                          step.get("writes", []))))
+                ctx.lists.append(cl)
+                self.steps.append(("hw", (step.get("name", f"segment{len(ctx.lists)}"),
+                                          len(ctx.lists) - 1, step)))
             elif step["kind"] == "cpu":
                 attrs = {k: decode_attr(v) for k, v in step.get("attrs", {}).items()}
                 self.steps.append(("cpu", (step["op"], attrs, step["inputs"], step["outputs"],
@@ -131,42 +212,42 @@ class Net:
             else:
                 raise NetFileError("unknown program step", field="kind", value=step["kind"],
                                    limit=("hw", "cpu"))
+        return ctx
 
     # -- tensors between host and arena ---------------------------------------------------
     def _dev(self, name: str) -> dict | None:
         return self.tensors.get(name, {}).get("device")
 
-    def _upload(self, name: str, value: np.ndarray) -> None:
+    def _upload(self, ctx: _Context, name: str, value: np.ndarray, st: RunStats) -> None:
         d = self._dev(name)
         h, w, c = d["hwc"]
-        t0 = time.perf_counter()
-        hwc = _to_hwc(value, (h, w, c))
-        packed = layout.pack(hwc, transpose=bool(d.get("transpose")))
-        self.arena.write(d["offset"], packed)
-        self.arena.sync_for_device(d["offset"], packed.nbytes)
-        self._stats.pack_us += (time.perf_counter() - t0) * 1e6
+        with st.stage("pack", name):
+            hwc = _to_hwc(value, (h, w, c))
+            packed = layout.pack(hwc, transpose=bool(d.get("transpose")))
+            ctx.arena.write(d["offset"], packed)
+        with st.stage("sync", name):
+            ctx.arena.sync_for_device(d["offset"], packed.nbytes)
 
-    def _download(self, name: str) -> np.ndarray:
+    def _download(self, ctx: _Context, name: str, st: RunStats) -> np.ndarray:
         d = self._dev(name)
         h, w, c = d["hwc"]
         n = h * w * c * 2
-        t0 = time.perf_counter()
-        self.arena.sync_for_cpu(d["offset"], n)
-        hwc = layout.unpack(self.arena.read(d["offset"], n), (h, w, c),
-                            transpose=bool(d.get("transpose")))
-        out = _from_hwc(hwc, tuple(self.tensors[name]["shape"]))
-        self._stats.unpack_us += (time.perf_counter() - t0) * 1e6
-        return out
+        with st.stage("sync", name):
+            ctx.arena.sync_for_cpu(d["offset"], n)
+        with st.stage("unpack", name):
+            hwc = layout.unpack(ctx.arena.read(d["offset"], n), (h, w, c),
+                                transpose=bool(d.get("transpose")))
+            return _from_hwc(hwc, tuple(self.tensors[name]["shape"]))
 
-    def _value(self, name: str, host: dict[str, np.ndarray]) -> np.ndarray:
+    def _value(self, h: RunHandle, name: str) -> np.ndarray:
         if name in self.constants:
             return self.constants[name]
-        if name not in host:
+        if name not in h.host:
             if self._dev(name) is None:
                 raise NetFileError("tensor has no value at this point", field="tensor",
                                    value=name)
-            host[name] = self._download(name)
-        return host[name]
+            h.host[name] = self._download(h.ctx, name, h.stats)
+        return h.host[name]
 
     # -- running ------------------------------------------------------------------------
     def _feeds(self, x: Any) -> dict[str, np.ndarray]:
@@ -199,54 +280,111 @@ class Net:
 
     def run(self, x: Any, timeout: float = 10.0) -> dict[str, np.ndarray]:
         """Run once; returns ``{output name: float32 array}`` in the model's shapes."""
-        t_start = time.perf_counter()
-        self._stats = RunStats()
-        host: dict[str, np.ndarray] = {}
-        for name, arr in self._feeds(x).items():
-            host[name] = arr
-            if self._dev(name) is not None:
-                self._upload(name, arr)
-        for kind, payload in self.steps:
-            if kind == "hw":
-                name, cl, writes = payload
-                t0 = time.perf_counter()
-                us = cl.run(timeout)
-                wall = (time.perf_counter() - t0) * 1e6
-                self._stats.segments.append(SegmentStats(name, us, cl.last.cycles, wall,
-                                                         len(cl.commands)))
-                for t in list(host):   # the device may have rewritten any arena tensor
-                    if self._dev(t) is not None:
-                        del host[t]
-            else:
-                op_type, attrs, inputs, outputs, _ = payload
-                args = [self._value(i, host) if i else None for i in inputs]
-                t0 = time.perf_counter()
-                results = cpu_ops.run_op(op_type, args, attrs)
-                self._stats.cpu_us += (time.perf_counter() - t0) * 1e6
-                for name, val in zip(outputs, results):
-                    if not name:
-                        continue
-                    host[name] = np.asarray(val)
-                    if self._dev(name) is not None:
-                        self._upload(name, host[name])
-        result = {}
-        for spec in self.outputs:
-            result[spec["name"]] = np.asarray(self._value(spec["tensor"], host),
-                                              np.float32).reshape(spec["shape"])
-        self._stats.total_us = (time.perf_counter() - t_start) * 1e6
-        self.last_run = self._stats
-        return result
+        return self.run_async(x, timeout).wait()
 
-    def run_image(self, image: Any, timeout: float = 10.0) -> dict[str, np.ndarray]:
-        """Run on an image (path or array) with the preprocessing recorded in the net.bin."""
-        from .images import preprocess
+    def run_async(self, x: Any, timeout: float = 10.0) -> RunHandle:
+        """Upload ``x`` into a free arena and start its first hardware segment.
+
+        Two arenas alternate (double buffering): the CPU packs input n+1 into one while
+        the device runs input n from the other; n+1 is kicked as soon as the unit is
+        free (it takes one stream at a time).  ``handle.wait()`` finishes the run and
+        returns the outputs; handles complete in order, and a third call waits for the
+        oldest first.
+        """
+        while len(self._pending) >= 2:
+            self._pending[0].wait()
+        busy = {id(h.ctx) for h in self._pending}
+        ctx = next((c for c in self._contexts if id(c) not in busy), None)
+        if ctx is None:
+            ctx = self._context()
+            self._contexts.append(ctx)
+        h = RunHandle(self, ctx, timeout)
+        for name, arr in self._feeds(x).items():
+            h.host[name] = arr
+            if self._dev(name) is not None:
+                self._upload(ctx, name, arr, h.stats)
+        if not any(p.exec_id is not None for p in self._pending):
+            h.advance(block=False)  # the unit takes one stream at a time: kick when idle
+        self._pending.append(h)
+        return h
+
+    def _step(self, h: RunHandle, block: bool) -> bool:
+        """Run step ``h.pc``; returns False when it had to stop at an unfinished kick."""
+        kind, payload = self.steps[h.pc]
+        if kind == "hw":
+            name, index, _ = payload
+            cl = h.ctx.lists[index]
+            if h.exec_id is None:
+                h.t_kick = time.perf_counter()
+                h.exec_id = cl.exec()
+                if not block:
+                    return False
+            us = cl.wait(h.exec_id, h.timeout)
+            wall = (time.perf_counter() - h.t_kick) * 1e6
+            h.exec_id = None
+            h.stats.segments.append(SegmentStats(name, us, cl.last.cycles, wall,
+                                                 len(cl.commands)))
+            h.stats.events.append(("device", name, (h.t_kick - h.stats.t0) * 1e6, wall,
+                                   {"predicted_us": us, "cycles": cl.last.cycles}))
+            for t in list(h.host):   # the device may have rewritten any arena tensor
+                if self._dev(t) is not None:
+                    del h.host[t]
+        else:
+            op_type, attrs, inputs, outputs, name = payload
+            args = [self._value(h, i) if i else None for i in inputs]
+            with h.stats.stage("cpu", f"{op_type} {name}"):
+                results = cpu_ops.run_op(op_type, args, attrs)
+            for out, val in zip(outputs, results):
+                if out:
+                    h.host[out] = np.asarray(val)
+                    if self._dev(out) is not None:
+                        self._upload(h.ctx, out, h.host[out], h.stats)
+        h.pc += 1
+        return True
+
+    def profile(self, x: Any | None = None) -> list[dict[str, Any]]:
+        """Run every hardware command on its own and report what it costs.
+
+        One row per command: source ops, run kinds, shapes, cycles and µs (predicted on
+        the simulator, measured on hardware), MACs and utilization against the peak,
+        bytes moved and tiles.  ``x`` defaults to the golden input (or zeros).
+        """
+        from .profile import profile_net
+
+        return profile_net(self, x)
+
+    def run_image(self, image: Any, timeout: float = 10.0, ipu: bool = False
+                  ) -> dict[str, np.ndarray]:
+        """Run on an image (path or array) with the preprocessing recorded in the net.bin.
+
+        ``ipu=True`` resizes and converts on the device's IPU (§9.1) straight into the
+        input tensor, when the recorded preprocessing has an IPU equivalent."""
+        from .images import as_rgb, preprocess
 
         if len(self.inputs) != 1:
             raise InvalidArgument("run_image needs a single-input network", field="inputs",
                                   value=[i["name"] for i in self.inputs])
         spec = self.inputs[0]
-        return self.run(preprocess(image, tuple(spec["shape"]), spec.get("preprocess", {})),
-                        timeout)
+        if not ipu:
+            return self.run(preprocess(image, tuple(spec["shape"]),
+                                       spec.get("preprocess", {})), timeout)
+        from .ipu import ipu_preprocess
+
+        while self._pending:
+            self._pending[0].wait()
+        ctx = self._contexts[0]
+        h = RunHandle(self, ctx, timeout)
+        with h.stats.stage("pack", "ipu"):
+            ipu_preprocess(self, ctx, spec, as_rgb(image), timeout)
+        self._pending.append(h)
+        return h.wait()
+
+    def class_map(self, output: str | None = None) -> np.ndarray:
+        """Per-pixel class (H, W) uint8 of a (1, K, H, W) output of the last run: the
+        maximizer unit when the device has one (§9.2), else numpy (lowest index wins)."""
+        from .ipu import class_map
+
+        return class_map(self, output)
 
     def selftest(self) -> dict[str, Any]:
         """Run the golden pair stored in the file; report pass/fail and the worst error."""

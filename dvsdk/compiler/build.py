@@ -132,7 +132,8 @@ def _encode_program(program: Program, mplan: Plan, options: Options
                 ncmd += 1
             steps.append({"kind": "hw", "name": f"segment{len(steps)}",
                           "commands": [start, ncmd - start], "sources": sources,
-                          "runs": [c.kind for c in step.commands]})
+                          "runs": [c.kind for c in step.commands],
+                          "command_sources": [c.sources for c in step.commands]})
         elif isinstance(step, CpuStep):
             op = step.op
             for name in op.inputs:
@@ -142,6 +143,12 @@ def _encode_program(program: Program, mplan: Plan, options: Options
             steps.append({"kind": "cpu", "op": op.type, "name": op.name,
                           "attrs": {k: _json_attr(v) for k, v in op.attrs.items()},
                           "inputs": list(op.inputs), "outputs": list(op.outputs)})
+    # A graph output that folded to a constant (e.g. a Shape of a static tensor) is produced
+    # by no step: the runtime returns it from CNST.
+    for name in program.graph.outputs:
+        c = program.graph.const(name)
+        if c is not None and name not in const_index:
+            const_index[name] = constants.add_array(np.asarray(c))
     return steps, records.bytes(), weights_blob.bytes(), constants, const_index
 
 

@@ -1,0 +1,106 @@
+"""The image units around a network: IPU preprocessing in, maximizer class maps out.
+
+:func:`ipu_preprocess` lets the IPU (§9.1) do resize and u8→FP16 conversion,
+writing straight into the network's input tensor: with ``transpose`` the IPU's
+row-major output is the x-major 8-channel-chunked layout of a 3-channel tensor
+(§1), so no CPU packing is needed.  :func:`class_map` runs the maximizer (§9.2)
+on a (1, K, H, W) output still in the arena.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from .driver.cmdlist import CommandList
+from .driver.commands import BufferRef, IpuCommand, MaximizerCommand
+from .errors import InvalidArgument
+
+_RGB888, _RGBFP16 = 1, 2
+_SUB, _DIV_255 = 0, 1
+
+
+def _conversion(pre: dict[str, Any]) -> tuple[int, tuple[int, int, int]]:
+    """The IPU conversion equal to the recorded preprocessing, or InvalidArgument."""
+    mean = [float(v) for v in (pre.get("mean") or [0.0])]
+    mean = (mean * 3)[:3] if len(mean) == 1 else mean[:3]
+    scale = float(pre.get("scale", 1.0) or 1.0)
+    if pre.get("resize", "stretch") != "stretch":
+        raise InvalidArgument("the IPU resizes by stretching only", field="resize",
+                              value=pre.get("resize"), limit="stretch")
+    if not pre.get("std"):
+        if not any(mean) and abs(scale * 255.0 - 1.0) < 1e-6:
+            return _DIV_255, (0, 0, 0)
+        if scale == 1.0 and all(m == int(m) and 0 <= m <= 255 for m in mean):
+            return _SUB, tuple(int(m) for m in mean)
+    raise InvalidArgument("this network's preprocessing has no IPU equivalent (needs x/255, "
+                          "or x - integer mean with scale 1, and no std)", field="preprocess",
+                          value={"mean": mean, "scale": scale, "std": pre.get("std")},
+                          limit="DIV_255 or SUB")
+
+
+def ipu_preprocess(net: Any, ctx: Any, spec: dict[str, Any], rgb: np.ndarray,
+                   timeout: float) -> None:
+    info = net.device.info()
+    if "ipu" not in info.units:
+        raise InvalidArgument("this device has no IPU", field="device", value=info.units,
+                              limit="ipu")
+    shape = tuple(spec["shape"])
+    dev = net._dev(spec["tensor"])
+    if len(shape) != 4 or shape[1] != 3 or dev is None:
+        raise InvalidArgument("the IPU fills a 3-channel image input on the device",
+                              field="input", value=shape, limit="(1, 3, H, W)")
+    cnv, param = _conversion(spec.get("preprocess", {}))
+    _, _, height, width = shape
+    th, tw = rgb.shape[:2]
+    order = spec.get("preprocess", {}).get("channel_order", "RGB")
+    r, b = (2, 0) if order == "BGR" else (0, 2)
+    tex = net.device.alloc(max(rgb.nbytes, 16), align=64, name="ipu-texture")
+    try:
+        tex.write(0, np.ascontiguousarray(rgb))
+        tex.sync_for_device(0, rgb.nbytes)
+        # transposed: output row x, column y = texture (x, y): x-major [W][H][3] FP16
+        cmd = IpuCommand(wr=BufferRef(ctx.arena, dev["offset"]), rect_width=height,
+                         rect_height=width, fmt_wr=_RGBFP16, tex=BufferRef(tex, 0),
+                         fmt_tex=_RGB888, tex_width=tw, tex_height=th, transpose=1, blf=1,
+                         ridx=r, gidx=1, bidx=b, aidx=3, cnv_type=cnv, cnv_param=param)
+        with CommandList(net.device) as cl:
+            cl.add(cmd)
+            cl.commit()
+            cl.run(timeout)
+    finally:
+        tex.free()
+
+
+def class_map(net: Any, output: str | None = None) -> np.ndarray:
+    outs = getattr(net, "_last_result", None)
+    if outs is None:
+        raise InvalidArgument("run the network first", field="class_map")
+    names = [o["name"] for o in net.outputs]
+    name = output or names[0]
+    if name not in outs:
+        raise InvalidArgument("no such output", field="output", value=name, limit=names)
+    scores = outs[name]
+    if scores.ndim != 4 or scores.shape[0] != 1 or scores.shape[1] < 2:
+        raise InvalidArgument("a class map needs a (1, K, H, W) output", field=name,
+                              value=scores.shape, limit="(1, K>=2, H, W)")
+    _, k, height, width = scores.shape
+    tensor = next(o["tensor"] for o in net.outputs if o["name"] == name)
+    dev = net._dev(tensor)
+    info = net.device.info()
+    if dev is None or "maximizer" not in info.units or k > 255:
+        return np.argmax(scores[0], axis=0).astype(np.uint8)
+    out = net.device.alloc(max(height * width, 16), align=64, name="class-map")
+    try:
+        cmd = MaximizerCommand(input_buf=BufferRef(net._last_ctx.arena, dev["offset"]),
+                               output_buf=BufferRef(out, 0), width=width, height=height,
+                               nclass=k)
+        with CommandList(net.device) as cl:
+            cl.add(cmd)
+            cl.commit()
+            cl.run()
+        out.sync_for_cpu(0, height * width)
+        return out.read(0, height * width).reshape(width, height).T.copy()  # x-major
+    finally:
+        out.free()

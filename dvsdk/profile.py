@@ -1,0 +1,129 @@
+"""Per-command profile of a loaded network (``net.profile()``, ``dvsdk-run --profile``).
+
+Every hardware command runs as its own command list, so its cycles (predicted on
+the simulator), time, bytes moved and MAC utilization can be attributed.  CPU ops
+run in between exactly as in a normal run.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import numpy as np
+
+from . import cpu_ops, dims
+from .driver.cmdlist import CommandList
+from .driver.commands import ConvCommand
+
+
+def command_macs(cmd: ConvCommand) -> int:
+    """Multiply-accumulates the command's conv runs perform (per sample)."""
+    total, shape = 0, (cmd.w, cmd.h, cmd.z, cmd.c)
+    for i, run in enumerate(cmd.runs[: cmd.num_runs]):
+        (ow, oh, _, m), _ = dims.run_output_shape(run, shape)
+        if run.conv_enable:
+            pre = run.__class__(**{**run.__dict__, "pool_enable": 0})
+            (tw, th, _, _), _ = dims.run_output_shape(pre, shape)
+            cin = 1 if run.depthwise else shape[3]
+            total += tw * th * run.m * cin * run.kx * run.ky
+        shape = (cmd.w, cmd.h, cmd.z, cmd.c) if cmd.topo >> i & 1 else (ow, oh, 1, m)
+    return total * cmd.batch
+
+
+def _describe(cmd: ConvCommand) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
+    (ow, oh, _, oc), _ = dims.run_output_shape(cmd.runs[cmd.num_runs - 1],
+                                               (cmd.w, cmd.h, cmd.z, cmd.c))
+    return (cmd.h, cmd.w, cmd.c), (oh, ow, oc)
+
+
+def profile_net(net: Any, x: Any | None = None) -> list[dict[str, Any]]:
+    from .runtime import RunHandle
+
+    if x is None:
+        gold = net.meta.get("golden")
+        if gold:
+            x = {n: net.file.array(e, "GOLD") for n, e in gold["inputs"].items()}
+        else:
+            x = {i["name"]: np.zeros(i["shape"], np.float32) for i in net.inputs}
+    while net._pending:
+        net._pending[0].wait()
+    ctx = net._contexts[0]
+    if not hasattr(ctx, "single"):
+        ctx.single = []
+        for cmd in ctx.commands:
+            cl = CommandList(net.device)
+            cl.add(cmd)
+            cl.commit()
+            net._lists.append(cl)
+            ctx.single.append(cl)
+    info = net.device.info()
+    h = RunHandle(net, ctx, 10.0)
+    for name, arr in net._feeds(x).items():
+        h.host[name] = arr
+        if net._dev(name) is not None:
+            net._upload(ctx, name, arr, h.stats)
+    rows: list[dict[str, Any]] = []
+    program = net.meta["program"]
+    for step_meta, (kind, payload) in zip(program, net.steps):
+        if kind != "hw":
+            op_type, attrs, inputs, outputs, name = payload
+            args = [net._value(h, i) if i else None for i in inputs]
+            t0 = time.perf_counter()
+            results = cpu_ops.run_op(op_type, args, attrs)
+            us = (time.perf_counter() - t0) * 1e6
+            for out, val in zip(outputs, results):
+                if out:
+                    h.host[out] = np.asarray(val)
+                    if net._dev(out) is not None:
+                        net._upload(ctx, out, h.host[out], h.stats)
+            rows.append({"index": len(rows), "where": "cpu", "sources": [name],
+                         "kind": op_type, "us": us, "cycles": None})
+            continue
+        start, count = step_meta["commands"]
+        kinds = step_meta.get("runs", [""] * count)
+        sources = step_meta.get("command_sources", [[]] * count)
+        for k in range(count):
+            cmd, cl = ctx.commands[start + k], ctx.single[start + k]
+            t0 = time.perf_counter()
+            us = cl.run()
+            wall = (time.perf_counter() - t0) * 1e6
+            ins, outs = _describe(cmd)
+            macs = command_macs(cmd)
+            cyc = cl.last.cycles
+            util = macs / (cyc * info.mac_num) if cyc and info.mac_num else None
+            tiles = dims.command_tiles(cmd, cmd.runs, info.ub_size)
+            rows.append({
+                "index": len(rows), "where": "hw", "segment": step_meta.get("name"),
+                "sources": sources[k] if k < len(sources) else [],
+                "kind": kinds[k] if k < len(kinds) else "", "input": ins, "output": outs,
+                "runs": cmd.num_runs, "cycles": cyc, "us": us, "wall_us": wall,
+                "macs": macs, "mac_util": util, "tiles": tiles,
+                "bytes": cl.last.input_bytes + cl.last.weight_bytes + cl.last.output_bytes,
+            })
+        h.host = {t: v for t, v in h.host.items() if net._dev(t) is None}
+    return rows
+
+
+def format_profile(rows: list[dict[str, Any]], peak_macs: int) -> str:
+    lines = [f"{'#':>3s} {'where':5s} {'op / run':38s} {'in HxWxC':>13s} {'out HxWxC':>13s} "
+             f"{'cycles':>9s} {'us':>9s} {'MAC util':>8s} {'bytes':>9s} {'tiles':>5s}"]
+    for r in rows:
+        src = ",".join(r["sources"])[:18]
+        label = f"{src} {r['kind']}"[:38]
+        if r["where"] == "cpu":
+            lines.append(f"{r['index']:3d} cpu   {label:38s} {'':>13s} {'':>13s} {'':>9s} "
+                         f"{r['us']:9.1f}")
+            continue
+        fmt = "x".join
+        util = f"{r['mac_util']:.0%}" if r["mac_util"] is not None else "-"
+        lines.append(f"{r['index']:3d} hw    {label:38s} {fmt(map(str, r['input'])):>13s} "
+                     f"{fmt(map(str, r['output'])):>13s} {r['cycles'] or 0:9d} "
+                     f"{r['us']:9.1f} {util:>8s} {r['bytes']:9d} {r['tiles']:5d}")
+    hw = [r for r in rows if r["where"] == "hw"]
+    tot_c = sum(r["cycles"] or 0 for r in hw)
+    tot_m = sum(r["macs"] for r in hw)
+    lines.append(f"total: {len(hw)} commands, {tot_c} cycles, {sum(r['us'] for r in hw):.1f} us "
+                 f"device, MAC utilization {tot_m / max(tot_c * peak_macs, 1):.0%} of the "
+                 f"{peak_macs}-MAC peak")
+    return "\n".join(lines)
