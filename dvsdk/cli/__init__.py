@@ -27,6 +27,11 @@ def entry(prog: str, main: Callable[[list[str]], int],
             traceback.print_exc()
         print(f"{prog}: error: {e}", file=sys.stderr)
         return e.exit_code
+    except BrokenPipeError:  # e.g. `dvsdk-run ... | head`: the reader is gone; stay quiet
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
     except KeyboardInterrupt:
         print(f"{prog}: interrupted", file=sys.stderr)
         return 130
