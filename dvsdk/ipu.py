@@ -60,11 +60,14 @@ def ipu_preprocess(net: Any, ctx: Any, spec: dict[str, Any], rgb: np.ndarray,
     try:
         tex.write(0, np.ascontiguousarray(rgb))
         tex.sync_for_device(0, rgb.nbytes)
-        # transposed: output row x, column y = texture (x, y): x-major [W][H][3] FP16
-        cmd = IpuCommand(wr=BufferRef(ctx.arena, dev["offset"]), rect_width=height,
-                         rect_height=width, fmt_wr=_RGBFP16, tex=BufferRef(tex, 0),
-                         fmt_tex=_RGB888, tex_width=tw, tex_height=th, transpose=1, blf=1,
-                         ridx=r, gidx=1, bidx=b, aidx=3, cnv_type=cnv, cnv_param=param)
+        # A normal net reads x-major [W][H][3]: the IPU writes the texture transposed (row x,
+        # column y).  A --transpose net reads row-major [H][W][3]: no IPU transpose.
+        flip = not spec.get("transpose")
+        rw, rh = (height, width) if flip else (width, height)
+        cmd = IpuCommand(wr=BufferRef(ctx.arena, dev["offset"]), rect_width=rw,
+                         rect_height=rh, fmt_wr=_RGBFP16, tex=BufferRef(tex, 0),
+                         fmt_tex=_RGB888, tex_width=tw, tex_height=th, transpose=int(flip),
+                         blf=1, ridx=r, gidx=1, bidx=b, aidx=3, cnv_type=cnv, cnv_param=param)
         with CommandList(net.device) as cl:
             cl.add(cmd)
             cl.commit()
@@ -91,16 +94,22 @@ def class_map(net: Any, output: str | None = None) -> np.ndarray:
     info = net.device.info()
     if dev is None or "maximizer" not in info.units or k > 255:
         return np.argmax(scores[0], axis=0).astype(np.uint8)
+    spec = next(o for o in net.outputs if o["name"] == name)
     out = net.device.alloc(max(height * width, 16), align=64, name="class-map")
     try:
+        # the device tensor of a --transpose net is x/y-exchanged: its x-major argmax map
+        # is the model's row-major one
+        dw, dh = (height, width) if spec.get("transpose") else (width, height)
         cmd = MaximizerCommand(input_buf=BufferRef(net._last_ctx.arena, dev["offset"]),
-                               output_buf=BufferRef(out, 0), width=width, height=height,
-                               nclass=k)
+                               output_buf=BufferRef(out, 0), width=dw, height=dh, nclass=k)
         with CommandList(net.device) as cl:
             cl.add(cmd)
             cl.commit()
             cl.run()
         out.sync_for_cpu(0, height * width)
-        return out.read(0, height * width).reshape(width, height).T.copy()  # x-major
+        raw = out.read(0, height * width)
+        if spec.get("transpose"):
+            return raw.reshape(height, width).copy()
+        return raw.reshape(width, height).T.copy()  # x-major
     finally:
         out.free()

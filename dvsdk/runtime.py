@@ -110,8 +110,10 @@ class RunHandle:
             self.advance(block=True)
             result = {}
             for spec in net.outputs:
-                result[spec["name"]] = np.asarray(net._value(self, spec["tensor"]),
-                                                  np.float32).reshape(spec["shape"])
+                val = np.asarray(net._value(self, spec["tensor"]), np.float32)
+                if spec.get("transpose"):
+                    val = val.transpose(0, 1, 3, 2)
+                result[spec["name"]] = val.reshape(spec["shape"])
         finally:
             if self in net._pending:
                 net._pending.remove(self)
@@ -272,7 +274,8 @@ class Net:
                 else:
                     raise InvalidArgument("input shape does not match the model", field=name,
                                           value=arr.shape, limit=want)
-            out[name] = arr
+            # a --transpose net runs on x/y-exchanged tensors; only the boundary flips
+            out[name] = arr.transpose(0, 1, 3, 2) if spec.get("transpose") else arr
         if feeds:
             raise InvalidArgument("unknown input", field="inputs", value=sorted(feeds),
                                   limit=[i["name"] for i in self.inputs])

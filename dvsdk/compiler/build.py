@@ -155,6 +155,11 @@ def _encode_program(program: Program, mplan: Plan, options: Options
 def compile_graph(graph: Graph, options: Options, source: str = "") -> NetFile:
     t0 = time.perf_counter()
     info = DeviceInfo(ub_size=options.ub_size, mac_num=576, max_kernel_size=7, svn_version=93)
+    model_graph = graph
+    if options.transpose:
+        from .transpose import transpose_spatial
+
+        graph = transpose_spatial(graph)
     program = lower(graph, info, quantize=options.quantize)
     mplan = plan(program)
     steps, cmds, weights, constants, const_index = _encode_program(program, mplan, options)
@@ -170,10 +175,15 @@ def compile_graph(graph: Graph, options: Options, source: str = "") -> NetFile:
     preprocess = {"mean": list(options.mean), "scale": options.scale,
                   "std": list(options.std) if options.std else None,
                   "channel_order": options.channel_order, "resize": options.resize}
-    inputs = [{"name": n, "tensor": n, "shape": list(graph.shape(n)), "dtype": "float32",
-               "layout": "NCHW", "preprocess": preprocess} for n in graph.inputs]
-    outputs = [{"name": n, "tensor": n, "shape": list(graph.shape(n)), "dtype": "float32",
-                "layout": "NCHW" if len(graph.shape(n) or ()) == 4 else "ND"}
+    def swapped(n: str) -> bool:  # transposed at the boundary (--transpose)
+        return options.transpose and len(model_graph.shape(n) or ()) == 4
+
+    inputs = [{"name": n, "tensor": n, "shape": list(model_graph.shape(n)), "dtype": "float32",
+               "layout": "NCHW", "preprocess": preprocess, "transpose": swapped(n)}
+              for n in graph.inputs]
+    outputs = [{"name": n, "tensor": n, "shape": list(model_graph.shape(n)),
+                "dtype": "float32", "transpose": swapped(n),
+                "layout": "NCHW" if len(model_graph.shape(n) or ()) == 4 else "ND"}
                for n in graph.outputs]
     hw_ops = sum(1 for r in program.report if r["where"] == "hw")
     meta = {
@@ -191,8 +201,9 @@ def compile_graph(graph: Graph, options: Options, source: str = "") -> NetFile:
                   "compile_s": 0.0},
     }
     net = NetFile(meta=meta, commands=cmds, weights=weights, constants=constants.bytes())
+    meta["transposed"] = options.transpose
     if options.golden:
-        _add_golden(net, graph)
+        _add_golden(net, model_graph)
     meta["stats"]["compile_s"] = round(time.perf_counter() - t0, 3)
     return net
 
@@ -249,9 +260,6 @@ def compile(model: Any, output: str | os.PathLike | None = None, **options: Any)
     if opts.resize not in RESIZE_MODES:
         raise ModelError("unknown resize mode", field="resize", value=opts.resize,
                          limit=RESIZE_MODES)
-    if opts.transpose:
-        raise ModelError("--transpose (DHWC input) is not implemented yet", field="transpose",
-                         value=True, hint="compile without --transpose")
     graph = load_model(model, opts)
     net = compile_graph(graph, opts, source=str(model) if isinstance(model, (str, Path))
                         else "<memory>")
