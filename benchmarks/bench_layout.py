@@ -7,23 +7,16 @@ prints the ratio to the plain FP16 -> float32 cast of the packed buffer.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 
 import numpy as np
+from common import median_time as _median_time
 
 from dvsdk import layout
 
 
-def median_time(fn: Callable[[], object], repeat: int = 200, warmup: int = 5) -> float:
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return float(np.median(times))
+def median_time(fn: Callable[[], object]) -> float:
+    return _median_time(fn, repeat=200, warmup=5)
 
 
 def main() -> None:

@@ -6,22 +6,10 @@ packing (goal for FP16: < 0.2 s), unpacking, and of ``quantize_weights`` for the
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
-
 import numpy as np
+from common import median_time
 
 from dvsdk import weights as W
-
-
-def median_time(fn: Callable[[], object], repeat: int = 7) -> float:
-    fn()
-    times = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return float(np.median(times))
 
 
 def main() -> None:

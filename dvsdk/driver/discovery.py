@@ -32,7 +32,7 @@ import os
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from ..errors import DeviceNotFound
+from ..errors import DeviceError, DeviceNotFound
 
 # -- names shared with udev/99-dmp-dv700.rules (tests/test_udev_rules.py checks them) --
 UIO_SUBSYSTEM = "uio"
@@ -472,3 +472,16 @@ def build_boards(nodes: list[UioNode], system: tuple[str, ...] | None = None) ->
         order = ("conv", "ipu", "maximizer")
         boards.append(Dv700Board({u: units[u] for u in order if u in units}, "per-unit"))
     return boards
+
+
+def open_node(path: str, flags: int) -> int:
+    """``os.open`` a device node; a missing node or permission becomes a typed error with
+    the fix (udev rules, group dvsdk)."""
+    try:
+        return os.open(path, flags)
+    except PermissionError:
+        raise DeviceError(f"no permission to open {path}", field="dev", value=path,
+                          hint="install udev/99-dmp-dv700.rules and join group dvsdk "
+                               "(run: dvsdk doctor)") from None
+    except FileNotFoundError:
+        raise DeviceNotFound(f"{path} does not exist", field="dev", value=path) from None

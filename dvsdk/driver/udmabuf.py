@@ -32,7 +32,7 @@ import numpy as np
 from ..errors import DeviceError, DeviceNotFound, InvalidArgument
 from .allocator import RegionAllocator
 from .device import Device, DmaBuffer
-from .discovery import DmaHeapNode, UdmabufNode
+from .discovery import DmaHeapNode, UdmabufNode, open_node
 
 IOCTL_SYNC_FOR_CPU = 0x40085505     # _IOW('U', 5, u64)
 IOCTL_SYNC_FOR_DEVICE = 0x40085506  # _IOW('U', 6, u64)
@@ -108,16 +108,7 @@ class UdmaBufRegion:
         self.coherent = bool(node.dma_coherent)
         self.cached = cached
         flags = os.O_RDWR | os.O_CLOEXEC | (0 if cached else os.O_SYNC)
-        try:
-            self.fd = os.open(node.dev_path, flags)
-        except PermissionError:
-            raise DeviceError(f"no permission to open {node.dev_path}", field="dev",
-                              value=node.dev_path,
-                              hint="install udev/99-dmp-dv700.rules and join group dvsdk "
-                                   "(run: dvsdk doctor)") from None
-        except FileNotFoundError:
-            raise DeviceNotFound(f"{node.dev_path} does not exist", field="dev",
-                                 value=node.dev_path) from None
+        self.fd = open_node(node.dev_path, flags)
         try:
             self.mm = mmap.mmap(self.fd, self.size, mmap.MAP_SHARED,
                                 mmap.PROT_READ | mmap.PROT_WRITE)

@@ -65,6 +65,7 @@ from .discovery import (
     Inventory,
     UioNode,
     discover,
+    open_node,
     parse_int,
     read_attr,
 )
@@ -352,16 +353,7 @@ class UioDevice(Device):
             lock.acquire()
             self._locks.append(lock)
         for node in nodes:
-            try:
-                fd = os.open(node.dev_path, os.O_RDWR | os.O_NONBLOCK | os.O_CLOEXEC)
-            except PermissionError:
-                raise DeviceError(f"no permission to open {node.dev_path}", field="dev",
-                                  value=node.dev_path,
-                                  hint="install udev/99-dmp-dv700.rules and join group dvsdk "
-                                       "(run: dvsdk doctor)") from None
-            except FileNotFoundError:
-                raise DeviceNotFound(f"{node.dev_path} does not exist", field="dev",
-                                     value=node.dev_path) from None
+            fd = open_node(node.dev_path, os.O_RDWR | os.O_NONBLOCK | os.O_CLOEXEC)
             self._mapped[node.sys_name] = _Mapped(node, fd, {})
         for unit, win in self.board.units.items():
             m = self._mapped[win.node.sys_name]
