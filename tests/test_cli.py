@@ -97,6 +97,16 @@ def test_results_match_the_python_api(files, tmp_path):
     np.testing.assert_array_equal(saved[name], ref[name])
 
 
+def test_images_may_follow_options_and_outputs_get_normal_permissions(files, tmp_path):
+    out = tmp_path / "y.npz"
+    proc = cli("dvsdk-run", str(files["net"]), "-k", "1", str(files["img"]), "--save",
+               str(out), str(files["imgs"] / "0.png"), "--json")
+    assert len(json.loads(proc.stdout)["results"]) == 2
+    mask = os.umask(0)
+    os.umask(mask)
+    assert out.stat().st_mode & 0o777 == 0o666 & ~mask
+
+
 def test_npy_input_and_save(files, tmp_path):
     x = np.random.default_rng(1).uniform(-1, 1, (1, 3, 96, 96)).astype(np.float32)
     np.save(tmp_path / "x.npy", x)

@@ -99,7 +99,7 @@ def main(argv: list[str]) -> int:
     from ..errors import InvalidArgument
     from ..runtime import load
 
-    args = build_parser().parse_args(argv)
+    args = build_parser().parse_intermixed_args(argv)  # images may follow options
     if not os.path.exists(args.net):
         raise InvalidArgument("net.bin not found", field="net", value=args.net)
     with load(args.net, args.device) as net:
@@ -191,6 +191,7 @@ def _save_npz(path: str, arrays: dict[str, np.ndarray]) -> None:
     try:
         with os.fdopen(fd, "wb") as f:
             np.savez(f, **{k.replace("/", "__"): v for k, v in arrays.items()})
+        os.chmod(tmp, 0o666 & ~_umask())
         os.replace(tmp, target)
     except BaseException:
         if os.path.exists(tmp):
@@ -299,6 +300,7 @@ def save_mask(path: str, classes: np.ndarray) -> None:
     os.close(fd)
     try:
         Image.fromarray(rgb).save(tmp, format="PNG")
+        os.chmod(tmp, 0o666 & ~_umask())
         os.replace(tmp, target)
     except BaseException:
         if os.path.exists(tmp):
@@ -326,6 +328,7 @@ def write_trace(path: str, runs: list) -> None:
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent or ".")
     with os.fdopen(fd, "w") as f:
         json.dump({"traceEvents": events, "displayTimeUnit": "ms"}, f)
+    os.chmod(tmp, 0o666 & ~_umask())
     os.replace(tmp, target)
 
 
@@ -345,6 +348,13 @@ def _jsonable(v):
     if isinstance(v, tuple):
         return list(v)
     return str(v)
+
+
+def _umask() -> int:
+    """The process umask (files we write atomically get ordinary permissions)."""
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def _pct(values: list[float], q: float) -> float:

@@ -26,16 +26,13 @@ from onnx import helper, numpy_helper
 
 from ..cpu_ops import KERNELS
 from ..errors import ModelError, UnsupportedOps
+from .hwmap import HARDWARE_OPS
 from .ir import Graph, Op, Tensor
 
 __all__ = ["load_onnx", "HW_OPS", "SUPPORTED_OPS"]
 
-#: Ops the DV700 lowering maps to hardware (conv engine / FC); all also have CPU kernels.
-HW_OPS = frozenset(
-    "Conv ConvTranspose BatchNormalization Add Sub Mul Div Relu LeakyRelu PRelu Sigmoid Tanh "
-    "Elu Clip MaxPool AveragePool GlobalAveragePool GlobalMaxPool Pad Gemm MatMul Flatten "
-    "Reshape Squeeze Unsqueeze Concat Split Resize Transpose Identity Dropout LRN Abs".split()
-)
+#: Ops the DV700 lowering maps to hardware: the lowering's own table (all have CPU kernels).
+HW_OPS = frozenset(HARDWARE_OPS)
 #: Op types the frontend rewrites into others (or into constants).
 _REWRITTEN = frozenset({"Constant", "Upsample"})
 #: Everything load_onnx accepts.
