@@ -35,6 +35,8 @@ REGIONS: dict[str, int] = dict(NB["regions"])
 HEADER = SPEC.struct("netbin_header")
 SECTION = SPEC.struct("netbin_section")
 TAGS = tuple(NB["sections"])
+#: META keys every reader needs (netbin.md, "Metadata"); the others are optional
+META_REQUIRED = ("inputs", "outputs", "tensors", "program", "arena")
 
 
 @dataclass
@@ -200,6 +202,15 @@ def decode(data: bytes, name: str = "net.bin") -> NetFile:
         meta = json.loads(sections.pop("META").decode())
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
         raise NetFileError(f"{name} metadata is not valid JSON: {e}", field="META") from None
+    # valid JSON of the wrong shape would otherwise surface as a KeyError/AttributeError
+    # deep in the runtime
+    if not isinstance(meta, dict):
+        raise NetFileError(f"{name} metadata is not a JSON object", field="META",
+                           value=type(meta).__name__)
+    missing = [k for k in META_REQUIRED if k not in meta]
+    if missing:
+        raise NetFileError(f"{name} metadata lacks {', '.join(missing)}", field="META",
+                           value=missing, limit=META_REQUIRED)
     compiler = bytes(hdr["compiler_version"]).rstrip(b"\0").decode("ascii", "replace")
     return NetFile(meta=meta, commands=sections.pop("CMDS", b""),
                    weights=sections.pop("WGTS", b""), constants=sections.pop("CNST", b""),

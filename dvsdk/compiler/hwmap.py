@@ -76,10 +76,16 @@ def activation(op: Op, graph: Graph, channels: int) -> Act:
         s = np.asarray(slope, np.float32)
         if s.size == 1:
             s = np.full(channels, float(s.reshape(-1)[0]), np.float32)
-        elif s.size == channels and (s.ndim <= 1 or s.shape[-2:] in ((1, 1),) or s.ndim == 1):
-            s = s.reshape(-1)
         else:
-            raise NoMapping("PRelu slopes are not per-channel")
+            # ONNX broadcasting aligns the slope with the LAST axes of x: (C, 1, 1) is
+            # per-channel on NCHW, but (C,) is per-column (W == C); on (N, C) (C,) is per-channel
+            xs = graph.shape(op.inputs[0])
+            rank = len(xs) if xs is not None else 0
+            full = (1,) * (rank - s.ndim) + tuple(s.shape) if s.ndim <= rank else ()
+            if rank < 2 or len(full) != rank or full[1] != channels or any(
+                    d != 1 for i, d in enumerate(full) if i != 1):
+                raise NoMapping(f"PRelu slopes {tuple(s.shape)} are not per-channel")
+            s = s.reshape(-1)
         return Act(4, 0.0, s, monotonic=bool((s >= 0).all()))
     raise NoMapping(f"{t} is not an activation")
 

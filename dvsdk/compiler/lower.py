@@ -328,6 +328,11 @@ class Lowering(OpLowerings):
             pads = (kx - 1 - l, kx - 1 - r + opad[1], ky - 1 - t, ky - 1 - bt + opad[0])
         hwmap.check_pads(pads, "conv")
         dilated = max(dx, dy) > 1
+        if dilated and depthwise:
+            # the dilated weight stream (reference §8.2) has no depthwise form; packed anyway,
+            # the device rejects the command (bad_config) at run time
+            raise NoMapping("dilated depthwise conv: the dilated weight format has no "
+                            "depthwise form")
         # activation first, so PReLU slopes can be packed with the weights
         probe, out, fused, eltwise, act = self.fuse_tail(
             ConvRun(pool_stride=0x0101), op.outputs[0], m, allow_add=not dilated,

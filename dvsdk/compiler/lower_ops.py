@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from .. import layout
+from .. import cpu_ops, layout
 from ..driver.commands import ConvRun
 from ..weights import pack_conv_weights
 from . import hwmap
@@ -95,7 +95,9 @@ class OpLowerings:
         if op.type == "GlobalAveragePool":
             return self._global_pool(op, (h, w, c), "avg", kmax)
         (kx, ky), (sx, sy), (dx, dy) = hwmap.window(op)
-        if (dx, dy) != (1, 1) or max(kx, ky) > kmax:
+        if (dx, dy) != (1, 1):
+            raise NoMapping("dilated average pool")
+        if max(kx, ky) > kmax:
             raise NoMapping(f"average-pool window {kx}x{ky} larger than {kmax}")
         l, r, t, b = hwmap.pads_lrtb(op)
         oh, ow = self.shape(op.outputs[0])[2:]
@@ -252,8 +254,23 @@ class OpLowerings:
         near = op.attrs.get("nearest_mode", "round_prefer_floor")
         if mode != "nearest":
             raise NoMapping(f"{mode} resize")
-        if ctm == "align_corners" or (ctm in ("asymmetric", "tf_crop_and_resize")
-                                       and near not in ("floor", "round_prefer_floor")):
+        # The hardware replicates, y[i, j] = x[i // 2, j // 2].  Whether the op does depends
+        # on the coordinate mode, the rounding and the exact scale (half_pixel + floor/ceil,
+        # tf_half_pixel_for_nn + round/ceil, or scale 2.1 with a 2x output size are not), so
+        # run the op's own index map (the CPU kernel's ONNX semantics) on a probe of indices.
+        # (one channel: N and C are unchanged, checked above)
+        probe = np.arange(h * w, dtype=np.float32).reshape(1, 1, h, w)
+        args = [probe] + [self.g.const(n) if n else None for n in op.inputs[1:]]
+        if any(a is None for a, n in zip(args[1:], op.inputs[1:]) if n):
+            raise NoMapping("Resize scales/sizes are not constant")
+        if len(args) > 3 and args[3] is not None and np.size(args[3]) == 4:
+            args[3] = np.asarray(args[3]).copy()
+            args[3][1] = 1                     # sizes (N, C, H, W) for the 1-channel probe
+        try:
+            got = cpu_ops.run_op("Resize", args, op.attrs)[0]
+        except Exception as e:  # noqa: BLE001 - the CPU step reports it properly
+            raise NoMapping(f"Resize index map: {e}") from None
+        if not np.array_equal(got, probe.repeat(2, axis=2).repeat(2, axis=3)):
             raise NoMapping(f"nearest resize with {ctm}/{near} is not a 2x replicate")
         run = ConvRun.make(c, pool="upsample", pool_size=2, pool_stride=1)
         cmd = self.HwCmd(x, op.outputs[0], w, h, c, [run], [None], None, 1, [op.name],
