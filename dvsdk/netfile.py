@@ -149,6 +149,9 @@ def write(net: NetFile, path: str | os.PathLike) -> int:
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
+        mask = os.umask(0)
+        os.umask(mask)
+        os.chmod(tmp, 0o666 & ~mask)  # mkstemp creates 0600; a net.bin is an ordinary file
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):

@@ -294,3 +294,12 @@ def test_rewriting_a_stale_value_still_reaches_the_device(sim):
     buf.write(0, np.zeros(64, np.uint8))             # the CPU stores 0s (its stale view)
     buf.sync_for_device()
     assert not sim.dram[buf.dram_off : buf.dram_off + 64].any()
+
+
+def test_dilated_depthwise_is_rejected(device):
+    """§8.2: the dilated weight stream has no depthwise form."""
+    buf = device.alloc(1 << 16)
+    run = ConvRun.make(16, conv="depthwise", kernel=3, weights=buf, pads=2, dilation=2)
+    cmd = ConvCommand(input_buf=buf, output_buf=buf, w=8, h=8, c=16, runs=[run])
+    with pytest.raises(InvalidCommand, match="cannot be depthwise"):
+        CommandList(device).add(cmd)

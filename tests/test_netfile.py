@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -395,3 +396,14 @@ def test_kernel_size_recorded(net: NetFile) -> None:
     stem = compile(M.resnet_like(size=32), golden=False)
     assert stem.meta["hardware"]["max_kernel_size"] == 7
     assert net.meta["hardware"]["max_kernel_size"] == 3
+
+
+def test_written_file_has_ordinary_permissions(tmp_path):
+    from dvsdk.netfile import NetFile, write
+
+    path = tmp_path / "perm.bin"
+    write(NetFile(meta={"inputs": [], "outputs": [], "tensors": {}, "program": [],
+                        "arena": {"size": 0}}), path)
+    mask = os.umask(0)
+    os.umask(mask)
+    assert path.stat().st_mode & 0o777 == 0o666 & ~mask

@@ -261,8 +261,8 @@ def compile(model: Any, output: str | os.PathLike | None = None, **options: Any)
         raise ModelError("unknown resize mode", field="resize", value=opts.resize,
                          limit=RESIZE_MODES)
     graph = load_model(model, opts)
-    net = compile_graph(graph, opts, source=str(model) if isinstance(model, (str, Path))
-                        else "<memory>")
+    net = compile_graph(graph, opts, source=Path(model).name
+                        if isinstance(model, (str, os.PathLike)) else "<memory>")
     if output is not None:
         write(net, output)
     return net

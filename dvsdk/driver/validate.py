@@ -286,6 +286,10 @@ def _check_dilated(cmd: ConvCommand, i: int, run: ConvRun, w: int, h: int) -> No
               field="conv_dilation", value=run.dilation, limit="topo == 1, no pool")
     if kx % 2 == 0 or ky % 2 == 0:
         _fail("a dilated conv needs an odd kernel", run=i, field="p", value=(kx, ky), limit="odd")
+    if run.depthwise:
+        # the dilated weight stream (§8.2) has no depthwise form
+        _fail("a dilated conv cannot be depthwise", run=i, field="conv_enable",
+              value=run.conv_enable, limit="1 or 5 with dilation")
     if run.actfunc == ACTFUNC.prelu:
         _fail("PReLU cannot be used with dilation", run=i, field="actfunc", value=run.actfunc)
     sx, sy = run.stride
