@@ -130,6 +130,11 @@ def validate_conv(cmd: ConvCommand, info: DeviceInfo) -> ConvPlan:
                       field="tiles", value=tiles, limit=1)
             shape = out_shape
     if topo != 1:
+        for i, run in enumerate(cmd.runs[:nruns]):
+            if 0 in run.pool_strides:  # §15.4: the UBUF math would divide by it
+                _fail("pool_stride must be non-zero on every run of a multi-run command "
+                      "(use 0x0101 when the run does not pool)", run=i, field="pool_stride",
+                      value=hex(run.pool_stride), limit="x, y >= 1")
         if not multirun_ok:
             _fail("multi-run commands cannot hold 3-D, dilated or multi-tile runs", field="topo",
                   value=hex(topo), limit="topo == 1")
