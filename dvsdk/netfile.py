@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,6 +24,7 @@ import numpy as np
 from . import __version__
 from .driver.device import DeviceInfo
 from .errors import NetFileError
+from .fsutil import atomic_write
 from .spec import SPEC
 
 NB = SPEC.netbin
@@ -142,21 +142,7 @@ def encode(net: NetFile) -> bytes:
 def write(net: NetFile, path: str | os.PathLike) -> int:
     """Write atomically: nothing half-written is ever left at ``path``."""
     data = encode(net)
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent or ".")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        mask = os.umask(0)
-        os.umask(mask)
-        os.chmod(tmp, 0o666 & ~mask)  # mkstemp creates 0600; a net.bin is an ordinary file
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    atomic_write(path, lambda f: f.write(data))
     return len(data)
 
 

@@ -183,20 +183,10 @@ def _load_npy(path: str) -> np.ndarray:
 
 
 def _save_npz(path: str, arrays: dict[str, np.ndarray]) -> None:
-    import tempfile
+    from ..fsutil import atomic_write
 
-    target = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".npz",
-                               dir=target.parent or ".")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            np.savez(f, **{k.replace("/", "__"): v for k, v in arrays.items()})
-        os.chmod(tmp, 0o666 & ~_umask())
-        os.replace(tmp, target)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    atomic_write(path, lambda f: np.savez(f, **{k.replace("/", "__"): v
+                                                for k, v in arrays.items()}))
 
 
 def _print_result(entry_: dict, verbose: bool = False, stats=None) -> None:
@@ -289,29 +279,16 @@ PALETTE = np.array([[0, 0, 0], [230, 25, 75], [60, 180, 75], [255, 225, 25], [0,
 
 def save_mask(path: str, classes: np.ndarray) -> None:
     """A colored PNG of a (H, W) class map, written atomically."""
-    import tempfile
-
     from PIL import Image
 
+    from ..fsutil import atomic_write
+
     rgb = PALETTE[classes.astype(np.int64) % len(PALETTE)]
-    target = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".png",
-                               dir=target.parent or ".")
-    os.close(fd)
-    try:
-        Image.fromarray(rgb).save(tmp, format="PNG")
-        os.chmod(tmp, 0o666 & ~_umask())
-        os.replace(tmp, target)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    atomic_write(path, lambda f: Image.fromarray(rgb).save(f, format="PNG"))
 
 
 def write_trace(path: str, runs: list) -> None:
     """Chrome/Perfetto trace (JSON array format) of every run's stages and commands."""
-    import tempfile
-
     events = []
     offset = 0.0
     for name, st in runs:
@@ -324,12 +301,10 @@ def write_trace(path: str, runs: list) -> None:
         offset += st.total_us + 10.0
     events += [{"name": "thread_name", "ph": "M", "pid": 1, "tid": t, "args": {"name": n}}
                for t, n in ((0, "runs"), (1, "host"), (2, "device"))]
-    target = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent or ".")
-    with os.fdopen(fd, "w") as f:
-        json.dump({"traceEvents": events, "displayTimeUnit": "ms"}, f)
-    os.chmod(tmp, 0o666 & ~_umask())
-    os.replace(tmp, target)
+    from ..fsutil import atomic_write
+
+    doc = json.dumps({"traceEvents": events, "displayTimeUnit": "ms"}).encode()
+    atomic_write(path, lambda f: f.write(doc))
 
 
 def _first_input(net, jobs):
@@ -348,13 +323,6 @@ def _jsonable(v):
     if isinstance(v, tuple):
         return list(v)
     return str(v)
-
-
-def _umask() -> int:
-    """The process umask (files we write atomically get ordinary permissions)."""
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
 
 
 def _pct(values: list[float], q: float) -> float:
