@@ -197,12 +197,13 @@ def _decode_weights(blob: np.ndarray, run: dict, in_c: int, size: int) -> tuple:
 
 def _run(run: dict, x: np.ndarray, wb: tuple | None, addend: np.ndarray | None,
          to_dram: bool = False) -> np.ndarray:
-    """One run on one sample (§4.1 order); the result is FP16-valued (rounded here when it
-    stays in the unified buffer, by the packing when it goes to DRAM)."""
+    """One run on one sample (§4.1 order), in float32 through the pipeline; the result is
+    rounded to FP16 where the hardware stores it: here when it stays in the unified buffer,
+    by the packing when it goes to DRAM ([AMBIG] §4.2, firmware_spec/README.md)."""
     ce, pe = run["conv_enable"], run["pool_enable"]
     prelu = None
     if run["lrn"] & 1:
-        t = ops.fp16(ops.lrn(x, (run["lrn"] >> 8) & 0xF))
+        t = ops.lrn(x, (run["lrn"] >> 8) & 0xF)
     elif ce:
         wts, bias, prelu, _ = wb
         kx, ky = _xy(run["p"])
@@ -213,15 +214,13 @@ def _run(run: dict, x: np.ndarray, wb: tuple | None, addend: np.ndarray | None,
             t = ops.deconv2d(x, wts, bias, stride, pads, depthwise=bool(ce & 2), dilation=dil)
         else:
             t = ops.conv2d(x, wts, bias, stride, pads, dil, depthwise=bool(ce & 2))
-        t = ops.fp16(t)
     elif pe == POOL.avg:
-        t = ops.fp16(ops.avg_pool(x, _xy(run["pool_size"]), _xy(run["pool_stride"]),
-                                  _pads(run["pool_pad"], 0xFF),
-                                  fp16_value(run["pool_avg_param"])))
+        t = ops.avg_pool(x, _xy(run["pool_size"]), _xy(run["pool_stride"]),
+                         _pads(run["pool_pad"], 0xFF), fp16_value(run["pool_avg_param"]))
     else:
         t = x
     if addend is not None:
-        t = ops.fp16(t + addend)
+        t = t + addend
     if pe == POOL.max:
         t = ops.max_pool(t, _xy(run["pool_size"]), _xy(run["pool_stride"]),
                          _pads(run["pool_pad"], 0xFF))
