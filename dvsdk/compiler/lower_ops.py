@@ -72,13 +72,58 @@ class OpLowerings:
     def lower_maxpool(self, op: Op) -> bool:
         x = op.inputs[0]
         h, w, c = self.dev_shape(x)
-        run = self.maxpool_fields(ConvRun(m=c, pool_stride=0x0101), op, self.shape(x))
+        try:
+            run = self.maxpool_fields(ConvRun(m=c, pool_stride=0x0101), op, self.shape(x))
+        except NoMapping:
+            return self._staged_maxpool(op, (h, w, c))
         run, out, fused, _, act = self.fuse_tail(run, op.outputs[0], c, False, False,
                                                  self.order[op.name])
         kx, ky = run.pool_kernel
         cmd = self.HwCmd(x, out, w, h, c, [run], [None], None, 1, [op.name, *fused],
                     f"max-pool {kx}x{ky}" + (f" +act{run.actfunc}" if run.actfunc else ""))
         return self._finish(cmd, act)
+
+    def _staged_maxpool(self, op: Op, shape: tuple[int, int, int]) -> bool:
+        """A k x k / k max-pool with k > 3 as stages of 2 and 3 (max of block maxima is
+        the block max): k must factor into 2s and 3s, no padding, no dilation."""
+        (kx, ky), (sx, sy), (dx, dy) = hwmap.window(op)
+        pads = hwmap.pads_lrtb(op)
+        if (kx, ky) != (sx, sy) or (dx, dy) != (1, 1) or any(pads) \
+                or op.attrs.get("ceil_mode", 0) or op.attrs.get("storage_order", 0):
+            raise NoMapping(f"max-pool window {kx}x{ky} outside 2..3 x 1..3 and not a "
+                            "non-overlapping window that splits into 2x2/3x3 stages")
+
+        def factors(k: int) -> list[int]:
+            out = []
+            for f in (3, 2):
+                while k % f == 0 and k > 1:
+                    out.append(f)
+                    k //= f
+            if k != 1:
+                raise NoMapping(f"max-pool window {kx}x{ky} does not factor into 2s and 3s")
+            return out
+
+        fx, fy = factors(kx), factors(ky)
+        n = max(len(fx), len(fy))
+        fx, fy = fx + [1] * (n - len(fx)), fy + [1] * (n - len(fy))
+        h, w, c = shape
+        src, final = op.inputs[0], op.outputs[0]
+        cmds = []
+        for i, (a, b) in enumerate(zip(fx, fy)):
+            if a == 1:  # the hardware's max-pool width is 2..3; pair a 1 with a 2 or 3 column
+                raise NoMapping("max-pool stage with a 1-wide window")
+            last = i == n - 1
+            oh, ow = h // b, w // a
+            dst = final if last else self.g.add_tensor(f"{final}_stage{i}", (1, c, oh, ow))
+            run = ConvRun.make(c, pool="max", pool_size=(a, b), pool_stride=(a, b))
+            cmd = self.HwCmd(src, dst, w, h, c, [run], [None], None, 1,
+                             [op.name] if last else [], f"max-pool stage {a}x{b} of {kx}x{ky}")
+            self.check(cmd)
+            cmds.append(cmd)
+            src, h, w = dst, oh, ow
+        for cmd in cmds[:-1]:
+            self.emit(cmd)
+        return self._finish(cmds[-1], None)
 
     def _avg_stage(self, x: str, out: str, hwc_in: tuple[int, int, int], k: tuple[int, int],
                    s: tuple[int, int], pads: tuple[int, int, int, int], scale: float,
