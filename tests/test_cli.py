@@ -226,3 +226,65 @@ def test_doctor_without_a_board_says_so():
     proc = cli("dvsdk", "doctor", "--device", "uio://?sysfs=/nonexistent&dev=/nonexistent",
                check=3)
     assert "DV700" in proc.stdout
+
+
+def _on_a_tty(argv: list[str]) -> str:
+    """Run a CLI with stderr on a real pseudo-terminal; return what it drew there."""
+    import pty
+    import select
+
+    main_fd, sub_fd = pty.openpty()
+    proc = subprocess.Popen([sys.executable, *argv], stdout=subprocess.DEVNULL, stderr=sub_fd,
+                            env=ENV)
+    os.close(sub_fd)
+    chunks = []
+    while True:
+        ready, _, _ = select.select([main_fd], [], [], 60)
+        if not ready:
+            break
+        try:
+            data = os.read(main_fd, 4096)
+        except OSError:
+            break
+        if not data:
+            break
+        chunks.append(data)
+    proc.wait(timeout=60)
+    os.close(main_fd)
+    assert proc.returncode == 0
+    return b"".join(chunks).decode(errors="replace")
+
+
+def test_progress_on_a_terminal(files, tmp_path):
+    shown = _on_a_tty(["-m", "dvsdk.cli.run", str(files["net"]), str(files["imgs"])])
+    assert "[#" in shown and "5/5" in shown
+    shown = _on_a_tty(["-m", "dvsdk.cli.compile", str(files["model"]), "-o",
+                       str(tmp_path / "p.bin")])
+    assert "optimizing the model" in shown and "golden self-test" in shown
+
+
+def test_save_mask_writes_the_class_map(tmp_path):
+    rng = np.random.default_rng(5)
+    wt = rng.normal(0, 0.5, (4, 3, 3, 3)).astype(np.float32)
+    g = onnx.helper.make_graph(
+        [onnx.helper.make_node("Conv", ["x", "W"], ["y"], pads=[1, 1, 1, 1],
+                               kernel_shape=[3, 3])], "seg",
+        [onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, 3, 20, 28])],
+        [onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1, 4, 20, 28])],
+        [onnx.numpy_helper.from_array(wt, "W")])
+    onnx.save(onnx.helper.make_model(g, opset_imports=[onnx.helper.make_opsetid("", 13)],
+                                     ir_version=8), tmp_path / "seg.onnx")
+    cli("dvsdk-compile", str(tmp_path / "seg.onnx"), "-o", str(tmp_path / "seg.bin"),
+        "--scale", str(1 / 255), "-q")
+    img = tmp_path / "street.png"
+    Image.fromarray(rng.integers(0, 256, (20, 28, 3), dtype=np.uint8)).save(img)
+    mask = tmp_path / "mask.png"
+    out = cli("dvsdk-run", str(tmp_path / "seg.bin"), str(img), "--save-mask", str(mask),
+              "--save", str(tmp_path / "y.npz")).stdout
+    assert f"saved class map to {mask}" in out
+    scores = np.load(tmp_path / "y.npz")["y"]
+    colors = np.asarray(Image.open(mask).convert("RGB"))
+    assert colors.shape == (20, 28, 3)
+    from dvsdk.cli.run import PALETTE
+
+    np.testing.assert_array_equal(colors, PALETTE[np.argmax(scores[0], axis=0)])

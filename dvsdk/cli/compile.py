@@ -45,6 +45,13 @@ def main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
     out = Path(args.output or Path(args.model).with_suffix(".bin"))
     t0 = time.perf_counter()
+    tty = sys.stderr.isatty() and not args.quiet
+
+    def progress(stage: str) -> None:  # one updating status line on a terminal only
+        if tty:
+            sys.stderr.write(f"\r\x1b[K[{time.perf_counter() - t0:5.1f}s] {stage}...")
+            sys.stderr.flush()
+
     net = compile_model(
         args.model, out, quantize=args.quantize, transpose=args.transpose,
         input_size=parse_hw(args.input_size) if args.input_size else None,
@@ -52,7 +59,9 @@ def main(argv: list[str]) -> int:
         scale=args.scale if args.scale is not None else 1.0,
         std=parse_floats(args.std, 3, "std") if args.std else None,
         channel_order=args.channel_order, resize=args.resize, labels=args.labels,
-        ub_size=args.ub_size, golden=not args.no_golden)
+        ub_size=args.ub_size, golden=not args.no_golden, progress=progress)
+    if tty:
+        sys.stderr.write("\r\x1b[K")
     meta = net.meta
     if args.report:
         print_report(meta)

@@ -248,8 +248,12 @@ def _dram_mb(net: NetFile) -> int:
     return max(64, -(-need // (1 << 20)) * 2)
 
 
-def compile(model: Any, output: str | os.PathLike | None = None, **options: Any) -> NetFile:
-    """Compile ``model`` (an ONNX path, bytes or ModelProto); write ``output`` if given."""
+def compile(model: Any, output: str | os.PathLike | None = None, *,
+            progress: Any = None, **options: Any) -> NetFile:
+    """Compile ``model`` (an ONNX path, bytes or ModelProto); write ``output`` if given.
+
+    ``progress(stage)`` is called as each stage starts (the CLI draws it on a terminal)."""
+    say = progress or (lambda stage: None)
     labels = options.pop("labels", None)
     if isinstance(labels, (str, os.PathLike)):
         labels = [ln.strip() for ln in Path(labels).read_text().splitlines() if ln.strip()]
@@ -260,9 +264,13 @@ def compile(model: Any, output: str | os.PathLike | None = None, **options: Any)
     if opts.resize not in RESIZE_MODES:
         raise ModelError("unknown resize mode", field="resize", value=opts.resize,
                          limit=RESIZE_MODES)
+    say("reading and optimizing the model")
     graph = load_model(model, opts)
+    say("lowering, packing weights" + (", quantizing" if opts.quantize else "")
+        + (", golden self-test" if opts.golden else ""))
     net = compile_graph(graph, opts, source=Path(model).name
                         if isinstance(model, (str, os.PathLike)) else "<memory>")
     if output is not None:
+        say(f"writing {output}")
         write(net, output)
     return net
