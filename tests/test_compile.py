@@ -887,3 +887,20 @@ def test_large_non_overlapping_maxpool_runs_in_stages(k, size, where):
     with Net(net, SIM) as n:
         y = n.run(feeds)["y"]
     assert np.max(np.abs(y - ref)) <= 4e-3  # FP16 rounding of the inputs only
+
+
+def test_per_element_runs_write_in_place_over_a_dying_input():
+    """BatchNormalization after an Add becomes a depthwise 1x1 run; the Add's result dies
+    there, so the run writes over it (same arena slot) and the results stay right."""
+    model = M.bn_standalone()
+    net = compile(model, golden=False)
+    offs = net.meta["arena"]["offsets"]
+    bn = next(r for r in net.meta["report"] if r["type"] == "BatchNormalization")
+    assert "depthwise 1x1" in bn["detail"]
+    assert offs["batchnormalization_out11"] == offs["add_out5"]
+    feeds = M.make_feeds(model, seed=4)
+    ref = ort_reference(model, feeds)
+    with Net(net, SIM) as n:
+        out = n.run(feeds)
+    for spec, r in zip(net.meta["outputs"], ref):
+        assert np.max(np.abs(out[spec["name"]] - r)) <= 1e-3 + 1e-2 * np.ptp(r)

@@ -44,6 +44,35 @@ def nbytes(hwc: tuple[int, int, int]) -> int:
     return h * w * c * 2
 
 
+def _in_place(program: Program, units: list[tuple[set[str], set[str]]]
+              ) -> dict[str, tuple[str, int]]:
+    """Aliases plus in-place outputs: a per-element, single-tile run (activation-only, or a
+    per-channel affine as a depthwise 1x1) may write over its input when that input's
+    whole slot dies there.  Single tile: the input is entirely in the unified buffer before
+    any output is stored (§7.2: such runs are not 2-D convs) [INFER]."""
+    aliases = dict(program.aliases)
+    graph = program.graph
+    last: dict[str, int] = {}
+    for i, (reads, writes) in enumerate(units):
+        for n in reads | writes:
+            last[resolve(n, aliases)[0]] = i
+    for n in graph.outputs:
+        last[resolve(n, aliases)[0]] = len(units)
+    i = 0
+    for step in program.steps:
+        cmds = step.commands if isinstance(step, HwStep) else [None]
+        for cmd in cmds:
+            if cmd is not None and cmd.inplace and cmd.output not in aliases \
+                    and cmd.input not in graph.inputs and cmd.output not in graph.outputs \
+                    and program.device.get(cmd.input) == program.device.get(cmd.output):
+                root, off = resolve(cmd.input, aliases)
+                if last.get(root) == i and root not in graph.inputs:
+                    aliases[cmd.output] = (cmd.input, 0)
+                    last[root] = max(last.get(root, i), last.get(cmd.output, i))
+            i += 1
+    return aliases
+
+
 def plan(program: Program) -> Plan:
     graph = program.graph
     units: list[tuple[set[str], set[str]]] = []  # (reads, writes) per command / CPU op
@@ -55,10 +84,11 @@ def plan(program: Program) -> Plan:
         elif isinstance(step, CpuStep):
             units.append(({i for i in step.op.inputs if i}, set(step.op.outputs)))
     end = len(units)
+    aliases = _in_place(program, units)
     roots: dict[str, str] = {}
     sizes: dict[str, int] = {}
     for name, shape in program.device.items():
-        root, off = resolve(name, program.aliases)
+        root, off = resolve(name, aliases)
         roots[name] = root
         need = off + nbytes(shape)
         if root in program.device:
@@ -99,7 +129,7 @@ def plan(program: Program) -> Plan:
         placed.append((cursor, cursor + size, lo, hi))
     offsets = {}
     for name in program.device:
-        root, off = resolve(name, program.aliases)
+        root, off = resolve(name, aliases)
         offsets[name] = offsets_root[root] + off
     total = max((e for _, e, _, _ in placed), default=0)
     return Plan(total, offsets, {r: (first[r], last[r]) for r in sizes}, roots)
