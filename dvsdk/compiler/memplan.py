@@ -63,7 +63,7 @@ def _in_place(program: Program, units: list[tuple[set[str], set[str]]]
         cmds = step.commands if isinstance(step, HwStep) else [None]
         for cmd in cmds:
             if cmd is not None and cmd.inplace and cmd.output not in aliases \
-                    and cmd.input not in graph.inputs and cmd.output not in graph.outputs \
+                    and cmd.input not in graph.inputs \
                     and program.device.get(cmd.input) == program.device.get(cmd.output):
                 root, off = resolve(cmd.input, aliases)
                 if last.get(root) == i and root not in graph.inputs:
