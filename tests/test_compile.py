@@ -904,3 +904,16 @@ def test_per_element_runs_write_in_place_over_a_dying_input():
         out = n.run(feeds)
     for spec, r in zip(net.meta["outputs"], ref):
         assert np.max(np.abs(out[spec["name"]] - r)) <= 1e-3 + 1e-2 * np.ptp(r)
+
+
+def test_quantized_selftest_measures_the_device_not_the_quantization():
+    """The golden reference of a --quantize net is the quantized model itself, so its
+    tolerance is FP16-tight; the per-layer quantization error is reported."""
+    net = compile(M.mobilenetv2_like(), quantize=True)
+    quant = net.meta["quantization"]
+    assert len(quant) == sum(1 for r in net.meta["report"] if r["type"] in ("Conv", "Gemm"))
+    assert all(0 < q["rel_rms"] < 0.02 for q in quant)
+    (tol,) = net.meta["golden"]["tolerance"].values()
+    assert tol <= 2e-3
+    with Net(net, SIM) as n:
+        assert n.selftest()["passed"]

@@ -155,6 +155,11 @@ def _encode_program(program: Program, mplan: Plan, options: Options
 def compile_graph(graph: Graph, options: Options, source: str = "") -> NetFile:
     t0 = time.perf_counter()
     info = DeviceInfo(ub_size=options.ub_size, mac_num=576, max_kernel_size=7, svn_version=93)
+    quant_report: list[dict] = []
+    if options.quantize:
+        from .quantize import quantize_graph
+
+        graph, quant_report = quantize_graph(graph)
     model_graph = graph
     if options.transpose:
         from .transpose import transpose_spatial
@@ -195,6 +200,7 @@ def compile_graph(graph: Graph, options: Options, source: str = "") -> NetFile:
         "arena": {"size": mplan.size, "offsets": mplan.offsets},
         "weights": {"size": len(weights), "quantized": options.quantize},
         "report": program.report,
+        "quantization": quant_report,
         "stats": {"hw_ops": hw_ops, "cpu_ops": len(program.report) - hw_ops,
                   "commands": len(cmds) and sum(s["commands"][1] for s in steps
                                                 if s["kind"] == "hw"),

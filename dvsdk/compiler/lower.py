@@ -124,8 +124,10 @@ class Lowering(OpLowerings):
         return users[0] if users[0].name not in self.done else None
 
     def _pack(self, w: np.ndarray, b: np.ndarray, prelu: np.ndarray | None = None,
-              dilated: bool = False) -> tuple[bytes, int]:
-        if self.quantize and prelu is None:
+              dilated: bool = False, quantizable: bool = True) -> tuple[bytes, int]:
+        """Pack a run's weights; 8-bit when quantizing, except PReLU runs (§6.1 m) and
+        weights the model does not have (per-channel affine runs) which stay FP16."""
+        if self.quantize and prelu is None and quantizable:
             table, idx = quantize_weights(w)
             blob = (pack_dilated_weights(idx, b, table=table) if dilated
                     else pack_conv_weights(idx, b, table=table))

@@ -260,7 +260,7 @@ class OpLowerings:
                     raise NoMapping("division by zero")
                 scale = 1.0 / k
         blob, fmt = self._pack(np.asarray(scale, np.float32).reshape(c, 1, 1, 1),
-                               np.asarray(shift, np.float32))
+                               np.asarray(shift, np.float32), quantizable=False)
         run = ConvRun.make(c, conv="depthwise", kernel=1)
         run = replace(run, weight_fmt=fmt)
         cmd = self.HwCmd(x, op.outputs[0], w, h, c, [run], [blob], None, 1, [op.name],
