@@ -65,6 +65,12 @@ def main(argv: list[str]) -> int:
     meta = net.meta
     if args.report:
         print_report(meta)
+    if not args.quiet and meta.get("quantization"):
+        q = meta["quantization"]
+        worst = max(q, key=lambda r: r["rel_rms"])
+        print(f"quantized {len(q)} layers to 8-bit tables: relative RMS error "
+              f"{min(r['rel_rms'] for r in q):.2%}..{worst['rel_rms']:.2%} (worst "
+              f"{worst['op']})")
     if not args.quiet:
         st = meta["stats"]
         print(f"wrote {out}: {st['hw_ops']} ops on the DV700 in {st['commands']} commands, "
