@@ -91,6 +91,7 @@ class LinkDmaBuffer(DmaBuffer):
         self.remote_flags = flags
         self._snap = np.zeros(size, np.uint8)
         self._known = np.zeros(size, bool)
+        self._written = np.zeros(size, bool)  # stored by write() since the last push
 
     @property
     def _link(self) -> LinkDevice:
@@ -100,7 +101,7 @@ class LinkDmaBuffer(DmaBuffer):
     def _runs(self, offset: int, nbytes: int, unknown_too: bool) -> list[tuple[int, int]]:
         """Byte ranges of ``[offset, offset+nbytes)`` the agent does not hold yet."""
         sl = slice(offset, offset + nbytes)
-        need = self.view[sl] != self._snap[sl]
+        need = (self.view[sl] != self._snap[sl]) | self._written[sl]
         if unknown_too:
             need |= ~self._known[sl]
         if need.all():
@@ -123,12 +124,16 @@ class LinkDmaBuffer(DmaBuffer):
             for a, b in runs:
                 self._snap[a:b] = self.view[a:b]
                 self._known[a:b] = True
+                self._written[a:b] = False
 
     def write(self, offset: int, data: Any) -> None:
-        """Copy into the shadow; write-through when the remote backend tracks CPU writes."""
+        """Copy into the shadow and remember the span as stored: it reaches the agent, in
+        coalesced runs, at the next sync or before the next kick (a store dirties its
+        bytes whatever the value, as in a cache, so rewriting a stale value counts)."""
         super().write(offset, data)
         if self.remote_flags & lp.BUF_TRACKS_WRITES:
-            self._push(offset, memoryview(np.ascontiguousarray(data)).nbytes)
+            n = memoryview(np.ascontiguousarray(data)).nbytes
+            self._written[offset : offset + n] = True
 
     def _sync_for_device(self, offset: int, nbytes: int) -> None:
         self._push(offset, nbytes)
