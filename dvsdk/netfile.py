@@ -200,11 +200,125 @@ def decode(data: bytes, name: str = "net.bin") -> NetFile:
     if missing:
         raise NetFileError(f"{name} metadata lacks {', '.join(missing)}", field="META",
                            value=missing, limit=META_REQUIRED)
+    check_meta(meta, name)
     compiler = bytes(hdr["compiler_version"]).rstrip(b"\0").decode("ascii", "replace")
     return NetFile(meta=meta, commands=sections.pop("CMDS", b""),
                    weights=sections.pop("WGTS", b""), constants=sections.pop("CNST", b""),
                    golden=sections.pop("GOLD", b""), format_version=version,
                    compiler_version=compiler, extra=sections)
+
+
+def _want(ok: bool, name: str, what: str, field: str, value: Any = None,
+          limit: Any = None) -> None:
+    if not ok:
+        raise NetFileError(f"{name} metadata: {what}", field=field, value=value, limit=limit)
+
+
+def _is_int(v: Any, lo: int = 0) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v >= lo
+
+
+def _is_shape(v: Any) -> bool:
+    return isinstance(v, list) and all(_is_int(d) for d in v)
+
+
+def _check_entries(entries: Any, name: str, where: str) -> None:
+    """An index of raw arrays: ``{name: {offset, dtype, shape}}``."""
+    _want(isinstance(entries, dict), name, f"{where} is not an object", where, type(entries))
+    for key, entry in entries.items():
+        ok = isinstance(entry, dict) and _is_int(entry.get("offset")) \
+            and _is_shape(entry.get("shape"))
+        if ok:
+            try:
+                np.dtype(entry.get("dtype"))
+            except (TypeError, ValueError):
+                ok = False
+        _want(ok, name, "array entry is malformed", f"{where}.{key}", entry)
+
+
+def check_meta(meta: dict[str, Any], name: str = "net.bin") -> None:
+    """Types and ranges of everything the runtime reads from META, so a hand-edited or
+    damaged file fails here with NetFileError instead of deep inside the runtime."""
+    hw = meta.get("hardware", {})
+    _want(isinstance(hw, dict), name, "hardware is not an object", "hardware", type(hw))
+    for key in ("ub_size_min", "max_kernel_size", "svn_version_min"):
+        _want(_is_int(hw.get(key, 0)), name, f"hardware.{key} is not a count",
+              f"hardware.{key}", hw.get(key), "integer >= 0")
+    units = hw.get("units", ["conv"])
+    _want(isinstance(units, list) and all(isinstance(u, str) for u in units), name,
+          "hardware.units is not a list of unit names", "hardware.units", units)
+    arena = meta["arena"]
+    _want(isinstance(arena, dict) and _is_int(arena.get("size")), name,
+          "arena.size is not a byte count", "arena.size",
+          arena.get("size") if isinstance(arena, dict) else arena, "integer >= 0")
+    tensors = meta["tensors"]
+    _want(isinstance(tensors, dict), name, "tensors is not an object", "tensors")
+    for tname, t in tensors.items():
+        _want(isinstance(t, dict) and _is_shape(t.get("shape")), name,
+              "tensor has no valid shape", f"tensors.{tname}.shape",
+              t.get("shape") if isinstance(t, dict) else t)
+        dev = t.get("device")
+        if dev is None:
+            continue
+        ok = (isinstance(dev, dict) and _is_int(dev.get("offset")) and _is_shape(dev.get("hwc"))
+              and len(dev["hwc"]) == 3 and min(dev["hwc"]) >= 1)
+        _want(ok, name, "tensor has no valid device placement", f"tensors.{tname}.device", dev)
+        _want(int(np.prod(dev["hwc"], dtype=np.int64)) == int(np.prod(t["shape"],
+                                                                        dtype=np.int64)),
+              name, "device placement and shape disagree", f"tensors.{tname}.device",
+              dev["hwc"], t["shape"])
+        end = dev["offset"] + 2 * int(np.prod(dev["hwc"], dtype=np.int64))
+        _want(end <= arena["size"], name, "tensor lies outside the arena",
+              f"tensors.{tname}.device", end, arena["size"])
+    for side in ("inputs", "outputs"):
+        specs = meta[side]
+        _want(isinstance(specs, list), name, f"{side} is not a list", side, type(specs))
+        for i, spec in enumerate(specs):
+            ok = (isinstance(spec, dict) and isinstance(spec.get("name"), str)
+                  and isinstance(spec.get("tensor"), str) and spec["tensor"] in tensors
+                  and _is_shape(spec.get("shape")))
+            _want(ok, name, f"{side}[{i}] does not name a tensor with a shape",
+                  f"{side}[{i}]", spec)
+            flip = spec.get("transpose", False)
+            _want(isinstance(flip, bool) and (not flip or len(spec["shape"]) == 4), name,
+                  f"{side}[{i}].transpose must be a boolean, true only for 4-D tensors",
+                  f"{side}[{i}].transpose", flip)
+            want = int(np.prod(tensors[spec["tensor"]]["shape"], dtype=np.int64))
+            _want(int(np.prod(spec["shape"], dtype=np.int64)) == want, name,
+                  f"{side}[{i}] shape does not match its tensor", f"{side}[{i}].shape",
+                  spec["shape"], tensors[spec["tensor"]]["shape"])
+    program = meta["program"]
+    _want(isinstance(program, list), name, "program is not a list", "program", type(program))
+    for i, step in enumerate(program):
+        _want(isinstance(step, dict) and step.get("kind") in ("hw", "cpu"), name,
+              "program step of unknown kind", f"program[{i}].kind",
+              step.get("kind") if isinstance(step, dict) else step, ("hw", "cpu"))
+        if step["kind"] == "hw":
+            cmds = step.get("commands")
+            _want(isinstance(cmds, list) and len(cmds) == 2 and _is_int(cmds[0])
+                  and _is_int(cmds[1], 1), name, "hw step has no command range",
+                  f"program[{i}].commands", cmds, "[first, count >= 1]")
+        else:
+            ok = (isinstance(step.get("op"), str) and isinstance(step.get("attrs", {}), dict)
+                  and all(isinstance(step.get(k), list) and all(isinstance(n, str)
+                                                                for n in step[k])
+                          for k in ("inputs", "outputs")))
+            _want(ok, name, "cpu step is malformed", f"program[{i}]", step.get("op"))
+    _check_entries(meta.get("constants") or {}, name, "constants")
+    golden = meta.get("golden")
+    if golden is not None:
+        _want(isinstance(golden, dict), name, "golden is not an object", "golden", type(golden))
+        _check_entries(golden.get("inputs"), name, "golden.inputs")
+        _check_entries(golden.get("outputs"), name, "golden.outputs")
+        tol = golden.get("tolerance")
+        _want(isinstance(tol, dict) and all(
+            isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0
+            for v in tol.values()) and set(tol) == set(golden["outputs"]), name,
+            "golden.tolerance needs a number per golden output", "golden.tolerance", tol)
+    labels = meta.get("labels")
+    _want(labels is None or (isinstance(labels, list) and all(isinstance(x, str)
+                                                               for x in labels)),
+          name, "labels is not a list of strings", "labels", type(labels))
 
 
 def read(path: str | os.PathLike) -> NetFile:

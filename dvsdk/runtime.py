@@ -24,7 +24,7 @@ from . import cpu_ops, layout
 from .driver.cmdlist import CommandList
 from .driver.commands import BufferRef, ConvCommand
 from .driver.device import Device, open_device
-from .errors import InvalidArgument, NetFileError
+from .errors import DvsdkError, InvalidArgument, NetFileError
 from .netfile import REGIONS, NetFile, check_hardware, read
 
 
@@ -158,8 +158,8 @@ class Net:
             if self.file.weights:
                 self.weights.write(0, np.frombuffer(self.file.weights, np.uint8))
                 self.weights.sync_for_device()
-            self.constants = {n: self.file.array(e) for n, e in meta.get("constants",
-                                                                           {}).items()}
+            self.constants = {n: self.file.array(e)
+                              for n, e in (meta.get("constants") or {}).items()}
             self._contexts = [self._context()]
         except BaseException:
             self.close()
@@ -336,7 +336,13 @@ class Net:
             op_type, attrs, inputs, outputs, name = payload
             args = [self._value(h, i) if i else None for i in inputs]
             with h.stats.stage("cpu", f"{op_type} {name}"):
-                results = cpu_ops.run_op(op_type, args, attrs)
+                try:
+                    results = cpu_ops.run_op(op_type, args, attrs)
+                except DvsdkError:
+                    raise
+                except Exception as e:  # noqa: BLE001 - a damaged record must not escape raw
+                    raise NetFileError(f"CPU op {op_type} {name} cannot run: {e}",
+                                       field=f"program.{name}", value=op_type) from e
             for out, val in zip(outputs, results):
                 if out:
                     h.host[out] = np.asarray(val)

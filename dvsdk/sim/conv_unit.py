@@ -29,6 +29,9 @@ CONFIG_RUN = SPEC.struct("conv_config_run")
 CFG_ADDR = int(SPEC.stream["cfg_image_address"])
 POOL = SPEC.enum("pool_enable")
 NO_BUFFER = 0xDEADBEEF
+#: per-command work limit of the simulator (a 300 MHz ZIA-C2 does ~1.7e11 MAC/s; this is
+#: minutes of numpy): a garbage configuration is reported, not computed
+MAX_MACS = 5 * 10**10
 
 
 @dataclass
@@ -102,6 +105,12 @@ def _execute(core: Dv700Core, hdr: dict, runs: list[dict], table_word: int) -> N
         else:
             out_offs.append(None)
             shape = out_shape
+    # a garbage configuration must fail fast: outputs inside DRAM, bounded work
+    core.mem.check_range(hdr["output_base_addr"], out_total * batch)
+    macs = sum(_run_macs(r, shp) for r, shp in zip(runs, shapes)) * batch
+    if macs > MAX_MACS:
+        raise HardwareError("bad_config", CFG_ADDR, f"{macs} MACs exceed the simulator's "
+                            f"per-command limit of {MAX_MACS}")
     if eltwise:
         r0 = dict(runs[0], pool_enable=0 if runs[0]["pool_enable"] != POOL.avg else POOL.avg)
         (ew, eh, _, ec), _ = dims.run_output_shape(r0, (w, h, 1, c))
@@ -136,6 +145,15 @@ def _execute(core: Dv700Core, hdr: dict, runs: list[dict], table_word: int) -> N
     totals.in_bytes += batch * one.in_bytes
     totals.weight_bytes += batch * one.weight_bytes
     totals.out_bytes += batch * one.out_bytes
+
+
+def _run_macs(run: dict, shapes: tuple) -> int:
+    (w, h, _, c), (ow, oh, _, m) = shapes
+    if not run["conv_enable"]:
+        return ow * oh * m
+    kx, ky = _xy(run["p"])
+    cin = 1 if run["conv_enable"] & 2 else c
+    return max(ow, w) * max(oh, h) * m * cin * kx * (ky or kx)
 
 
 def _read_input(core: Dv700Core, addr: int, hwc: tuple[int, int, int],

@@ -94,6 +94,10 @@ class Dram:
                                 f"[{self.base:#x}, {self.base + self.array.size:#x})")
         return off
 
+    def check_range(self, addr: int, n: int) -> None:
+        """HardwareError unless ``[addr, addr+n)`` lies in DRAM."""
+        self._span(addr, n)
+
     def read(self, addr: int, n: int) -> np.ndarray:
         off = self._span(addr, n)
         if self.on_read:
