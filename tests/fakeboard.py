@@ -291,8 +291,14 @@ class FakeBoard:
             if node.pending and node.ctrl[0]:
                 node.ctrl[0] = 0
                 node.pending = 0
-                node.count[0] = (int(node.count[0]) + 1) & 0xFFFFFFFF
-                _write(node.sys_dir / "event", f"{int(node.count[0])}\n")
+                count = (int(node.count[0]) + 1) & 0xFFFFFFFF
+                # sysfs first, atomically (a real sysfs read never sees a half-written
+                # file), then the count the driver polls: whoever sees the new count also
+                # sees the matching event file
+                tmp = node.sys_dir / ".event.tmp"
+                _write(tmp, f"{count}\n")
+                os.replace(tmp, node.sys_dir / "event")
+                node.count[0] = count
 
     def events(self, unit: str) -> int:
         """The UIO event count of ``unit``'s node."""

@@ -448,8 +448,10 @@ CASES: list[E2E] = [
         detail=(("Squeeze", "free view"), ("Unsqueeze", "free view"),
                 ("Reshape", "free view"))),
     E2E("reshape_cpu", reshape_cpu, cpu=("Reshape",)),
-    E2E("concat_zero_copy_8_8", concat(8, 8), commands=3, detail=(("Concat", "zero-copy"),)),
-    E2E("concat_zero_copy_8_5", concat(8, 5), commands=3, detail=(("Concat", "zero-copy"),)),
+    E2E("concat_multirun_8_8", concat(8, 8), commands=2,
+        detail=(("Concat", "multi-run topo 0x3"),)),
+    E2E("concat_multirun_8_5", concat(8, 5), commands=2,
+        detail=(("Concat", "multi-run topo 0x3"),)),
     E2E("concat_cpu_copy_3_5", concat(3, 5), cpu=("Concat",), commands=3),
     E2E("split_cpu", split_convs, cpu=("Split",)),
     # -- CPU-only and removed ops ----------------------------------------------------------

@@ -298,3 +298,48 @@ def test_quantized_selftest_measures_the_device_not_the_quantization():
     with Net(net, SIM) as n:
         assert n.selftest()["passed"]
 
+
+
+def _inception(size: int = 12) -> onnx.ModelProto:
+    """GoogLeNet inception_3b in miniature: 1x1 | 1x1 -> 3x3 | 1x1 -> 5x5 | pool -> 1x1."""
+    b = M.NetBuilder(91)
+    x0 = b.node("Relu", [b.conv("x", 16, 32, k=1)])
+    b1 = b.node("Relu", [b.conv(x0, 32, 16, k=1)])
+    b2 = b.node("Relu", [b.conv(b.node("Relu", [b.conv(x0, 32, 8, k=1)]), 8, 16, k=3, p=1)])
+    b3 = b.node("Relu", [b.conv(b.node("Relu", [b.conv(x0, 32, 8, k=1)]), 8, 8, k=5, p=2)])
+    mp = b.node("MaxPool", [x0], kernel_shape=[3, 3], strides=[1, 1], pads=[1, 1, 1, 1])
+    b4 = b.node("Relu", [b.conv(mp, 32, 8, k=1)])
+    y = b.node("Concat", [b1, b2, b3, b4], axis=1)
+    return b.model([("x", (1, 16, size, size))], [y], "inception")
+
+
+def test_branches_into_a_concat_become_one_multi_run_command():
+    """§4.1: the inception module runs as one command with topo 0x55 (the reduce convs and
+    the branch pool stay in the unified buffer), as DMP's own test_multirun config; it
+    matches onnxruntime and beats separate commands on cycles and arena size."""
+    model = _inception()
+    feeds = M.make_feeds(model, seed=1)
+    ref = ort_reference(model, feeds)[0]
+    results = {}
+    for multirun in (True, False):
+        net = compile(model, multirun=multirun, golden=False)
+        with Net(net, SIM) as n:
+            y = n.run(feeds)[net.meta["outputs"][0]["name"]]
+            results[multirun] = (n.last_run.cycles, net.meta["arena"]["size"],
+                                 hw_commands(net))
+        assert_matches(y, ref)
+    (cyc_m, arena_m, cmds_m), (cyc_s, arena_s, cmds_s) = results[True], results[False]
+    assert len(cmds_m) == 2 and len(cmds_s) == 8
+    concat = next(r for r in compile(model, golden=False).meta["report"]
+                  if r["type"] == "Concat")
+    assert "multi-run topo 0x55" in concat["detail"]
+    assert cyc_m < 0.7 * cyc_s and arena_m < arena_s
+
+
+def test_concat_falls_back_to_zero_copy_placement():
+    """Without multi-run (or when it does not validate) each branch is its own command and
+    the producers write straight into the concat buffer."""
+    for net in (compile(_inception(), multirun=False, golden=False),
+                compile(_inception(48), ub_size=65536, golden=False)):  # §7.3 peak too big
+        concat = next(r for r in net.meta["report"] if r["type"] == "Concat")
+        assert "zero-copy" in concat["detail"]

@@ -44,6 +44,7 @@ class Options:
     labels: list[str] | None = None
     ub_size: int = 524288
     golden: bool = True
+    multirun: bool = True
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -165,7 +166,7 @@ def compile_graph(graph: Graph, options: Options, source: str = "") -> NetFile:
         from .transpose import transpose_spatial
 
         graph = transpose_spatial(graph)
-    program = lower(graph, info, quantize=options.quantize)
+    program = lower(graph, info, quantize=options.quantize, multirun=options.multirun)
     mplan = plan(program)
     steps, cmds, weights, constants, const_index = _encode_program(program, mplan, options)
     tensors = {}

@@ -158,7 +158,8 @@ HARDWARE_OPS: dict[str, str] = {
     "Gemm": "1x1 conv on a 1x1xN input; flattened conv outputs read in place with "
             "permuted weights", "MatMul": "as Gemm when the weight is constant",
     "Resize": "2x nearest upsample run", "Upsample": "2x nearest upsample run",
-    "Concat": "zero-copy placement when every branch but the last has C % 8 == 0",
+    "Concat": "inception/fire branches as one multi-run command (topo), else zero-copy "
+              "placement; every branch but the last needs C % 8 == 0",
     "Flatten": "free view when H = W = 1, else read in place by the following Gemm",
     "Reshape": "free view when H = W = 1", "Squeeze": "free view", "Unsqueeze": "free view",
     "Pad": "folded into the next conv / average pool (constant zero)",

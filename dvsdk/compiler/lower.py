@@ -14,7 +14,6 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from .. import dims
 from ..driver.commands import BufferRef, ConvCommand, ConvRun
 from ..driver.device import DeviceInfo
 from ..driver.validate import validate_conv
@@ -72,9 +71,10 @@ class Program:
 
 
 def out_hwc(cmd: HwCmd) -> tuple[int, int, int]:
-    """(H, W, C) of a single-run command's output (§7.5)."""
-    (ow, oh, _, oc), _ = dims.run_output_shape(cmd.runs[0], (cmd.w, cmd.h, 1, cmd.c))
-    return oh, ow, oc
+    """(H, W, C) of a command's output (§7.5; output runs appended, §4.1)."""
+    from .multirun import command_out_hwc
+
+    return command_out_hwc(cmd)
 
 
 class _FakeBuffer:
@@ -89,10 +89,12 @@ _FAKE = BufferRef(_FakeBuffer(0x1000_0000), 0)
 
 class Lowering(OpLowerings):
     HwCmd = HwCmd
-    def __init__(self, graph: Graph, info: DeviceInfo, quantize: bool = False) -> None:
+    def __init__(self, graph: Graph, info: DeviceInfo, quantize: bool = False,
+                 multirun: bool = True) -> None:
         self.g = graph
         self.info = info
         self.quantize = quantize
+        self.multirun = multirun
         self.cons = graph.consumers()
         self.prod = graph.producers()
         self.order = {op.name: i for i, op in enumerate(graph.ops)}
@@ -102,6 +104,7 @@ class Lowering(OpLowerings):
         self.aliases: dict[str, tuple[str, int]] = {}
         self.report: list[dict] = []
         self.deferred: dict[str, Op] = {}  # view output -> view op a Gemm may absorb
+        self.emit_sink: list[HwCmd] | None = None
 
     # -- helpers ------------------------------------------------------------------------
     def shape(self, name: str) -> tuple[int, ...]:
@@ -149,8 +152,14 @@ class Lowering(OpLowerings):
 
     # -- walking ------------------------------------------------------------------------
     def run(self) -> Program:
+        from .multirun import find_groups, lower_group
+
+        groups = find_groups(self) if self.multirun else {}
         for op in self.g.ops:
             if op.name in self.done:
+                continue
+            group = groups.get(op.name)
+            if group is not None and lower_group(self, group):
                 continue
             try:
                 handled = self.lower_op(op)
@@ -177,6 +186,9 @@ class Lowering(OpLowerings):
         return Program(self.g, self.steps, self.device, self.aliases, self.report)
 
     def emit(self, cmd: HwCmd) -> None:
+        if self.emit_sink is not None:  # a dry run (multirun.lower_group) collects
+            self.emit_sink.append(cmd)
+            return
         if not self.steps or not isinstance(self.steps[-1], HwStep):
             self.steps.append(HwStep())
         self.steps[-1].commands.append(cmd)
@@ -377,6 +389,7 @@ class Lowering(OpLowerings):
         return " ".join(parts)
 
 
-def lower(graph: Graph, info: DeviceInfo, quantize: bool = False) -> Program:
+def lower(graph: Graph, info: DeviceInfo, quantize: bool = False,
+          multirun: bool = True) -> Program:
     """Lower an optimized, shape-inferred graph for a device with ``info``."""
-    return Lowering(graph, info, quantize).run()
+    return Lowering(graph, info, quantize, multirun).run()
