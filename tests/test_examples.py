@@ -117,6 +117,17 @@ def test_benchmark_prints_stages_and_fps():
     assert "predicted by its cycle model" in out
 
 
+def test_benchmark_shows_the_double_buffering_gain():
+    import re
+
+    out = ok(run(EXAMPLES / "benchmark.py", "--runs", "4"))
+    m = re.search(r"run_async, double-buffered .*: ([\d.]+) ms sequential -> ([\d.]+) ms "
+                  r"overlapped \(x([\d.]+) throughput\)", out)
+    assert m, out
+    seq, pipe, gain = (float(g) for g in m.groups())
+    assert pipe <= seq and gain >= 1.0
+
+
 def test_benchmark_takes_a_net_bin():
     out = ok(run(EXAMPLES / "benchmark.py", MODELS / "digits.bin", "-n", "2"))
     assert "compile (skipped: net.bin given)" in out and "device-bound" in out
