@@ -8,6 +8,7 @@ run in between exactly as in a normal run.
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -23,7 +24,7 @@ def command_macs(cmd: ConvCommand) -> int:
     for i, run in enumerate(cmd.runs[: cmd.num_runs]):
         (ow, oh, _, m), _ = dims.run_output_shape(run, shape)
         if run.conv_enable:
-            pre = run.__class__(**{**run.__dict__, "pool_enable": 0})
+            pre = replace(run, pool_enable=0)
             (tw, th, _, _), _ = dims.run_output_shape(pre, shape)
             cin = 1 if run.depthwise else shape[3]
             total += tw * th * run.m * cin * run.kx * run.ky

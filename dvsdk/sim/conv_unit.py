@@ -188,7 +188,7 @@ def _load_weights(core: Dv700Core, run: dict, in_c: int) -> tuple | None:
     blob = core.mem.read(addr, size)
     key = (addr, size, in_c, run["m"], run["p"], run["conv_enable"], run["conv_dilation"],
            run["weight_fmt"], run["actfunc"] == 4)
-    cache = core.__dict__.setdefault("weight_cache", {})
+    cache = core.weight_cache
     hit = cache.get(key)
     if hit is not None and np.array_equal(hit[0], blob):
         return hit[1]

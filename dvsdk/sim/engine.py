@@ -148,6 +148,8 @@ class Dv700Core:
         self.ipu_lut = np.zeros(0, np.uint32)  # palette loaded by the last LUT command
         self._lut_pending: list[int] = []
         self.stats: dict[str, int] = {"kicks": 0, "commands": 0, "cycles": 0}
+        #: decoded weights by (address, layout): reused while the DRAM bytes are unchanged
+        self.weight_cache: dict[tuple, tuple] = {}
         self.power_on()
 
     # -- register file ------------------------------------------------------------------
