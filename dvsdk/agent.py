@@ -295,16 +295,22 @@ def serve_tcp(server: LinkServer, host: str, port: int, stop: threading.Event, *
             conn, peer = lsock.accept()
             if server.verbose:
                 _log(f"connection from {peer[0]}:{peer[1]}")
-            transport: lp.Transport = lp.SocketTransport(conn, f"tcp:{peer[0]}:{peer[1]}")
-            if inject:
-                transport = lp.FaultyTransport(transport, inject)
-            try:
-                server.serve(transport, stop)
-            finally:
-                transport.close()
-                server.end_session()
+            _serve_one(server, lp.SocketTransport(conn, f"tcp:{peer[0]}:{peer[1]}"), stop,
+                       inject, server.end_session)
             if once:
                 return
+
+
+def _serve_one(server: LinkServer, transport: lp.Transport, stop: threading.Event,
+               inject: lp.FaultSpec | None, cleanup: Callable[[], None]) -> None:
+    """Serve one transport (through the fault injector when asked), then clean up."""
+    if inject:
+        transport = lp.FaultyTransport(transport, inject)
+    try:
+        server.serve(transport, stop)
+    finally:
+        transport.close()
+        cleanup()
 
 
 def serve_pty(server: LinkServer, stop: threading.Event, *,
@@ -318,14 +324,8 @@ def serve_pty(server: LinkServer, stop: threading.Event, *,
     os.chmod(path, 0o666)
     _announce(f"serial://{path}")
     # Keep the slave open ourselves: the master then never sees EOF/EIO between clients.
-    transport: lp.Transport = lp.FdTransport(master, f"pty:{path}", flush_fd=slave)
-    if inject:
-        transport = lp.FaultyTransport(transport, inject)
-    try:
-        server.serve(transport, stop)
-    finally:
-        transport.close()
-        os.close(slave)
+    _serve_one(server, lp.FdTransport(master, f"pty:{path}", flush_fd=slave), stop, inject,
+               lambda: os.close(slave))
 
 
 def serve_serial(server: LinkServer, port: str, baud: int, stop: threading.Event, *,

@@ -33,6 +33,12 @@ def _ints(v: Any, n: int, default: int) -> list[int]:
     return [int(i) for i in v]
 
 
+def split_same(total: int, auto_pad: str) -> tuple[int, int]:
+    """ONNX auto_pad: SAME_UPPER puts the odd pixel at the end, SAME_LOWER at the start."""
+    small, big = total // 2, total - total // 2
+    return (small, big) if auto_pad == "SAME_UPPER" else (big, small)
+
+
 def _auto_pads(auto_pad: str, in_sp: Sequence[int], k: Sequence[int], s: Sequence[int],
                d: Sequence[int]) -> list[int]:
     """Explicit ``[begins..., ends...]`` for auto_pad SAME_UPPER / SAME_LOWER / VALID."""
@@ -43,13 +49,9 @@ def _auto_pads(auto_pad: str, in_sp: Sequence[int], k: Sequence[int], s: Sequenc
     for i in range(n):
         out = -(-in_sp[i] // s[i])
         total = max(0, (out - 1) * s[i] + (k[i] - 1) * d[i] + 1 - in_sp[i])
-        small, big = total // 2, total - total // 2
-        if auto_pad == "SAME_UPPER":
-            begins.append(small)
-            ends.append(big)
-        else:
-            begins.append(big)
-            ends.append(small)
+        begin, end = split_same(total, auto_pad)
+        begins.append(begin)
+        ends.append(end)
     return begins + ends
 
 
@@ -142,13 +144,9 @@ def resolve_conv_transpose(attrs: Attrs, x_shape: Sequence[int], w_shape: Sequen
             if total < 0:  # output larger than the natural size: grow output_padding
                 op[i] -= total
                 total = 0
-            small, big = total // 2, total - total // 2
-            if auto == "SAME_UPPER":
-                begins.append(small)
-                ends.append(big)
-            else:
-                begins.append(big)
-                ends.append(small)
+            begin, end = split_same(total, auto)
+            begins.append(begin)
+            ends.append(end)
         pads = begins + ends
     return {"kernel_shape": k, "strides": s, "pads": pads, "dilations": d,
             "group": int(attrs.get("group", 1)), "output_padding": op}
