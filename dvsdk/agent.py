@@ -363,7 +363,14 @@ def build_parser() -> argparse.ArgumentParser:
     """The ``dvsdk-agent`` command line."""
     p = argparse.ArgumentParser(
         prog="dvsdk-agent",
-        description="Serve a DV700 device (hardware or simulator) over the dvlink protocol.")
+        description="Serve a DV700 device (hardware or simulator) over the dvlink protocol.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="""examples:
+  dvsdk-agent --device uio:// --port tcp:0.0.0.0:5555   on the board; a host then uses
+                                                        DVSDK_DEVICE=socket://board:5555
+  dvsdk-agent --device sim:// --port pty                 prints serial:///dev/pts/N
+  dvsdk-agent --device uio:// --port /dev/ttyPS1 --baud 921600   over the board's UART
+The first line printed is the device URL a client should open.""")
     p.add_argument("--device", default=None,
                    help="device URL to serve (default $DVSDK_DEVICE, else sim://)")
     p.add_argument("--factory", default=None, metavar="MODULE:CALLABLE",

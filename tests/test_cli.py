@@ -53,7 +53,7 @@ def files(tmp_path_factory):
 
 
 def test_help_has_examples():
-    for tool in ("dvsdk", "dvsdk-compile", "dvsdk-run"):
+    for tool in ("dvsdk", "dvsdk-compile", "dvsdk-run", "dvsdk-agent"):
         out = cli(tool, "--help").stdout
         assert "examples:" in out
 
