@@ -55,11 +55,11 @@ def _pads(word: int, mask_a: int) -> tuple[int, int, int, int]:
 def run_configuration(core: Dv700Core) -> None:
     """START was written: decode the image and run every sample of the batch."""
     table_word, core.u8_table = core.u8_table, NO_BUFFER  # consumed per command
-    hdr = CONFIG.unpack(core.cfg_mem, CFG_ADDR)
+    hdr = _decoded(CONFIG, core.cfg_mem, CFG_ADDR)
     nruns = int(hdr["topo"]).bit_length()
     if nruns == 0 or CFG_ADDR + CONFIG.size + nruns * CONFIG_RUN.size > core.cfg_mem.size:
         raise HardwareError("bad_config", CFG_ADDR, f"topo {hdr['topo']:#x} selects no runs")
-    runs = [CONFIG_RUN.unpack(core.cfg_mem, CFG_ADDR + CONFIG.size + i * CONFIG_RUN.size)
+    runs = [_decoded(CONFIG_RUN, core.cfg_mem, CFG_ADDR + CONFIG.size + i * CONFIG_RUN.size)
             for i in range(nruns)]
     try:
         _execute(core, hdr, runs, table_word)
@@ -67,6 +67,21 @@ def run_configuration(core: Dv700Core) -> None:
         raise
     except (DvsdkError, ValueError, IndexError, ZeroDivisionError, OverflowError) as e:
         raise HardwareError("bad_config", CFG_ADDR, f"configuration cannot run: {e}") from None
+
+
+_DECODED: dict[tuple, dict] = {}
+
+
+def _decoded(struct, mem: np.ndarray, offset: int) -> dict:
+    """``struct.unpack(mem, offset)``, memoized on the record's bytes (a fresh dict each
+    call, so callers may modify it)."""
+    key = (struct.size, offset, mem[offset : offset + struct.size].tobytes())
+    hit = _DECODED.get(key)
+    if hit is None:
+        if len(_DECODED) > 4096:
+            _DECODED.clear()
+        hit = _DECODED[key] = struct.unpack(mem, offset)
+    return dict(hit)
 
 
 def _check_addr(addr: int, align: int, what: str) -> None:
@@ -122,8 +137,7 @@ def _execute(core: Dv700Core, hdr: dict, runs: list[dict], table_word: int) -> N
         addend = None
         if eltwise:
             eb = elt_shape[0] * elt_shape[1] * elt_shape[2] * 2
-            raw = core.mem.read(hdr["eltwise_base_addr"] + n * eb, eb)
-            addend = layout.unpack(raw, elt_shape)
+            addend = core.mem.read_tensor(hdr["eltwise_base_addr"] + n * eb, elt_shape)
             if n == 0:
                 one.in_bytes += eb
         cur = x
@@ -132,7 +146,7 @@ def _execute(core: Dv700Core, hdr: dict, runs: list[dict], table_word: int) -> N
             y = _run(run, src, weights[i], addend if i == 0 else None, out_offs[i] is not None)
             if out_offs[i] is not None:
                 addr = hdr["output_base_addr"] + n * out_total + out_offs[i]
-                core.mem.write(addr, layout.pack(y))
+                core.mem.write_tensor(addr, y)
             else:
                 cur = y
             if n == 0:
@@ -160,8 +174,7 @@ def _read_input(core: Dv700Core, addr: int, hwc: tuple[int, int, int],
                 table_word: int) -> np.ndarray:
     hh, ww, cc = hwc
     if table_word == NO_BUFFER:
-        raw = core.mem.read(addr, hh * ww * cc * 2)
-        return layout.unpack(raw, hwc)
+        return core.mem.read_tensor(addr, hwc)
     # conv v1: uint8 input converted through 3 x 256 FP16 tables ([AMBIG] §3.3, our choice:
     # the same chunked layout with one byte per element, channel c uses table c % 3, and the
     # to_bgr flag (bit 0 of the table address) swaps the first and third tables).

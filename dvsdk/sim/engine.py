@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .. import layout
 from ..spec import SPEC
 from .timing import TimingParams, byte_counter_values
 
@@ -70,12 +71,28 @@ class SimParams:
                                    bus_bytes_per_cycle=self.bus_bytes_per_cycle)
 
 
+def _same_bytes(a: np.ndarray, b: np.ndarray) -> bool:
+    """Byte equality of two uint8 vectors of the same size (8 bytes at a time if possible)."""
+    if a.size % 8 == 0:
+        return np.array_equal(a.view(np.uint64), b.view(np.uint64))
+    return np.array_equal(a, b)
+
+
 class Dram:
     """Physical memory seen by the device: bounds-checked reads and writes.
 
     ``on_read``/``on_write`` let the owner watch device traffic (the simulator
     checks DMA coherence there).  ``flip`` injects one bit error into the next write.
+
+    Tensor shadow (wall time only, never results): :meth:`write_tensor` keeps, per
+    address, the bytes it wrote and their float32 values; :meth:`read_tensor` of the same
+    address and shape returns those values instead of unpacking, but only when the DRAM
+    bytes still equal the kept ones (compared on every read, so any other writer, a DMA
+    sync, a test poking the array or an injected bit flip simply misses the shadow).
     """
+
+    #: the shadow is dropped whole past this many bytes of kept arrays
+    SHADOW_LIMIT = 256 << 20
 
     def __init__(self, array: np.ndarray, base: int,
                  on_read: Callable[[int, int], None] | None = None,
@@ -85,6 +102,8 @@ class Dram:
         self.on_read = on_read
         self.on_write = on_write
         self.flip_next_write = False
+        self.shadow: dict[int, tuple] = {}  # addr -> (nbytes, shape, packed bytes, float32)
+        self._shadow_bytes = 0
 
     def _span(self, addr: int, n: int) -> int:
         off = addr - self.base
@@ -111,8 +130,42 @@ class Dram:
         if self.flip_next_write and raw.size:
             self.array[off + raw.size // 2] ^= 0x10
             self.flip_next_write = False
+        if self.shadow:
+            self._shadow_drop(addr, raw.size)
         if self.on_write:
             self.on_write(addr, raw.size)
+
+    # -- tensor shadow (see the class docstring) ----------------------------------------
+    def _shadow_drop(self, addr: int, n: int) -> None:
+        end = addr + n
+        for a in [a for a, e in self.shadow.items() if a < end and addr < a + e[0]]:
+            self._shadow_bytes -= self.shadow.pop(a)[4]
+
+    def write_tensor(self, addr: int, y: np.ndarray) -> None:
+        """``write(addr, layout.pack(y))`` for an HWC tensor, keeping a shadow of it."""
+        with np.errstate(over="ignore", invalid="ignore"):
+            h16 = np.asarray(y).astype(np.float16)  # the cast layout.pack does
+        packed = layout.pack(h16).view(np.uint8)
+        self.write(addr, packed)
+        vals = layout._f16_to_f32(h16)
+        vals.flags.writeable = False
+        cost = packed.nbytes + vals.nbytes
+        if self._shadow_bytes + cost > self.SHADOW_LIMIT:
+            self.shadow.clear()
+            self._shadow_bytes = 0
+        self.shadow[addr] = (packed.size, vals.shape, packed, vals, cost)
+        self._shadow_bytes += cost
+
+    def read_tensor(self, addr: int, shape: tuple[int, ...]) -> np.ndarray:
+        """``layout.unpack(read(addr, nbytes), shape)``, from the shadow when it is valid.
+
+        The result may be shared and read-only: callers must not modify it."""
+        n = 2 * int(np.prod(shape))
+        raw = self.read(addr, n)
+        hit = self.shadow.get(addr)
+        if hit is not None and hit[0] == n and hit[1] == tuple(shape) and _same_bytes(hit[2], raw):
+            return hit[3]
+        return layout.unpack(raw, shape)
 
     def read32(self, addr: int) -> int:
         if addr % 4:

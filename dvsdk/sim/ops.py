@@ -206,13 +206,17 @@ def conv2d(
         xp = np.pad(x, ((pt, pb), (pl, pr), (0, 0)))
 
     if depthwise:
+        # out = 0 + tap0*w0 + tap1*w1 + ... in that order, each product rounded to float32
+        # before its add (no FMA), in place: the same bits as summing fresh temporaries
         out = np.zeros((oh, ow, c), np.float32)
+        prod = np.empty_like(out)
         for i in range(ky):
             r0 = i * dy
             rows = slice(r0, r0 + (oh - 1) * sy + 1, sy)
             for j in range(kx):
                 c0 = j * dx
-                out += xp[rows, c0:c0 + (ow - 1) * sx + 1:sx, :] * w[:, 0, i, j]
+                np.multiply(xp[rows, c0:c0 + (ow - 1) * sx + 1:sx, :], w[:, 0, i, j], out=prod)
+                out += prod
         out += b
         return out
 
@@ -391,7 +395,8 @@ def activation(
         alpha = np.float32(param) if param != 0 else np.float32(1.0)
         return np.where(a > 0, a, alpha * np.expm1(np.minimum(a, 0))).astype(np.float32)
     if code == ACT_RELU6:
-        return np.minimum(np.maximum(a, np.float32(0)), np.float32(6))
+        t = np.maximum(a, np.float32(0))
+        return np.minimum(t, np.float32(6), out=t)
     raise InvalidArgument("unknown activation code", field="actfunc", value=code, limit="0..6")
 
 
