@@ -55,14 +55,19 @@ def _auto_pads(auto_pad: str, in_sp: Sequence[int], k: Sequence[int], s: Sequenc
     return begins + ends
 
 
-def resolve_conv(attrs: Attrs, x_shape: Sequence[int], w_shape: Sequence[int]) -> Attrs:
-    """Explicit Conv attributes: kernel_shape, strides, pads, dilations, group."""
+def _window(attrs: Attrs, x_shape: Sequence[int], w_shape: Sequence[int]
+            ) -> tuple[int, list[int], list[int], list[int], str]:
+    """(spatial rank, kernel, strides, dilations, auto_pad) of a Conv/ConvTranspose."""
     n = len(x_shape) - 2
     k = _ints(attrs.get("kernel_shape"), n, 1) if attrs.get("kernel_shape") else list(
         map(int, w_shape[2:]))
-    s = _ints(attrs.get("strides"), n, 1)
-    d = _ints(attrs.get("dilations"), n, 1)
-    auto = attrs.get("auto_pad", "NOTSET") or "NOTSET"
+    return (n, k, _ints(attrs.get("strides"), n, 1), _ints(attrs.get("dilations"), n, 1),
+            attrs.get("auto_pad", "NOTSET") or "NOTSET")
+
+
+def resolve_conv(attrs: Attrs, x_shape: Sequence[int], w_shape: Sequence[int]) -> Attrs:
+    """Explicit Conv attributes: kernel_shape, strides, pads, dilations, group."""
+    n, k, s, d, auto = _window(attrs, x_shape, w_shape)
     if auto in ("SAME_UPPER", "SAME_LOWER", "VALID"):
         pads = _auto_pads(auto, x_shape[2:], k, s, d)
     else:
@@ -121,13 +126,8 @@ def pool_output_shape(x_shape: Sequence[int], a: Attrs) -> tuple:
 
 def resolve_conv_transpose(attrs: Attrs, x_shape: Sequence[int], w_shape: Sequence[int]) -> Attrs:
     """Explicit ConvTranspose attributes: pads and output_padding replace output_shape/auto_pad."""
-    n = len(x_shape) - 2
-    k = _ints(attrs.get("kernel_shape"), n, 1) if attrs.get("kernel_shape") else list(
-        map(int, w_shape[2:]))
-    s = _ints(attrs.get("strides"), n, 1)
-    d = _ints(attrs.get("dilations"), n, 1)
+    n, k, s, d, auto = _window(attrs, x_shape, w_shape)
     op = _ints(attrs.get("output_padding"), n, 0)
-    auto = attrs.get("auto_pad", "NOTSET") or "NOTSET"
     out_shape = attrs.get("output_shape")
     if out_shape is not None and len(out_shape) > 0:
         target = [int(v) for v in out_shape][-n:]

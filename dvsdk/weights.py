@@ -239,6 +239,21 @@ def _header_index(header_byte: np.ndarray) -> np.ndarray:
 # -------------------------------------------------------------------------- conv
 
 
+def _conv_args(weights: Any, bias: Any, table: Any
+               ) -> tuple[bool, np.ndarray, tuple[int, int, int, int], np.ndarray | None,
+                          np.ndarray]:
+    """Checked packer arguments: quantized?, (M, C, ky, kx) weights, their shape, the
+    table (or None) and the FP16 bias."""
+    q = table is not None
+    w = _weights4(weights, q)
+    m, c, ky, kx = (int(d) for d in w.shape)
+    _check_kernel(kx, ky)
+    _check_count("M", m)
+    _check_count("C", c)
+    lut = _table(table) if q else None
+    return q, w, (m, c, ky, kx), lut, _fp16(bias, "bias", (m,))
+
+
 def pack_conv_weights(weights: Any, bias: Any, prelu: Any = None, table: Any = None) -> bytes:
     """Pack conv weights like ``dmp_dv_pack_conv_weights`` (§8.1, §8.3).
 
@@ -248,14 +263,7 @@ def pack_conv_weights(weights: Any, bias: Any, prelu: Any = None, table: Any = N
     ``(ky, kx)`` plane by 180 degrees first (§4.2).  The length is
     :func:`conv_weight_size` (§7.4).
     """
-    q = table is not None
-    w = _weights4(weights, q)
-    m, c, ky, kx = (int(d) for d in w.shape)
-    _check_kernel(kx, ky)
-    _check_count("M", m)
-    _check_count("C", c)
-    lut = _table(table) if q else None
-    b16 = _fp16(bias, "bias", (m,))
+    q, w, (m, c, ky, kx), lut, b16 = _conv_args(weights, bias, table)
     p16 = None if prelu is None else _fp16(prelu, "prelu", (m,))
     if not q:
         w = _fp16(w, "weights", w.shape, "f")
@@ -326,14 +334,7 @@ def pack_dilated_weights(weights: Any, bias: Any, table: Any = None) -> bytes:
     carries the bias.  ``weights`` is ``(M, C, ky, kx)`` (no depthwise, no PReLU);
     ``table`` as in :func:`pack_conv_weights`.  Length: :func:`dilated_weight_size`.
     """
-    q = table is not None
-    w = _weights4(weights, q)
-    m, c, ky, kx = (int(d) for d in w.shape)
-    _check_kernel(kx, ky)
-    _check_count("M", m)
-    _check_count("C", c)
-    lut = _table(table) if q else None
-    b16 = _fp16(bias, "bias", (m,))
+    q, w, (m, c, ky, kx), lut, b16 = _conv_args(weights, bias, table)
     if not q:
         w = _fp16(w, "weights", w.shape, "f")
     out = np.zeros(dilated_weight_size(c, m, kx, ky, q), dtype=np.uint8)

@@ -156,13 +156,18 @@ def test_dma_buffer_range_checks(device):
 
 # -- simulator-only behaviour --------------------------------------------------------------
 
-def test_hang_times_out_with_register_snapshot_then_reset_recovers(sim):
-    rng = np.random.default_rng(5)
-    cmd, ob, ref = _conv_setup(sim, rng)
+def _committed(sim, seed):
+    cmd, ob, ref = _conv_setup(sim, np.random.default_rng(seed))
     cl = CommandList(sim)
     cl.add(cmd)
     cl.commit()
-    sim.inject("hang")
+    return cl, ob, ref
+
+
+@pytest.mark.parametrize("fault", ["hang", "lost_irq"])
+def test_timeout_carries_a_register_snapshot_and_reset_recovers(sim, fault):
+    cl, ob, ref = _committed(sim, 5)
+    sim.inject(fault)
     with pytest.raises(DeviceTimeout) as e:
         cl.run(timeout=0.05)
     assert e.value.registers["CMD_ADDR"] != 0 and e.value.exit_code == 3
@@ -171,26 +176,8 @@ def test_hang_times_out_with_register_snapshot_then_reset_recovers(sim):
     np.testing.assert_array_equal(download_tensor(ob, ref.shape[1:]), ref[0])
 
 
-def test_lost_interrupt_times_out(sim):
-    rng = np.random.default_rng(6)
-    cmd, ob, ref = _conv_setup(sim, rng)
-    cl = CommandList(sim)
-    cl.add(cmd)
-    cl.commit()
-    sim.inject("lost_irq")
-    with pytest.raises(DeviceTimeout):
-        cl.run(timeout=0.05)
-    sim.reset()
-    cl.run()
-    np.testing.assert_array_equal(download_tensor(ob, ref.shape[1:]), ref[0])
-
-
 def test_dma_error_is_a_device_fault(sim):
-    rng = np.random.default_rng(7)
-    cmd, _, _ = _conv_setup(sim, rng)
-    cl = CommandList(sim)
-    cl.add(cmd)
-    cl.commit()
+    cl, _, _ = _committed(sim, 7)
     sim.inject("dma_error")
     with pytest.raises(DeviceFault) as e:
         cl.run()
@@ -199,11 +186,7 @@ def test_dma_error_is_a_device_fault(sim):
 
 
 def test_bitflip_changes_the_output(sim):
-    rng = np.random.default_rng(8)
-    cmd, ob, ref = _conv_setup(sim, rng)
-    cl = CommandList(sim)
-    cl.add(cmd)
-    cl.commit()
+    cl, ob, ref = _committed(sim, 8)
     sim.inject("bitflip")
     cl.run()
     assert not np.array_equal(download_tensor(ob, ref.shape[1:]), ref[0])
