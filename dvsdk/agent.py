@@ -335,13 +335,7 @@ def serve_serial(server: LinkServer, port: str, baud: int, stop: threading.Event
 
     ser = serial.serial_for_url(port, baudrate=baud)
     _announce(f"serial://{port}?baud={baud}")
-    transport: lp.Transport = lp.SerialTransport(ser, port)
-    if inject:
-        transport = lp.FaultyTransport(transport, inject)
-    try:
-        server.serve(transport, stop)
-    finally:
-        transport.close()
+    _serve_one(server, lp.SerialTransport(ser, port), stop, inject, lambda: None)
 
 
 # -------------------------------------------------------------------------------------------------
