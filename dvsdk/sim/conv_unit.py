@@ -223,6 +223,8 @@ def _decode_weights(blob: np.ndarray, run: dict, in_c: int, size: int) -> tuple:
     dw = bool(run["conv_enable"] & 2)
     wts, bias, prelu = unpack_conv_weights(blob, in_c, run["m"], kx, ky, q, dw,
                                            run["actfunc"] == 4)
+    if not dw:  # (M, C, ky, kx) over (ky, kx, C, M) memory: the matmul operand, no copy
+        wts = np.ascontiguousarray(wts.transpose(2, 3, 1, 0)).transpose(3, 2, 0, 1)
     return wts, bias, prelu, size
 
 

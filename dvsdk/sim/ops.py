@@ -67,6 +67,9 @@ ACT_RELU6 = 6
 # into blocks of output rows so memory stays bounded; this is a loop over row
 # blocks, never over pixels.
 _IM2COL_BUDGET = 32 << 20
+# depthwise: float32 elements per block of output rows (the block and one product of it
+# stay in L2 while the taps accumulate)
+_DW_BLOCK = 16384
 
 
 # ---------------------------------------------------------------------------
@@ -201,25 +204,15 @@ def conv2d(
     ow = conv_out_size(w_in, kex, pl, pr, sx, "width")
     oh = conv_out_size(h_in, key, pt, pb, sy, "height")
 
-    xp = x
-    if pl or pr or pt or pb:
-        xp = np.pad(x, ((pt, pb), (pl, pr), (0, 0)))
-
     if depthwise:
-        # out = 0 + tap0*w0 + tap1*w1 + ... in that order, each product rounded to float32
-        # before its add (no FMA), in place: the same bits as summing fresh temporaries
-        out = np.zeros((oh, ow, c), np.float32)
-        prod = np.empty_like(out)
-        for i in range(ky):
-            r0 = i * dy
-            rows = slice(r0, r0 + (oh - 1) * sy + 1, sy)
-            for j in range(kx):
-                c0 = j * dx
-                np.multiply(xp[rows, c0:c0 + (ow - 1) * sx + 1:sx, :], w[:, 0, i, j], out=prod)
-                out += prod
-        out += b
-        return out
+        xp = np.pad(x, ((pt, pb), (pl, pr), (0, 0))) if pl or pr or pt or pb else x
+        return _depthwise(xp, w, b, (oh, ow), (sx, sy), (dx, dy))
+    if kx == ky == 1 and sx == sy == 1 and not (pl or pr or pt or pb):
+        # pointwise: the input itself is the im2col matrix; BLAS reads the weights transposed
+        out = np.matmul(x.reshape(-1, c), w.reshape(m, c).T).reshape(oh, ow, m)
+        return _add_per_channel(out, b)
 
+    xp = np.pad(x, ((pt, pb), (pl, pr), (0, 0))) if pl or pr or pt or pb else x
     # windows: (rows, cols, C, key, kex) -> strided/dilated (OH, OW, C, ky, kx)
     win = sliding_window_view(xp, (key, kex), axis=(0, 1))
     win = win[: (oh - 1) * sy + 1: sy, : (ow - 1) * sx + 1: sx, :, ::dy, ::dx]
@@ -232,8 +225,59 @@ def conv2d(
         blk = win[r:r + rows_per_block]
         n = blk.shape[0] * ow
         np.matmul(blk.reshape(n, kdim), wmat, out=out[r:r + rows_per_block].reshape(n, m))
-    out += b
+    return _add_per_channel(out, b)
+
+
+def _add_per_channel(out: np.ndarray, v: np.ndarray) -> np.ndarray:
+    """``out += v`` over the channel axis of a contiguous ``(H, W, C)`` array, done as
+    ``(H, W*C) += tile(v, W)`` so numpy's inner loop runs over whole rows (not C values)."""
+    oh, ow, m = out.shape
+    out.reshape(oh, ow * m)[...] += np.tile(v, ow)
     return out
+
+
+def _depthwise(xp: np.ndarray, w: np.ndarray, b: np.ndarray, out_hw: tuple[int, int],
+               stride: tuple[int, int], dilation: tuple[int, int]) -> np.ndarray:
+    """Depthwise correlation of the padded input ``xp`` (see :func:`conv2d`).
+
+    ``out = 0 + tap0*w0 + tap1*w1 + ...`` in row-major tap order, each product rounded to
+    float32 before its add (no FMA), then ``+ bias``.  Each tap is one multiply-add over
+    ``(OH, OW*C)`` rows with a weight row tiled ``OW`` times, so numpy's inner loops are
+    whole output rows; a column stride ``sx > 1`` reads from ``sx`` de-interleaved copies
+    of the input (one per column phase) to keep the rows contiguous.
+    """
+    (oh, ow), (sx, sy), (dx, dy) = out_hw, stride, dilation
+    hp, wp, c = xp.shape
+    m, _, ky, kx = w.shape
+    taps = np.tile(w.reshape(m, ky * kx).T, (1, ow))  # (ky*kx, OW*C), channel fastest
+    phases: dict[int, np.ndarray] = {}
+
+    def columns(c0: int) -> tuple[np.ndarray, int]:
+        """The input as ``(Hp, cols*C)`` rows holding column ``c0`` and every sx-th after
+        it, and the flat offset of ``c0`` in them."""
+        p = c0 % sx
+        if p not in phases:
+            plane = xp[:, p::sx, :] if sx > 1 else xp
+            phases[p] = np.ascontiguousarray(plane).reshape(hp, -1)
+        return phases[p], (c0 // sx) * c
+
+    bias_row = np.tile(b, ow)
+    out = np.empty((oh, ow * c), np.float32)
+    step = max(1, _DW_BLOCK // (ow * c))  # output rows per block: block and product in L2
+    prod = np.empty((min(step, oh), ow * c), np.float32)
+    for r0 in range(0, oh, step):
+        o = out[r0:r0 + step]
+        p = prod[:o.shape[0]]
+        o.fill(0)
+        for i in range(ky):
+            y0 = r0 * sy + i * dy
+            rows = slice(y0, y0 + (o.shape[0] - 1) * sy + 1, sy)
+            for j in range(kx):
+                plane, off = columns(j * dx)
+                np.multiply(plane[rows, off:off + ow * c], taps[i * kx + j], out=p)
+                o += p
+        o += bias_row
+    return out.reshape(oh, ow, c)
 
 
 def deconv2d(
