@@ -1,8 +1,25 @@
-"""FP16 bit patterns: the DV700 stores parameters (bias, slopes, pool scale) as raw binary16."""
+"""FP16, the DV700's storage format: bit patterns of parameters and whole-array conversions.
+
+The hardware stores every tensor and parameter as IEEE binary16 (dv700-interface.md §1,
+conventions).  Scalars: :func:`fp16_bits`, :func:`fp16_value`, and the IPU's FP24
+(:func:`fp24`).  Arrays (the simulator's and the layout's data paths): :func:`f16_to_f32`,
+:func:`round_f16` (round float32 to the nearest binary16 value, kept in float32) and
+:func:`f32_to_f16` (float32 holding binary16 values to binary16).  numpy's own float16
+casts are exact but branch per element and run several times slower on data mixing
+zeros with other values (every ReLU output), so these use integer bit operations with
+the same results.
+"""
 
 from __future__ import annotations
 
 import numpy as np
+
+_U32 = np.uint32
+_U16LE = np.dtype("<u2")
+# 2*|x| bit patterns (the sign shifted out) of the binary16 range limits
+_TWICE_MIN_NORMAL = _U32(0x38800000 << 1)   # 2**-14: below it binary16 is subnormal
+_TWICE_OVERFLOW = _U32(0x477FF000 << 1)     # 65520: from it a float32 rounds to inf
+_HALF_MAX_SAFE = np.float32(65520.0)
 
 
 def fp16_bits(value: float) -> int:
@@ -42,3 +59,83 @@ def fp24(f: float) -> int:
     if mant & 0x40:
         v += 1
     return v
+
+
+def f16_to_f32(h: np.ndarray) -> np.ndarray:
+    """Exact binary16 -> float32 of a contiguous float16 array, as a new array of its shape.
+
+    Same bits as ``h.astype(np.float32)`` for all 65536 inputs (NaN payloads included),
+    without its per-element branches: the magnitude bits shifted into a float32 and
+    scaled by 2**112 give every finite value exactly (subnormals too); inf/NaN get the
+    all-ones exponent; the sign is copied over.
+    """
+    w = h.view(_U16LE).astype(_U32)
+    m = w & _U32(0x7FFF)
+    m <<= _U32(13)
+    f = m.view(np.float32)
+    f *= np.float32(2.0**112)
+    special = f >= np.float32(65536.0)  # exponent 31: inf / NaN
+    if special.any():
+        np.bitwise_or(m, _U32(0x7F800000), out=m, where=special)
+    w &= _U32(0x8000)
+    w <<= _U32(16)
+    m |= w
+    return f
+
+
+def round_f16(x: np.ndarray) -> np.ndarray:
+    """Round float32 to the nearest binary16 value (ties to even), as a new float32 array.
+
+    The same bits as ``x.astype(np.float16).astype(np.float32)`` for every float32 (NaN
+    payloads included; magnitudes from 65520 become inf).  Normal results come from
+    integer rounding of the float32 pattern at mantissa bit 13; the few elements outside
+    that range (subnormal results below 2**-14, overflow, inf, NaN) are found with
+    reductions and converted by numpy, so the common case costs five integer passes.
+    """
+    x = np.ascontiguousarray(x, dtype=np.float32)
+    u = x.view(_U32)
+    r = np.right_shift(u, _U32(13))
+    r &= _U32(1)             # the bit that decides ties: round half to even
+    r += _U32(0xFFF)
+    r += u
+    r &= _U32(0xFFFFE000)
+    out = r.view(np.float32)
+    if out.size == 0:
+        return out
+    twice = np.left_shift(u, _U32(1))   # 2*|x| patterns; zero wraps to the maximum below
+    twice -= _U32(1)
+    fix = np.less(twice, _TWICE_MIN_NORMAL - _U32(1))  # 0 < |x| < 2**-14
+    hi, lo = x.max(), x.min()
+    if not (hi < _HALF_MAX_SAFE and lo > -_HALF_MAX_SAFE):  # overflow, inf or NaN present
+        fix |= twice >= _TWICE_OVERFLOW - _U32(1)
+    if fix.any():
+        idx = np.flatnonzero(fix)
+        with np.errstate(over="ignore", invalid="ignore"):
+            out.reshape(-1)[idx] = x.reshape(-1)[idx].astype(np.float16).astype(np.float32)
+    return out
+
+
+def f32_to_f16(v: np.ndarray) -> np.ndarray:
+    """binary16 of float32 values that are binary16 values already (:func:`round_f16`
+    output), as a new float16 array of the same shape.
+
+    Exact for those inputs, the same bits as ``v.astype(np.float16)``: scaling by
+    2**-112 moves a binary16 exponent into float32's (subnormals into float32
+    subnormals, exactly), so the pattern shifted right by 13 is the binary16 one; inf and
+    NaN keep their all-ones exponent and top mantissa bits.  Other inputs are truncated,
+    not rounded.
+    """
+    v = np.ascontiguousarray(v, dtype=np.float32)
+    with np.errstate(invalid="ignore"):  # a signalling NaN; replaced below
+        w = np.multiply(v, np.float32(2.0**-112)).view(_U32)
+    if v.size and not (v.max() <= np.float32(65504.0) and v.min() >= np.float32(-65504.0)):
+        special = ~np.isfinite(v)  # inf, NaN: the pattern itself (a product quiets NaNs)
+        np.copyto(w, v.view(_U32), where=special)
+        np.bitwise_and(w, _U32(0x807FFFFF), out=w, where=special)
+        np.bitwise_or(w, _U32(0x0F800000), out=w, where=special)  # >> 13: exponent 31
+    h = np.right_shift(w, _U32(13))
+    h &= _U32(0x7FFF)
+    w >>= _U32(16)
+    w &= _U32(0x8000)
+    h |= w
+    return h.astype(_U16LE).view(np.float16)

@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from .errors import LayoutError
+from .fp16 import f16_to_f32
 
 __all__ = ["pack", "unpack", "offset", "offsets", "nbytes"]
 
@@ -50,33 +51,6 @@ def _scratch_f16(shape: tuple[int, ...]) -> np.ndarray:
         buf = np.empty(count, dtype=_F16)
         _tls.buf = buf
     return buf[:count].reshape(shape)
-
-
-_U32 = np.uint32
-_U16LE = np.dtype("<u2")
-
-
-def _f16_to_f32(h: np.ndarray) -> np.ndarray:
-    """Exact FP16 -> float32 of a contiguous float16 array, as a new array of its shape.
-
-    Same bits as ``h.astype(np.float32)`` for all 65536 inputs (NaN payloads included),
-    without its per-element branches (several times faster on data mixing zeros and
-    other values, like ReLU outputs): the magnitude bits shifted into a float32 and
-    scaled by 2**112 give every finite value exactly (subnormals too); inf/NaN get the
-    all-ones exponent; the sign is copied over.
-    """
-    w = h.view(_U16LE).astype(_U32)
-    m = w & _U32(0x7FFF)
-    m <<= _U32(13)
-    f = m.view(np.float32)
-    f *= np.float32(2.0**112)
-    special = f >= np.float32(65536.0)  # exponent 31: inf / NaN
-    if special.any():
-        np.bitwise_or(m, _U32(0x7F800000), out=m, where=special)
-    w &= _U32(0x8000)
-    w <<= _U32(16)
-    m |= w
-    return f
 
 
 def _unit(n_channels: int) -> np.dtype:
@@ -243,7 +217,7 @@ def unpack(buf: Any, shape: Sequence[int], transpose: bool = False) -> np.ndarra
         )
     nfull, rem = divmod(c, _CHUNK)
     if (transpose or h == 1 or w == 1) and nfull + (rem > 0) == 1:
-        return _f16_to_f32(flat).reshape(tuple(shape))
+        return f16_to_f32(flat).reshape(tuple(shape))
     whc = w * h * c
     src2 = flat.reshape(n, whc)
     tmp = _scratch_f16((n, h, w, c))
@@ -258,4 +232,4 @@ def unpack(buf: Any, shape: Sequence[int], transpose: bool = False) -> np.ndarra
         s = src2[:, nfull * _CHUNK * w * h :].view(u).reshape(n, *dshape)
         d = tmp[..., nfull * _CHUNK :].view(u).reshape(n, h, w)
         d[...] = s.transpose((0, 2, 1)) if not transpose else s
-    return _f16_to_f32(tmp).reshape(tuple(shape))
+    return f16_to_f32(tmp).reshape(tuple(shape))

@@ -143,7 +143,7 @@ def _execute(core: Dv700Core, hdr: dict, runs: list[dict], table_word: int) -> N
         cur = x
         for i, run in enumerate(runs):
             src = x if i == 0 or topo >> (i - 1) & 1 else cur
-            y = _run(run, src, weights[i], addend if i == 0 else None, out_offs[i] is not None)
+            y = _run(run, src, weights[i], addend if i == 0 else None)
             if out_offs[i] is not None:
                 addr = hdr["output_base_addr"] + n * out_total + out_offs[i]
                 core.mem.write_tensor(addr, y)
@@ -199,16 +199,18 @@ def _load_weights(core: Dv700Core, run: dict, in_c: int) -> tuple | None:
     addr = run["weight_base_addr"]
     _check_addr(addr, 16, "weight")
     blob = core.mem.read(addr, size)
+    version = core.mem.version(addr, size)
     key = (addr, size, in_c, run["m"], run["p"], run["conv_enable"], run["conv_dilation"],
            run["weight_fmt"], run["actfunc"] == 4)
     cache = core.weight_cache
     hit = cache.get(key)
-    if hit is not None and np.array_equal(hit[0], blob):
-        return hit[1]
+    if hit is not None and (hit[0] == version if version is not None
+                            else np.array_equal(hit[1], blob)):
+        return hit[2]
     decoded = _decode_weights(blob, run, in_c, size)
     if len(cache) > 512:
         cache.clear()
-    cache[key] = (blob.copy(), decoded)
+    cache[key] = (version, blob.copy() if version is None else None, decoded)
     return decoded
 
 
@@ -228,11 +230,10 @@ def _decode_weights(blob: np.ndarray, run: dict, in_c: int, size: int) -> tuple:
     return wts, bias, prelu, size
 
 
-def _run(run: dict, x: np.ndarray, wb: tuple | None, addend: np.ndarray | None,
-         to_dram: bool = False) -> np.ndarray:
+def _run(run: dict, x: np.ndarray, wb: tuple | None, addend: np.ndarray | None) -> np.ndarray:
     """One run on one sample (§4.1 order), in float32 through the pipeline; the result is
-    rounded to FP16 where the hardware stores it: here when it stays in the unified buffer,
-    by the packing when it goes to DRAM ([AMBIG] §4.2, firmware_spec/README.md)."""
+    rounded to FP16 as the hardware stores it, in DRAM or in the unified buffer between
+    runs ([AMBIG] §4.2, firmware_spec/README.md)."""
     ce, pe = run["conv_enable"], run["pool_enable"]
     prelu = None
     if run["lrn"] & 1:
@@ -263,7 +264,7 @@ def _run(run: dict, x: np.ndarray, wb: tuple | None, addend: np.ndarray | None,
         t = ops.activation(t, run["actfunc"], fp16_value(run["actfunc_param"]), prelu)
     if run["rectifi_en"]:
         t = ops.rectify(t)
-    return t if to_dram else ops.fp16(t)  # layout.pack rounds what goes to DRAM
+    return ops.fp16(t)
 
 
 def _run_cycles(core: Dv700Core, run: dict, shapes: tuple, tiles: int, wb: tuple | None,

@@ -22,7 +22,8 @@ import numpy as np
 from ..driver.allocator import RegionAllocator
 from ..driver.device import UNITS, Device, DeviceInfo, DmaBuffer, parse_url
 from ..errors import CoherenceError, DeviceTimeout, InvalidArgument, InvalidURL
-from .engine import IRQ_REGS, Dram, Dv700Core, Faults, R, SimParams, _same_bytes
+from .dram import Dram, same_bytes
+from .engine import IRQ_REGS, Dv700Core, Faults, R, SimParams
 
 DRAM_BASE = 0x6000_0000
 COHERENCE_MODES = ("error", "warn", "off")
@@ -91,12 +92,17 @@ class SimDmaBuffer(DmaBuffer):
                 dirty[a - offset : b - offset] = True
         self.cpu_written = _remove_span(self.cpu_written, offset, offset + nbytes)
         if dirty.any():
+            where = np.flatnonzero(dirty)
+            lo, hi = int(where[0]), int(where[-1]) + 1
+            self.sim.core.mem.release(self.phys + offset + lo, hi - lo,
+                                      whole=hi - lo == where.size)
             self._dram(offset, nbytes)[dirty] = cpu[dirty]
             snap[dirty] = cpu[dirty]
 
     def _sync_for_cpu(self, offset: int, nbytes: int) -> None:
         """Clean and invalidate: CPU stores go out, then the CPU view reloads from DRAM."""
         self._sync_for_device(offset, nbytes)
+        self.sim.core.mem.materialize(self.phys + offset, nbytes)
         fresh = self._dram(offset, nbytes)
         self.view[offset : offset + nbytes] = fresh
         self.snapshot[offset : offset + nbytes] = fresh
@@ -131,7 +137,7 @@ class SimDevice(Device):
         self.coherence_errors: list[CoherenceError] = []
         self._irq = {u: threading.Event() for u in UNITS}
         mem = Dram(self.dram, self.dram_base, on_read=self._device_read,
-                   on_write=self._device_write)
+                   on_write=self._device_write, lazy=True)
         self.core = Dv700Core(self.dram, self.dram_base, params=self.params,
                               on_irq=self._on_irq, memory=mem)
         self.closed = False
@@ -187,6 +193,7 @@ class SimDevice(Device):
     def alloc(self, nbytes: int, align: int = 64, name: str = "") -> SimDmaBuffer:
         off = self.allocator.alloc(int(nbytes), align)
         buf = SimDmaBuffer(self, off, int(nbytes), name or f"buf{len(self.buffers)}")
+        self.core.mem.release(self.dram_base + off, int(nbytes))
         self.dram[off : off + nbytes] = 0
         self.buffers[off] = buf
         return buf
@@ -263,7 +270,7 @@ class SimDevice(Device):
         if self.coherence == "off":
             return
         for buf, a, b in self._buffers_in(addr, n):
-            if not _intervals_overlap(buf.cpu_written, a, b) and _same_bytes(buf.view[a:b],
+            if not _intervals_overlap(buf.cpu_written, a, b) and same_bytes(buf.view[a:b],
                                                                           buf.snapshot[a:b]):
                 continue  # nothing the CPU wrote is pending here (the common case, fast)
             dirty = buf.view[a:b] != buf.snapshot[a:b]

@@ -25,11 +25,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .. import layout
 from ..spec import SPEC
+from .dram import Dram
+from .status import STATUS, HardwareError
 from .timing import TimingParams, byte_counter_values
 
-STATUS = SPEC.status
 WINDOW = SPEC.window
 START_REGS = {u: SPEC.reg(u, SPEC.unit(u)["start"]) for u in ("conv", "ipu", "maximizer")}
 IRQ_REGS = {u: SPEC.reg(u, SPEC.unit(u)["irq"]) for u in ("conv", "ipu", "maximizer")}
@@ -40,16 +40,6 @@ WRITE_MAGIC = int(SPEC.stream["write_magic"])
 CFG_MEM_BYTES = int(SPEC.stream["controller_memory_bytes"])
 U8_TABLE_INDEX = SPEC.stream_reg("u8_table")
 MAX_STREAM_WORDS = 1 << 24
-
-
-class HardwareError(Exception):
-    """Internal: a condition the hardware reports through SIM_STATUS."""
-
-    def __init__(self, status: str, address: int, reason: str) -> None:
-        super().__init__(reason)
-        self.status = STATUS[status]
-        self.address = address
-        self.reason = reason
 
 
 @dataclass
@@ -69,108 +59,6 @@ class SimParams:
         self.timing = TimingParams(clock_mhz=self.clock_mhz, mac_num=self.mac_num,
                                    ub_size=self.ub_size,
                                    bus_bytes_per_cycle=self.bus_bytes_per_cycle)
-
-
-def _same_bytes(a: np.ndarray, b: np.ndarray) -> bool:
-    """Byte equality of two uint8 vectors of the same size (8 bytes at a time if possible)."""
-    if a.size % 8 == 0:
-        return np.array_equal(a.view(np.uint64), b.view(np.uint64))
-    return np.array_equal(a, b)
-
-
-class Dram:
-    """Physical memory seen by the device: bounds-checked reads and writes.
-
-    ``on_read``/``on_write`` let the owner watch device traffic (the simulator
-    checks DMA coherence there).  ``flip`` injects one bit error into the next write.
-
-    Tensor shadow (wall time only, never results): :meth:`write_tensor` keeps, per
-    address, the bytes it wrote and their float32 values; :meth:`read_tensor` of the same
-    address and shape returns those values instead of unpacking, but only when the DRAM
-    bytes still equal the kept ones (compared on every read, so any other writer, a DMA
-    sync, a test poking the array or an injected bit flip simply misses the shadow).
-    """
-
-    #: the shadow is dropped whole past this many bytes of kept arrays
-    SHADOW_LIMIT = 256 << 20
-
-    def __init__(self, array: np.ndarray, base: int,
-                 on_read: Callable[[int, int], None] | None = None,
-                 on_write: Callable[[int, int], None] | None = None) -> None:
-        self.array = array
-        self.base = int(base)
-        self.on_read = on_read
-        self.on_write = on_write
-        self.flip_next_write = False
-        self.shadow: dict[int, tuple] = {}  # addr -> (nbytes, shape, packed bytes, float32)
-        self._shadow_bytes = 0
-
-    def _span(self, addr: int, n: int) -> int:
-        off = addr - self.base
-        if n < 0 or off < 0 or off + n > self.array.size:
-            raise HardwareError("bad_address", addr,
-                                f"access of {n} bytes at {addr:#x} is outside DRAM "
-                                f"[{self.base:#x}, {self.base + self.array.size:#x})")
-        return off
-
-    def check_range(self, addr: int, n: int) -> None:
-        """HardwareError unless ``[addr, addr+n)`` lies in DRAM."""
-        self._span(addr, n)
-
-    def read(self, addr: int, n: int) -> np.ndarray:
-        off = self._span(addr, n)
-        if self.on_read:
-            self.on_read(addr, n)
-        return self.array[off : off + n]
-
-    def write(self, addr: int, data: np.ndarray) -> None:
-        raw = np.ascontiguousarray(data).view(np.uint8).reshape(-1)
-        off = self._span(addr, raw.size)
-        self.array[off : off + raw.size] = raw
-        if self.flip_next_write and raw.size:
-            self.array[off + raw.size // 2] ^= 0x10
-            self.flip_next_write = False
-        if self.shadow:
-            self._shadow_drop(addr, raw.size)
-        if self.on_write:
-            self.on_write(addr, raw.size)
-
-    # -- tensor shadow (see the class docstring) ----------------------------------------
-    def _shadow_drop(self, addr: int, n: int) -> None:
-        end = addr + n
-        for a in [a for a, e in self.shadow.items() if a < end and addr < a + e[0]]:
-            self._shadow_bytes -= self.shadow.pop(a)[4]
-
-    def write_tensor(self, addr: int, y: np.ndarray) -> None:
-        """``write(addr, layout.pack(y))`` for an HWC tensor, keeping a shadow of it."""
-        with np.errstate(over="ignore", invalid="ignore"):
-            h16 = np.asarray(y).astype(np.float16)  # the cast layout.pack does
-        packed = layout.pack(h16).view(np.uint8)
-        self.write(addr, packed)
-        vals = layout._f16_to_f32(h16)
-        vals.flags.writeable = False
-        cost = packed.nbytes + vals.nbytes
-        if self._shadow_bytes + cost > self.SHADOW_LIMIT:
-            self.shadow.clear()
-            self._shadow_bytes = 0
-        self.shadow[addr] = (packed.size, vals.shape, packed, vals, cost)
-        self._shadow_bytes += cost
-
-    def read_tensor(self, addr: int, shape: tuple[int, ...]) -> np.ndarray:
-        """``layout.unpack(read(addr, nbytes), shape)``, from the shadow when it is valid.
-
-        The result may be shared and read-only: callers must not modify it."""
-        n = 2 * int(np.prod(shape))
-        raw = self.read(addr, n)
-        hit = self.shadow.get(addr)
-        if hit is not None and hit[0] == n and hit[1] == tuple(shape) and _same_bytes(hit[2], raw):
-            return hit[3]
-        return layout.unpack(raw, shape)
-
-    def read32(self, addr: int) -> int:
-        if addr % 4:
-            raise HardwareError("misaligned", addr, f"word fetch at {addr:#x}")
-        return int(self.read(addr, 4).view("<u4")[0])
 
 
 @dataclass

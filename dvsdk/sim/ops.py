@@ -26,6 +26,7 @@ import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
 from ..errors import InvalidArgument
+from ..fp16 import round_f16
 
 __all__ = [
     "fp16",
@@ -83,8 +84,7 @@ def fp16(x: np.ndarray | float) -> np.ndarray:
     this wherever the hardware writes to memory.  Overflow gives ±inf, as a
     float16 cast does.
     """
-    with np.errstate(over="ignore"):
-        return np.asarray(x, dtype=np.float32).astype(np.float16).astype(np.float32)
+    return round_f16(np.asarray(x, dtype=np.float32))
 
 
 def _pair(v: Pair, name: str, minimum: int) -> tuple[int, int]:
