@@ -260,11 +260,8 @@ def _run(run: dict, x: np.ndarray, wb: tuple | None, addend: np.ndarray | None) 
                          _pads(run["pool_pad"], 0xFF))
     elif pe == POOL.upsample:
         t = ops.upsample2x(t)
-    if run["actfunc"]:
-        t = ops.activation(t, run["actfunc"], fp16_value(run["actfunc_param"]), prelu)
-    if run["rectifi_en"]:
-        t = ops.rectify(t)
-    return ops.fp16(t)
+    return ops.finish(t, run["actfunc"], fp16_value(run["actfunc_param"]), prelu,
+                      bool(run["rectifi_en"]), owned=t is not x)
 
 
 def _run_cycles(core: Dv700Core, run: dict, shapes: tuple, tiles: int, wb: tuple | None,

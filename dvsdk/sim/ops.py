@@ -25,6 +25,7 @@ from collections.abc import Sequence
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
+from .. import native
 from ..errors import InvalidArgument
 from ..fp16 import round_f16
 
@@ -38,6 +39,7 @@ __all__ = [
     "upsample2x",
     "activation",
     "rectify",
+    "finish",
     "lrn",
     "ACT_NONE",
     "ACT_TANH",
@@ -205,6 +207,12 @@ def conv2d(
     oh = conv_out_size(h_in, key, pt, pb, sy, "height")
 
     if depthwise:
+        if native.NATIVE is not None:  # the same loop compiled (padding inside): same bits
+            out = np.empty((oh, ow, c), np.float32)
+            native.NATIVE.depthwise(np.ascontiguousarray(x),
+                                    np.ascontiguousarray(w[:, 0].transpose(1, 2, 0)),
+                                    np.ascontiguousarray(b), out, sx, sy, dx, dy, pl, pt)
+            return out
         xp = np.pad(x, ((pt, pb), (pl, pr), (0, 0))) if pl or pr or pt or pb else x
         return _depthwise(xp, w, b, (oh, ow), (sx, sy), (dx, dy))
     if kx == ky == 1 and sx == sy == 1 and not (pl or pr or pt or pb):
@@ -442,6 +450,26 @@ def activation(
         t = np.maximum(a, np.float32(0))
         return np.minimum(t, np.float32(6), out=t)
     raise InvalidArgument("unknown activation code", field="actfunc", value=code, limit="0..6")
+
+
+def finish(t: np.ndarray, code: int, param: float = 0.0, prelu: np.ndarray | None = None,
+           rect: bool = False, owned: bool = False) -> np.ndarray:
+    """The tail of every run: :func:`activation`, :func:`rectify` if ``rect``, then
+    :func:`fp16` rounding as the hardware stores the result (§4.1, §4.5).
+
+    ``owned``: ``t`` is the caller's scratch and may be overwritten.  With the compiled
+    loops (:mod:`dvsdk.native`), no activation, leaky ReLU and ReLU6 run fused with the
+    rounding in one pass, with the same bits."""
+    if native.NATIVE is not None and code in (ACT_NONE, ACT_LEAKY_RELU, ACT_RELU6) and not rect:
+        y = t if owned and t.dtype == np.float32 and t.flags.c_contiguous \
+            and t.flags.writeable else np.array(t, np.float32)
+        native.NATIVE.finish(y, int(code), float(param))
+        return y
+    if code:
+        t = activation(t, code, param, prelu)
+    if rect:
+        t = rectify(t)
+    return fp16(t)
 
 
 def rectify(x: np.ndarray) -> np.ndarray:

@@ -1,0 +1,180 @@
+"""The compiled loops (dvsdk/_native.c) against the numpy paths they replace, bit for bit.
+
+The numpy paths are themselves tested against numpy's float16 casts and plain-numpy
+convolutions elsewhere (test_sim_speed_invariants, test_sim_ops); here every kernel runs
+both ways on the same data, special values included, and must give the same bits.
+"""
+
+import os
+import shutil
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from dvsdk import native
+from dvsdk.fp16 import round_f16
+from dvsdk.sim import ops
+
+NATIVE = native.NATIVE
+needs_native = pytest.mark.skipif(NATIVE is None, reason="dvsdk._native not built")
+
+
+def test_native_module_is_built_where_a_compiler_exists():
+    if os.environ.get("DVSDK_NATIVE", "1") == "0" or not (shutil.which("cc")
+                                                           or shutil.which("gcc")):
+        pytest.skip("no C compiler here, or numpy selected")
+    assert NATIVE is not None, native.describe()
+    assert "compiled" in native.describe()
+
+
+@pytest.fixture
+def numpy_only(monkeypatch):
+    """Run the numpy reference paths."""
+    monkeypatch.setattr(native, "NATIVE", None)
+
+
+def both(fn, monkeypatch):
+    """fn() with the compiled loops, then with numpy: the two results."""
+    fast = fn()
+    monkeypatch.setattr(native, "NATIVE", None)
+    ref = fn()
+    monkeypatch.setattr(native, "NATIVE", NATIVE)
+    return fast, ref
+
+
+def same_bits(a: np.ndarray, b: np.ndarray) -> bool:
+    return a.shape == b.shape and a.tobytes() == b.tobytes()
+
+
+def same_values(a: np.ndarray, b: np.ndarray) -> bool:
+    """Same bits everywhere except NaN payloads: where one is NaN, so is the other.  (A
+    compiler may commute the operands of a float add, and which NaN operand's payload an
+    add of two NaNs returns is not fixed, in numpy's SIMD loops either.)"""
+    if a.shape != b.shape:
+        return False
+    na, nb = np.isnan(a), np.isnan(b)
+    return np.array_equal(na, nb) and a[~na].tobytes() == b[~nb].tobytes()
+
+
+def special_mix(rng, shape) -> np.ndarray:
+    x = rng.normal(scale=4, size=shape).astype(np.float32)
+    flat = x.reshape(-1)
+    k = flat.size
+    picks = rng.integers(0, k, size=(8, max(1, k // 50)))
+    flat[picks[0]] = 0.0
+    flat[picks[1]] = -0.0
+    flat[picks[2]] = rng.uniform(-6e-5, 6e-5, picks[2].size)           # subnormal results
+    flat[picks[3]] = rng.uniform(6e4, 7e4, picks[3].size) * rng.choice([-1, 1])
+    flat[picks[4]] = np.inf
+    flat[picks[5]] = np.array(0x7FC01234, np.uint32).view(np.float32)   # NaN with payload
+    flat[picks[6]] = np.array(0x7F800001, np.uint32).view(np.float32)   # signalling NaN
+    flat[picks[7]] = np.array(0x00012345, np.uint32).view(np.float32)   # float32 denormal
+    return x
+
+
+@needs_native
+@pytest.mark.parametrize("seed", range(4))
+def test_round_f16_native_equals_numpy(seed, monkeypatch):
+    x = special_mix(np.random.default_rng(seed), (61, 67, 13))
+    fast, ref = both(lambda: round_f16(x), monkeypatch)
+    assert same_bits(fast, ref)
+
+
+@needs_native
+@pytest.mark.parametrize("code,param", [(0, 0.0), (2, 0.0), (2, 0.1), (2, -3.5), (6, 0.0)])
+@pytest.mark.parametrize("owned", [False, True])
+def test_finish_native_equals_numpy(code, param, owned, monkeypatch):
+    x = special_mix(np.random.default_rng(code * 10 + int(owned)), (33, 130, 9))  # > a block
+    keep = x.copy()
+
+    def run():
+        t = x.copy() if owned else x
+        return ops.finish(t, code, param, owned=owned)
+
+    fast, ref = both(run, monkeypatch)
+    assert same_bits(fast, ref)
+    assert same_bits(x, keep)  # not owned: the input is untouched
+
+
+@needs_native
+@settings(max_examples=60, deadline=None)
+@given(h=st.integers(1, 12), w=st.integers(1, 12), c=st.integers(1, 40),
+       k=st.sampled_from([(1, 1), (3, 3), (5, 5), (2, 3), (3, 1), (7, 7)]),
+       s=st.sampled_from([(1, 1), (2, 2), (1, 2), (3, 2)]),
+       d=st.sampled_from([(1, 1), (2, 2), (1, 3)]),
+       pads=st.tuples(*[st.integers(0, 3)] * 4), seed=st.integers(0, 2**16))
+def test_depthwise_native_equals_numpy(h, w, c, k, s, d, pads, seed):
+    rng = np.random.default_rng(seed)
+    kx, ky = k
+    (sx, sy), (dx, dy) = s, d
+    pl, pr, pt, pb = pads
+    if pl + w + pr < (kx - 1) * dx + 1 or pt + h + pb < (ky - 1) * dy + 1:
+        return  # an empty output: the shape check rejects it before any kernel runs
+    x = special_mix(rng, (h, w, c)) if seed % 3 == 0 else \
+        rng.normal(size=(h, w, c)).astype(np.float32)
+    wt = rng.normal(size=(c, 1, ky, kx)).astype(np.float32)
+    if seed % 5 == 0:
+        wt.reshape(-1)[rng.integers(0, wt.size)] = np.inf   # padding then gives 0*inf = NaN
+    b = rng.normal(size=c).astype(np.float32)
+    args = (x, wt, b, (sx, sy), pads, (dx, dy))
+    fast = ops.conv2d(*args, depthwise=True)
+    saved, native.NATIVE = native.NATIVE, None
+    try:
+        ref = ops.conv2d(*args, depthwise=True)
+    finally:
+        native.NATIVE = saved
+    assert same_values(fast, ref)
+
+
+@needs_native
+def test_depthwise_matches_a_plain_loop_reference():
+    """An independent reference: explicit loops over the taps, in float32, same order."""
+    rng = np.random.default_rng(9)
+    x = rng.normal(size=(9, 8, 5)).astype(np.float32)
+    wt = rng.normal(size=(5, 1, 3, 3)).astype(np.float32)
+    b = rng.normal(size=5).astype(np.float32)
+    got = ops.conv2d(x, wt, b, (2, 1), (1, 0, 2, 1), depthwise=True)
+    xp = np.pad(x, ((2, 1), (1, 0), (0, 0)))
+    oh, ow = got.shape[:2]
+    ref = np.zeros_like(got)
+    for i in range(3):
+        for j in range(3):
+            ref += xp[i:i + oh, j:j + 2 * (ow - 1) + 1:2] * wt[:, 0, i, j]
+    ref += b
+    assert same_bits(got, ref)
+
+
+@needs_native
+def test_bad_arguments_raise_instead_of_crashing():
+    f32 = np.zeros((4, 4, 3), np.float32)
+    with pytest.raises(TypeError):
+        NATIVE.round_f16(np.zeros(4, np.float64), np.zeros(4, np.float32))
+    with pytest.raises(ValueError):
+        NATIVE.round_f16(np.zeros(4, np.float32), np.zeros(5, np.float32))
+    with pytest.raises(ValueError):
+        buf = np.zeros(4, np.float32)
+        NATIVE.round_f16(buf, buf)
+    with pytest.raises(ValueError):
+        NATIVE.finish(np.zeros(4, np.float32), 1, 0.0)       # tanh is numpy's
+    with pytest.raises(ValueError):                          # channels disagree
+        NATIVE.depthwise(f32, np.zeros((3, 3, 4), np.float32), np.zeros(3, np.float32),
+                         f32.copy(), 1, 1, 1, 1, 1, 1)
+    with pytest.raises(ValueError):                          # a zero stride
+        NATIVE.depthwise(f32, np.zeros((3, 3, 3), np.float32), np.zeros(3, np.float32),
+                         f32.copy(), 0, 1, 1, 1, 1, 1)
+    with pytest.raises((TypeError, ValueError, BufferError)):  # read-only output
+        ro = f32.copy()
+        ro.flags.writeable = False
+        NATIVE.finish(ro, 0, 0.0)
+
+
+def test_numpy_paths_selected_by_environment(tmp_path):
+    import subprocess
+    import sys
+    out = subprocess.run([sys.executable, "-c", "from dvsdk import native; "
+                          "print(native.NATIVE is None, native.describe())"],
+                         env={**os.environ, "DVSDK_NATIVE": "0"}, capture_output=True,
+                         text=True, check=True).stdout
+    assert out.startswith("True numpy (DVSDK_NATIVE=0)")
