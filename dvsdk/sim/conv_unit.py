@@ -57,12 +57,20 @@ def run_configuration(core: Dv700Core) -> None:
     table_word, core.u8_table = core.u8_table, NO_BUFFER  # consumed per command
     hdr = _decoded(CONFIG, core.cfg_mem, CFG_ADDR)
     nruns = int(hdr["topo"]).bit_length()
-    if nruns == 0 or CFG_ADDR + CONFIG.size + nruns * CONFIG_RUN.size > core.cfg_mem.size:
+    end = CFG_ADDR + CONFIG.size + nruns * CONFIG_RUN.size
+    if nruns == 0 or end > core.cfg_mem.size:
         raise HardwareError("bad_config", CFG_ADDR, f"topo {hdr['topo']:#x} selects no runs")
-    runs = [_decoded(CONFIG_RUN, core.cfg_mem, CFG_ADDR + CONFIG.size + i * CONFIG_RUN.size)
-            for i in range(nruns)]
     try:
-        _execute(core, hdr, runs, table_word)
+        key = (core.cfg_mem[CFG_ADDR:end].tobytes(), table_word != NO_BUFFER)
+        plan = core.conv_plans.get(key)
+        if plan is None:
+            runs = [_decoded(CONFIG_RUN, core.cfg_mem, CFG_ADDR + CONFIG.size
+                             + i * CONFIG_RUN.size) for i in range(nruns)]
+            plan = _plan(core, hdr, runs, table_word != NO_BUFFER)
+            if len(core.conv_plans) > 1024:
+                core.conv_plans.clear()
+            core.conv_plans[key] = plan
+        _execute(core, plan, table_word)
     except HardwareError:
         raise
     except (DvsdkError, ValueError, IndexError, ZeroDivisionError, OverflowError) as e:
@@ -91,27 +99,45 @@ def _check_addr(addr: int, align: int, what: str) -> None:
         raise HardwareError("misaligned", addr, f"{what} address not {align}-byte aligned")
 
 
-def _execute(core: Dv700Core, hdr: dict, runs: list[dict], table_word: int) -> None:
+@dataclass
+class ConvPlan:
+    """What a configuration image means, worked out once per distinct image: the checks,
+    shapes, output offsets and the cost of one sample (§4.10: a batch repeats it)."""
+
+    hdr: dict
+    runs: list[dict]
+    shapes: list[tuple]                  # per run: (input WHZC, output WHZC)
+    weight_sizes: list[int]              # per run, 0 without conv
+    out_offs: list[int | None]           # per run: offset in the sample's output, or None
+    out_total: int                       # output bytes of one sample
+    elt_shape: tuple[int, int, int] | None
+    in_bytes_one: int
+    one: ConvTotals
+
+
+def _plan(core: Dv700Core, hdr: dict, runs: list[dict], u8_input: bool) -> ConvPlan:
     w, h, c, z = hdr["w"], hdr["h"], hdr["c"], hdr["z"]
     if min(w, h, c) < 1 or z != 1:
         raise HardwareError("bad_config", CFG_ADDR, f"input {w}x{h}x{z}x{c} unsupported")
     topo = hdr["topo"]
     batch = hdr["input_circular_offset"] or 1
-    u8_input = table_word != NO_BUFFER
     _check_addr(hdr["input_base_addr"], 1 if u8_input else 2, "input")
     _check_addr(hdr["output_base_addr"], 2, "output")
     eltwise = hdr["output_mode"] == 1
     if eltwise:
         _check_addr(hdr["eltwise_base_addr"], 2, "eltwise")
-    # shapes, weights and output offsets are the same for every sample
-    shapes, weights, out_offs, elt_shape = [], [], [], None
+    shapes, sizes, out_offs, elt_shape = [], [], [], None
     shape = (w, h, 1, c)
     out_total = 0
     for i, run in enumerate(runs):
         out_shape, _ = dims.run_output_shape(run, shape)
         if min(out_shape) < 1:
             raise HardwareError("bad_config", CFG_ADDR, f"run {i} output {out_shape} is empty")
-        weights.append(_load_weights(core, run, shape[3]))
+        if run["conv_enable"]:
+            sizes.append(dims.run_weight_size(run, shape[3]))
+            _check_addr(run["weight_base_addr"], 16, "weight")
+        else:
+            sizes.append(0)
         shapes.append((shape, out_shape))
         if topo >> i & 1:
             out_offs.append(out_total)
@@ -126,35 +152,44 @@ def _execute(core: Dv700Core, hdr: dict, runs: list[dict], table_word: int) -> N
     if macs > MAX_MACS:
         raise HardwareError("bad_config", CFG_ADDR, f"{macs} MACs exceed the simulator's "
                             f"per-command limit of {MAX_MACS}")
+    one = ConvTotals()
     if eltwise:
         r0 = dict(runs[0], pool_enable=0 if runs[0]["pool_enable"] != POOL.avg else POOL.avg)
         (ew, eh, _, ec), _ = dims.run_output_shape(r0, (w, h, 1, c))
         elt_shape = (eh, ew, ec)
-    one = ConvTotals()  # the cost of one sample; a batch repeats it (§4.10)
-    in_bytes_one = w * h * c * (1 if u8_input else 2)
+        one.in_bytes += eh * ew * ec * 2
+    tiles = hdr["tiles"] if len(runs) == 1 else 1
+    for i, run in enumerate(runs):
+        in_ubuf = i > 0 and not topo >> (i - 1) & 1
+        one.cycles += _run_cycles(core, run, shapes[i], tiles, sizes[i], in_ubuf,
+                                  out_offs[i] is None, one)
+    return ConvPlan(hdr, runs, shapes, sizes, out_offs, out_total, elt_shape,
+                    w * h * c * (1 if u8_input else 2), one)
+
+
+def _execute(core: Dv700Core, plan: ConvPlan, table_word: int) -> None:
+    hdr, runs, topo = plan.hdr, plan.runs, plan.hdr["topo"]
+    batch = hdr["input_circular_offset"] or 1
+    w, h, c = hdr["w"], hdr["h"], hdr["c"]
+    weights = [_load_weights(core, run, shp[0][3], size) if size else None
+               for run, shp, size in zip(runs, plan.shapes, plan.weight_sizes)]
     for n in range(batch):
-        x = _read_input(core, hdr["input_base_addr"] + n * in_bytes_one, (h, w, c), table_word)
+        x = _read_input(core, hdr["input_base_addr"] + n * plan.in_bytes_one, (h, w, c),
+                        table_word)
         addend = None
-        if eltwise:
-            eb = elt_shape[0] * elt_shape[1] * elt_shape[2] * 2
-            addend = core.mem.read_tensor(hdr["eltwise_base_addr"] + n * eb, elt_shape)
-            if n == 0:
-                one.in_bytes += eb
+        if plan.elt_shape is not None:
+            eb = 2 * int(np.prod(plan.elt_shape))
+            addend = core.mem.read_tensor(hdr["eltwise_base_addr"] + n * eb, plan.elt_shape)
         cur = x
         for i, run in enumerate(runs):
             src = x if i == 0 or topo >> (i - 1) & 1 else cur
             y = _run(run, src, weights[i], addend if i == 0 else None)
-            if out_offs[i] is not None:
-                addr = hdr["output_base_addr"] + n * out_total + out_offs[i]
+            if plan.out_offs[i] is not None:
+                addr = hdr["output_base_addr"] + n * plan.out_total + plan.out_offs[i]
                 core.mem.write_tensor(addr, y)
             else:
                 cur = y
-            if n == 0:
-                tiles = hdr["tiles"] if len(runs) == 1 else 1
-                in_ubuf = i > 0 and not topo >> (i - 1) & 1
-                one.cycles += _run_cycles(core, run, shapes[i], tiles, weights[i], in_ubuf,
-                                          out_offs[i] is None, one)
-    totals = core.totals
+    one, totals = plan.one, core.totals
     totals.cycles += core.params.timing.command_overhead + batch * one.cycles
     totals.in_bytes += batch * one.in_bytes
     totals.weight_bytes += batch * one.weight_bytes
@@ -189,15 +224,11 @@ def _read_input(core: Dv700Core, addr: int, hwc: tuple[int, int, int],
     return table[t[None, None, :], idx]
 
 
-def _load_weights(core: Dv700Core, run: dict, in_c: int) -> tuple | None:
-    """Fetch and decode a run's weights.  Decoded blocks are cached per address and layout
-    and reused only while the bytes in DRAM are identical (the hardware re-reads them every
-    run; the cache changes wall time, not results or the byte counters)."""
-    if not run["conv_enable"]:
-        return None
-    size = dims.run_weight_size(run, in_c)
+def _load_weights(core: Dv700Core, run: dict, in_c: int, size: int) -> tuple:
+    """Fetch and decode a run's ``size`` bytes of weights.  Decoded blocks are cached per
+    address and layout and reused only while the bytes in DRAM are unchanged (the hardware
+    re-reads them every run; the cache changes wall time, not results or byte counters)."""
     addr = run["weight_base_addr"]
-    _check_addr(addr, 16, "weight")
     blob = core.mem.read(addr, size)
     version = core.mem.version(addr, size)
     key = (addr, size, in_c, run["m"], run["p"], run["conv_enable"], run["conv_dilation"],
@@ -264,7 +295,7 @@ def _run(run: dict, x: np.ndarray, wb: tuple | None, addend: np.ndarray | None) 
                       bool(run["rectifi_en"]), owned=t is not x)
 
 
-def _run_cycles(core: Dv700Core, run: dict, shapes: tuple, tiles: int, wb: tuple | None,
+def _run_cycles(core: Dv700Core, run: dict, shapes: tuple, tiles: int, wsize: int,
                 in_ubuf: bool, out_ubuf: bool, totals: ConvTotals) -> int:
     (w, h, _, c), (ow, oh, _, m) = shapes
     ce, pe = run["conv_enable"], run["pool_enable"]
@@ -282,7 +313,6 @@ def _run_cycles(core: Dv700Core, run: dict, shapes: tuple, tiles: int, wb: tuple
         kx, ky = _xy(run["pool_size"])
     else:
         kind = "eltwise"
-    wsize = wb[3] if wb else 0
     in_b, w_b, out_b = conv_run_bytes(w, h, c, ow, oh, m, max(1, (kx - 1) * max(dil, 1) + 1),
                                       max(tiles, 1), wsize, in_ubuf, out_ubuf)
     totals.in_bytes += in_b

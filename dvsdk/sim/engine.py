@@ -91,6 +91,8 @@ class Dv700Core:
         self.stats: dict[str, int] = {"kicks": 0, "commands": 0, "cycles": 0}
         #: decoded weights by (address, layout): reused while the DRAM bytes are unchanged
         self.weight_cache: dict[tuple, tuple] = {}
+        #: configuration images worked out (conv_unit.ConvPlan), by image bytes
+        self.conv_plans: dict[tuple, object] = {}
         self.power_on()
 
     # -- register file ------------------------------------------------------------------
@@ -242,9 +244,12 @@ class Dv700Core:
             if pos + 1 + n > chunk.size:
                 raise HardwareError("stream_overrun", here, "write packet cut by chunk end")
             index = hdr["reg_index"]
-            for k in range(n):
-                reg = index + k if hdr["increment"] else index
-                irq_seen |= self._stream_write(reg, int(chunk[pos + 1 + k]), here)
+            if not hdr["increment"] and index * 4 == R["conv"]["CFG_DATA"]:
+                self._cfg_data(chunk[pos + 1 : pos + 1 + n], here)  # a configuration image
+            else:
+                for k in range(n):
+                    reg = index + k if hdr["increment"] else index
+                    irq_seen |= self._stream_write(reg, int(chunk[pos + 1 + k]), here)
             pos += 1 + n
         if not irq_seen:
             raise HardwareError("stream_overrun", addr, "stream ended without interrupt write")
@@ -256,6 +261,18 @@ class Dv700Core:
         stream_cycles = -(-fetched // self.params.bus_bytes_per_cycle)
         return t.cycles + stream_cycles
 
+    def _cfg_data(self, words: np.ndarray, where: int) -> None:
+        """CFG_DATA writes: each stores a word at the controller address CFG_ADDR, which
+        then advances by 4 (§10.3); an address outside controller memory stops it."""
+        addr_reg = R["conv"]["CFG_ADDR"] // 4
+        ptr = int(self.regs["conv"][addr_reg])
+        fit = 0 if ptr % 4 else max(0, min(words.size, (CFG_MEM_BYTES - ptr) // 4))
+        self.cfg_mem[ptr : ptr + 4 * fit] = words[:fit].astype("<u4").view(np.uint8)
+        self.regs["conv"][addr_reg] = ptr + 4 * fit
+        if fit < words.size:
+            raise HardwareError("bad_config", where,
+                                f"controller address {ptr + 4 * fit:#x} invalid")
+
     def _stream_write(self, reg: int, value: int, where: int) -> bool:
         """A register write issued by the stream; returns True for the interrupt write."""
         conv_regs = R["conv"]
@@ -266,11 +283,7 @@ class Dv700Core:
         if offset == conv_regs["CFG_ADDR"]:
             self.regs["conv"][offset // 4] = value
         elif offset == conv_regs["CFG_DATA"]:
-            ptr = int(self.regs["conv"][conv_regs["CFG_ADDR"] // 4])
-            if ptr % 4 or ptr + 4 > CFG_MEM_BYTES:
-                raise HardwareError("bad_config", where, f"controller address {ptr:#x} invalid")
-            self.cfg_mem[ptr : ptr + 4] = np.array([value], "<u4").view(np.uint8)
-            self.regs["conv"][conv_regs["CFG_ADDR"] // 4] = ptr + 4
+            self._cfg_data(np.array([value], "<u4"), where)
         elif offset == conv_regs["START"]:
             if value & 1:
                 from .conv_unit import run_configuration
