@@ -14,6 +14,14 @@
 #include <stdint.h>
 #include <string.h>
 
+/* The hot loops are also compiled for AVX2 where the toolchain can pick the variant at
+ * load time (x86-64 Linux); the results are the same bits, only wider vectors. */
+#if defined(__GNUC__) && defined(__x86_64__) && defined(__linux__)
+#define HOT __attribute__((target_clones("avx2", "default")))
+#else
+#define HOT
+#endif
+
 /* float32 -> nearest binary16 (ties to even), as binary16 bits; numpy's
  * npy_floatbits_to_halfbits semantics: overflow -> inf, NaN keeps its top payload bits
  * (0x7c01 if they are all zero), subnormal results rounded at 2**-24. */
@@ -76,25 +84,32 @@ static int get_f32(PyObject *obj, Py_buffer *view, int writable, const char *nam
     return 0;
 }
 
-/* Round n float32 patterns to binary16 values (as float32 patterns), s -> d (may be the
- * same array).  Pass 1 is branch-free and vectorizes: integer rounding at mantissa bit
- * 13, right for zero and every normal binary16 result; pass 2 runs only when something
- * else occurred (subnormal result, overflow, inf, NaN), reading s again: s and d must
- * not overlap. */
-static void round_block(const uint32_t *s, uint32_t *d, Py_ssize_t n)
+/* Round n float32 patterns to binary16 values (as float32 patterns), s -> d (must not
+ * overlap), in chunks: a branch-free loop that vectorizes does integer rounding at
+ * mantissa bit 13, right for zero and every normal binary16 result; only a chunk where
+ * something else occurred (subnormal result, overflow, inf, NaN) is gone over again with
+ * the general conversion. */
+#define ROUND_CHUNK 64
+
+static inline void round_block(const uint32_t *s, uint32_t *d, Py_ssize_t n)
 {
-    uint32_t others = 0;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        uint32_t u = s[i], a = u & 0x7fffffffu;
-        others |= (uint32_t)(a - 1u < 0x387fffffu) | (uint32_t)(a >= 0x477ff000u);
-        d[i] = (u + 0x0fffu + ((u >> 13) & 1u)) & 0xffffe000u;
-    }
-    if (!others)
-        return;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        uint32_t a = s[i] & 0x7fffffffu;
-        if ((a - 1u < 0x387fffffu) | (a >= 0x477ff000u))
-            d[i] = f16_bits_to_f32(f32_to_f16_bits(s[i]));
+    for (Py_ssize_t c0 = 0; c0 < n; c0 += ROUND_CHUNK) {
+        Py_ssize_t m = n - c0 < ROUND_CHUNK ? n - c0 : ROUND_CHUNK;
+        const uint32_t *sc = s + c0;
+        uint32_t *dc = d + c0;
+        uint32_t others = 0;
+        for (Py_ssize_t i = 0; i < m; i++) {
+            uint32_t u = sc[i], a = u & 0x7fffffffu;
+            others |= (uint32_t)(a - 1u < 0x387fffffu) | (uint32_t)(a >= 0x477ff000u);
+            dc[i] = (u + 0x0fffu + ((u >> 13) & 1u)) & 0xffffe000u;
+        }
+        if (!others)
+            continue;
+        for (Py_ssize_t i = 0; i < m; i++) {
+            uint32_t a = sc[i] & 0x7fffffffu;
+            if ((a - 1u < 0x387fffffu) | (a >= 0x477ff000u))
+                dc[i] = f16_bits_to_f32(f32_to_f16_bits(sc[i]));
+        }
     }
 }
 
@@ -144,6 +159,22 @@ static inline float act_leaky(float a, float slope)
 
 #define FINISH_BLOCK 4096
 
+HOT static void finish_all(float *v, Py_ssize_t n, int act, float slope)
+{
+    float tmp[FINISH_BLOCK];
+    for (Py_ssize_t b0 = 0; b0 < n; b0 += FINISH_BLOCK) {
+        Py_ssize_t m = n - b0 < FINISH_BLOCK ? n - b0 : FINISH_BLOCK;
+        float *blk = v + b0;
+        if (act == 6)
+            for (Py_ssize_t i = 0; i < m; i++) tmp[i] = act_relu6(blk[i]);
+        else if (act == 2)
+            for (Py_ssize_t i = 0; i < m; i++) tmp[i] = act_leaky(blk[i], slope);
+        else
+            memcpy(tmp, blk, (size_t)m * 4);
+        round_block((const uint32_t *)tmp, (uint32_t *)blk, m);
+    }
+}
+
 PyDoc_STRVAR(finish_doc,
 "finish(y, act, slope)\n\nIn place on float32 ``y``: the activation ``act`` (0 none, 2 "
 "leaky ReLU with ``slope``, 6 ReLU6) as numpy computes it, then rounding to binary16 "
@@ -168,22 +199,42 @@ static PyObject *finish(PyObject *self, PyObject *args)
         float *v = (float *)y.buf;
         Py_ssize_t n = y.len / 4;
         Py_BEGIN_ALLOW_THREADS
-        float tmp[FINISH_BLOCK];
-        for (Py_ssize_t b0 = 0; b0 < n; b0 += FINISH_BLOCK) {
-            Py_ssize_t m = n - b0 < FINISH_BLOCK ? n - b0 : FINISH_BLOCK;
-            float *blk = v + b0;
-            if (act == 6)
-                for (Py_ssize_t i = 0; i < m; i++) tmp[i] = act_relu6(blk[i]);
-            else if (act == 2)
-                for (Py_ssize_t i = 0; i < m; i++) tmp[i] = act_leaky(blk[i], slope);
-            else
-                memcpy(tmp, blk, (size_t)m * 4);
-            round_block((const uint32_t *)tmp, (uint32_t *)blk, m);
-        }
+        finish_all(v, n, act, slope);
         Py_END_ALLOW_THREADS
     }
     PyBuffer_Release(&y);
     Py_RETURN_NONE;
+}
+
+HOT static void depthwise_all(const float *restrict x, Py_ssize_t h, Py_ssize_t w,
+                              Py_ssize_t c, const float *restrict wt, Py_ssize_t ky,
+                              Py_ssize_t kx, const float *restrict bias,
+                              float *restrict out, Py_ssize_t oh, Py_ssize_t ow, int sx,
+                              int sy, int dx, int dy, int pl, int pt,
+                              const float *restrict zeros)
+{
+    for (Py_ssize_t oy = 0; oy < oh; oy++) {
+        for (Py_ssize_t ox = 0; ox < ow; ox++) {
+            float *restrict o = out + (oy * ow + ox) * c;
+            for (Py_ssize_t ch = 0; ch < c; ch++)
+                o[ch] = 0.0f;
+            for (Py_ssize_t i = 0; i < ky; i++) {
+                Py_ssize_t iy = oy * sy + i * dy - pt;
+                for (Py_ssize_t j = 0; j < kx; j++) {
+                    Py_ssize_t ix = ox * sx + j * dx - pl;
+                    const float *restrict px = (iy >= 0 && iy < h && ix >= 0 && ix < w)
+                        ? x + (iy * w + ix) * c : zeros;
+                    const float *restrict wk = wt + (i * kx + j) * c;
+                    for (Py_ssize_t ch = 0; ch < c; ch++) {
+                        float p = px[ch] * wk[ch];
+                        o[ch] = o[ch] + p;
+                    }
+                }
+            }
+            for (Py_ssize_t ch = 0; ch < c; ch++)
+                o[ch] = o[ch] + bias[ch];
+        }
+    }
 }
 
 PyDoc_STRVAR(depthwise_doc,
@@ -227,36 +278,11 @@ static PyObject *depthwise(PyObject *self, PyObject *args)
         PyErr_NoMemory();
         goto done;
     }
-    {
-        const float *restrict x = (const float *)b[0].buf;
-        const float *restrict wt = (const float *)b[1].buf;
-        const float *restrict bias = (const float *)b[2].buf;
-        float *restrict out = (float *)b[3].buf;
-        Py_BEGIN_ALLOW_THREADS
-        for (Py_ssize_t oy = 0; oy < oh; oy++) {
-            for (Py_ssize_t ox = 0; ox < ow; ox++) {
-                float *restrict o = out + (oy * ow + ox) * c;
-                for (Py_ssize_t ch = 0; ch < c; ch++)
-                    o[ch] = 0.0f;
-                for (Py_ssize_t i = 0; i < ky; i++) {
-                    Py_ssize_t iy = oy * sy + i * dy - pt;
-                    for (Py_ssize_t j = 0; j < kx; j++) {
-                        Py_ssize_t ix = ox * sx + j * dx - pl;
-                        const float *restrict px = (iy >= 0 && iy < h && ix >= 0 && ix < w)
-                            ? x + (iy * w + ix) * c : zeros;
-                        const float *restrict wk = wt + (i * kx + j) * c;
-                        for (Py_ssize_t ch = 0; ch < c; ch++) {
-                            float p = px[ch] * wk[ch];
-                            o[ch] = o[ch] + p;
-                        }
-                    }
-                }
-                for (Py_ssize_t ch = 0; ch < c; ch++)
-                    o[ch] = o[ch] + bias[ch];
-            }
-        }
-        Py_END_ALLOW_THREADS
-    }
+    Py_BEGIN_ALLOW_THREADS
+    depthwise_all((const float *)b[0].buf, h, w, c, (const float *)b[1].buf, ky, kx,
+                  (const float *)b[2].buf, (float *)b[3].buf, oh, ow, sx, sy, dx, dy, pl, pt,
+                  zeros);
+    Py_END_ALLOW_THREADS
 done:
     PyMem_Free(zeros);
     for (int k = 0; k < got; k++)
