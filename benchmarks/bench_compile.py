@@ -18,6 +18,9 @@ Measured:
   where the simulator run's time goes; plus the accuracy of the run against onnxruntime
   with optimizations disabled.
 
+The simulator uses the compiled loops of dvsdk/_native.c when they were built; run with
+``DVSDK_NATIVE=0`` to measure the numpy paths alone.
+
     python benchmarks/bench_compile.py [--repeats 3] [--size 224] [--width 1.0]
 """
 
@@ -155,7 +158,9 @@ def main() -> None:
     so_ref.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     ref = ort.InferenceSession(model.SerializeToString(), so_ref,
                                providers=["CPUExecutionProvider"]).run(None, {"input": x})[0]
-    print(f"\nonnxruntime {ort.__version__}, default optimizations: {t_ort[0] * 1e3:.1f} ms "
+    from dvsdk import native
+    print(f"\nsimulator data paths: {native.describe()}")
+    print(f"onnxruntime {ort.__version__}, default optimizations: {t_ort[0] * 1e3:.1f} ms "
           f"(default threads), {t_ort[1] * 1e3:.1f} ms (1 thread); medians of 30")
     for label, net in nets.items():
         with Net(net, "sim://") as n:

@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from typing import TextIO
 from urllib.parse import urlsplit
 
+from . import native
 from .driver.device import default_url, open_device, parse_url
 from .driver.discovery import (
     DV700_COMPATIBLE,
@@ -144,6 +145,8 @@ class Doctor:
                  f"mac_num={info.mac_num} conv_freq={info.conv_freq} MHz")
         self.add(INFO, "device", "not a board URL: the UIO/DMA checks do not apply "
                  "(use --device uio://)")
+        if info.backend == "sim":
+            self.add(INFO, "simulator", native.describe())
 
     # -- UIO ---------------------------------------------------------------------------
     def _check_uio(self, inv: Inventory) -> bool:

@@ -180,6 +180,7 @@ def test_non_board_url_just_opens_the_device():
     pytest.importorskip("dvsdk.sim.device")
     rc, out = run(["--device", "sim://"])
     assert rc == 0 and "[ OK ] device: sim opened" in out
+    assert "simulator: compiled loops" in out or "simulator: numpy" in out
 
 
 # -- permissions and the dvsdk group (as an ordinary user) --------------------------------------
