@@ -18,8 +18,8 @@ Checks, in order, each printed with what to do about it:
 Exit status: 0 when nothing failed (warnings allowed), 3 for device problems
 (including "no board on this machine"), 2 for bad arguments.
 
-The DMA a net.bin needs is not known here yet: the net.bin reader will connect
-:data:`NET_DMA_HOOK` (``path -> bytes``); callers may also pass ``required_dma``.
+With a net.bin argument the DMA size is checked against what the network needs (from
+its META, :func:`dvsdk.netfile.dma_bytes`); callers may also pass ``required_dma``.
 """
 
 from __future__ import annotations
@@ -50,9 +50,6 @@ from .driver.discovery import (
 )
 from .errors import DeviceBusy, DvsdkError, InvalidURL
 
-#: HOOK(lead): set to ``fn(net_bin_path) -> DMA bytes needed`` once the net.bin reader exists.
-NET_DMA_HOOK: Callable[[str], int] | None = None
-
 RULES_HINT = ("sudo cp udev/99-dmp-dv700.rules /etc/udev/rules.d/ && sudo udevadm control "
               "--reload && sudo udevadm trigger")
 GROUP_HINT = (f"sudo groupadd -f --system {DVSDK_GROUP} && sudo usermod -aG {DVSDK_GROUP} "
@@ -82,10 +79,8 @@ class Finding:
         return text
 
 
-def required_dma_for_net(path: str) -> int | None:
-    """DMA bytes a net.bin needs, through :data:`NET_DMA_HOOK`; None while unconnected."""
-    if NET_DMA_HOOK is not None:
-        return int(NET_DMA_HOOK(path))
+def required_dma_for_net(path: str) -> int:
+    """DMA bytes a net.bin needs (arena, weights, command streams: its META sizes)."""
     from .netfile import dma_bytes, read
 
     return dma_bytes(read(path))

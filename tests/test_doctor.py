@@ -138,8 +138,8 @@ def test_dma_size_against_the_network(board, tmp_path, monkeypatch):
     compile_model(conv_bn_relu(), real, golden=False)
     rc, out = run(["--device", board.url, str(real)])  # sized from the file itself
     assert rc == 0 and re.search(r"\[ OK \] dma size: the network needs \d+ B of 64.0 MiB", out)
-    monkeypatch.setattr(doctor, "NET_DMA_HOOK", lambda p: 128 << 20)
-    rc, out = run(["--device", board.url, str(net)])
+    monkeypatch.setattr("dvsdk.netfile.dma_bytes", lambda f: 128 << 20)
+    rc, out = run(["--device", board.url, str(real)])
     assert rc == 3 and "needs 128.0 MiB" in out
 
 
