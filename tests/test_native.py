@@ -17,6 +17,7 @@ from dvsdk import native
 from dvsdk.fp16 import round_f16
 from dvsdk.sim import ops
 
+pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")  # NaN/inf on purpose
 NATIVE = native.NATIVE
 needs_native = pytest.mark.skipif(NATIVE is None, reason="dvsdk._native not built")
 

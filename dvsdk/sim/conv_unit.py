@@ -70,7 +70,8 @@ def run_configuration(core: Dv700Core) -> None:
             if len(core.conv_plans) > 1024:
                 core.conv_plans.clear()
             core.conv_plans[key] = plan
-        _execute(core, plan, table_word)
+        with np.errstate(all="ignore"):  # inf and NaN are values to the hardware, not errors
+            _execute(core, plan, table_word)
     except HardwareError:
         raise
     except (DvsdkError, ValueError, IndexError, ZeroDivisionError, OverflowError) as e:
