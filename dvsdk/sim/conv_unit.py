@@ -251,12 +251,13 @@ def _decode_weights(blob: np.ndarray, run: dict, in_c: int, size: int) -> tuple:
     ky = ky or kx
     q = bool(run["weight_fmt"] & 2)
     dx, dy = _xy(run["conv_dilation"])
+    dw = bool(run["conv_enable"] & 2)
     if max(dx, dy) > 1:
         wts, bias = unpack_dilated_weights(blob, in_c, run["m"], kx, ky, q)
-        return wts, bias, None, size
-    dw = bool(run["conv_enable"] & 2)
-    wts, bias, prelu = unpack_conv_weights(blob, in_c, run["m"], kx, ky, q, dw,
-                                           run["actfunc"] == 4)
+        prelu = None
+    else:
+        wts, bias, prelu = unpack_conv_weights(blob, in_c, run["m"], kx, ky, q, dw,
+                                               run["actfunc"] == 4)
     if not dw:  # (M, C, ky, kx) over (ky, kx, C, M) memory: the matmul operand, no copy
         wts = np.ascontiguousarray(wts.transpose(2, 3, 1, 0)).transpose(3, 2, 0, 1)
     return wts, bias, prelu, size

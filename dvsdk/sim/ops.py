@@ -216,8 +216,10 @@ def conv2d(
         xp = np.pad(x, ((pt, pb), (pl, pr), (0, 0))) if pl or pr or pt or pb else x
         return _depthwise(xp, w, b, (oh, ow), (sx, sy), (dx, dy))
     if kx == ky == 1 and sx == sy == 1 and not (pl or pr or pt or pb):
-        # pointwise: the input itself is the im2col matrix; BLAS reads the weights transposed
-        out = np.matmul(x.reshape(-1, c), w.reshape(m, c).T).reshape(oh, ow, m)
+        # pointwise: the input itself is the im2col matrix; the weights as the same (C, M)
+        # matrix as below (the conv unit keeps them in that memory order: no copy)
+        wmat = np.ascontiguousarray(w.reshape(m, c).T)
+        out = np.matmul(x.reshape(-1, c), wmat).reshape(oh, ow, m)
         return _add_per_channel(out, b)
 
     xp = np.pad(x, ((pt, pb), (pl, pr), (0, 0))) if pl or pr or pt or pb else x
