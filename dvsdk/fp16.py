@@ -63,6 +63,13 @@ def fp24(f: float) -> int:
     return v
 
 
+def denormals_work() -> bool:
+    """False when float32 subnormals are flushed to zero in this thread (FTZ/DAZ, which a
+    library loaded into the process may switch on): the scaling tricks of
+    :func:`f16_to_f32` and :func:`f32_to_f16` then fall back to numpy's casts."""
+    return bool(np.multiply(np.float32(1e-45), np.float32(2.0**112)) != 0)
+
+
 def f16_to_f32(h: np.ndarray) -> np.ndarray:
     """Exact binary16 -> float32 of a contiguous float16 array, as a new array of its shape.
 
@@ -71,6 +78,8 @@ def f16_to_f32(h: np.ndarray) -> np.ndarray:
     scaled by 2**112 give every finite value exactly (subnormals too); inf/NaN get the
     all-ones exponent; the sign is copied over.
     """
+    if not denormals_work():
+        return np.ascontiguousarray(h).astype(np.float32)
     w = h.view(_U16LE).astype(_U32)
     m = w & _U32(0x7FFF)
     m <<= _U32(13)
@@ -133,6 +142,8 @@ def f32_to_f16(v: np.ndarray) -> np.ndarray:
     not rounded.
     """
     v = np.ascontiguousarray(v, dtype=np.float32)
+    if not denormals_work():
+        return v.astype(np.float16)
     with np.errstate(invalid="ignore"):  # a signalling NaN; replaced below
         w = np.multiply(v, np.float32(2.0**-112)).view(_U32)
     if v.size and not (v.max() <= np.float32(65504.0) and v.min() >= np.float32(-65504.0)):

@@ -35,6 +35,13 @@ def test_f32_to_f16_inverts_for_every_half():
     assert bits(f32_to_f16(ALL_HALVES.astype(np.float32))) == bits(ALL_HALVES)
 
 
+def test_conversions_fall_back_to_numpy_where_denormals_are_flushed(monkeypatch):
+    import dvsdk.fp16 as fp16
+    monkeypatch.setattr(fp16, "denormals_work", lambda: False)
+    assert bits(fp16.f16_to_f32(ALL_HALVES)) == bits(ALL_HALVES.astype(np.float32))
+    assert bits(fp16.f32_to_f16(ALL_HALVES.astype(np.float32))) == bits(ALL_HALVES)
+
+
 def test_round_f16_matches_numpy_around_every_half():
     # each binary16 value's float32 pattern and its neighbours at the rounding boundaries
     # (mantissa bit 13: ties, one below and above them), both signs, every exponent
