@@ -2,9 +2,11 @@
 
 The simulator's two hottest data paths, FP16 rounding (:func:`dvsdk.fp16.round_f16`) and
 the depthwise convolution (:mod:`dvsdk.sim.ops`), have a numpy implementation, which is
-the reference, and a compiled one with the same bits that makes one pass over memory
-instead of numpy's five to eighteen.  The compiled module is an optional extension: a
-machine without a C compiler installs and runs with numpy only.  ``DVSDK_NATIVE=0``
+the reference, and a compiled one with the same bits (NaN payloads aside: which NaN an
+operation on two NaNs returns may differ, as it does between numpy's own SIMD builds)
+that makes one pass over memory instead of numpy's five to eighteen.  The compiled
+module is an optional extension: a machine without a C compiler installs and runs with
+numpy only.  ``DVSDK_NATIVE=0``
 in the environment selects numpy even where the module exists.
 
 Callers read :data:`NATIVE` at call time (``native.NATIVE``), so tests can switch it.

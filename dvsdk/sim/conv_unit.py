@@ -137,6 +137,7 @@ def _plan(core: Dv700Core, hdr: dict, runs: list[dict], u8_input: bool) -> ConvP
         if run["conv_enable"]:
             sizes.append(dims.run_weight_size(run, shape[3]))
             _check_addr(run["weight_base_addr"], 16, "weight")
+            core.mem.check_range(run["weight_base_addr"], sizes[-1])  # before later runs
         else:
             sizes.append(0)
         shapes.append((shape, out_shape))

@@ -461,10 +461,10 @@ def finish(t: np.ndarray, code: int, param: float = 0.0, prelu: np.ndarray | Non
 
     ``owned``: ``t`` is the caller's scratch and may be overwritten.  With the compiled
     loops (:mod:`dvsdk.native`), no activation, leaky ReLU and ReLU6 run fused with the
-    rounding in one pass, with the same bits."""
+    rounding in one pass, with the same bits (NaN payloads aside: a NaN stays a NaN)."""
     if native.NATIVE is not None and code in (ACT_NONE, ACT_LEAKY_RELU, ACT_RELU6) and not rect:
         y = t if owned and t.dtype == np.float32 and t.flags.c_contiguous \
-            and t.flags.writeable else np.array(t, np.float32)
+            and t.flags.writeable else np.array(t, np.float32, order="C")
         native.NATIVE.finish(y, int(code), float(param))
         return y
     if code:
