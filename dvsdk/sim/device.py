@@ -22,7 +22,7 @@ import numpy as np
 from ..driver.allocator import RegionAllocator
 from ..driver.device import UNITS, Device, DeviceInfo, DmaBuffer, parse_url
 from ..errors import CoherenceError, DeviceTimeout, InvalidArgument, InvalidURL
-from .dram import Dram, same_bytes
+from .dram import Dram, remove_span, same_bytes
 from .engine import IRQ_REGS, Dv700Core, Faults, R, SimParams
 
 DRAM_BASE = 0x6000_0000
@@ -45,19 +45,6 @@ def _add_span(spans: list[tuple[int, int]], a: int, b: int) -> list[tuple[int, i
             s0, e0 = min(s, s0), max(e, e0)
     out.append((s0, e0))
     return sorted(out)
-
-
-def _remove_span(spans: list[tuple[int, int]], a: int, b: int) -> list[tuple[int, int]]:
-    out = []
-    for s, e in spans:
-        if e <= a or s >= b:
-            out.append((s, e))
-            continue
-        if s < a:
-            out.append((s, a))
-        if e > b:
-            out.append((b, e))
-    return out
 
 
 class SimDmaBuffer(DmaBuffer):
@@ -90,7 +77,7 @@ class SimDmaBuffer(DmaBuffer):
             a, b = max(s, offset), min(e, offset + nbytes)
             if a < b:
                 dirty[a - offset : b - offset] = True
-        self.cpu_written = _remove_span(self.cpu_written, offset, offset + nbytes)
+        self.cpu_written = remove_span(self.cpu_written, offset, offset + nbytes)
         if dirty.any():
             where = np.flatnonzero(dirty)
             lo, hi = int(where[0]), int(where[-1]) + 1
@@ -106,7 +93,7 @@ class SimDmaBuffer(DmaBuffer):
         fresh = self._dram(offset, nbytes)
         self.view[offset : offset + nbytes] = fresh
         self.snapshot[offset : offset + nbytes] = fresh
-        self.device_dirty = _remove_span(self.device_dirty, offset, offset + nbytes)
+        self.device_dirty = remove_span(self.device_dirty, offset, offset + nbytes)
 
     def _check_cpu_read(self, offset: int, nbytes: int) -> None:
         hit = _intervals_overlap(self.device_dirty, offset, offset + nbytes)

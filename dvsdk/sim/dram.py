@@ -42,8 +42,8 @@ def same_bytes(a: np.ndarray, b: np.ndarray) -> bool:
     return np.array_equal(a, b)
 
 
-def _cut(spans: list[tuple[int, int]], a: int, b: int) -> list[tuple[int, int]]:
-    """``spans`` minus ``[a, b)``."""
+def remove_span(spans: list[tuple[int, int]], a: int, b: int) -> list[tuple[int, int]]:
+    """``spans`` (half-open byte ranges) minus ``[a, b)``."""
     out = []
     for s, e in spans:
         if e <= a or s >= b:
@@ -228,7 +228,7 @@ class Dram:
             if t.packed is not None:
                 self._drop(t)
                 continue
-            t.live = _cut(t.live, a, b)
+            t.live = remove_span(t.live, a, b)
             if not t.live:
                 self._drop(t)
 
