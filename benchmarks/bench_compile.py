@@ -40,7 +40,7 @@ from dvsdk.compiler import build as B  # noqa: E402
 from dvsdk.compiler.lower import lower  # noqa: E402
 from dvsdk.compiler.memplan import plan  # noqa: E402
 from dvsdk.driver.device import DeviceInfo  # noqa: E402
-from dvsdk.runtime import Net  # noqa: E402
+from dvsdk.runtime.net import Net  # noqa: E402
 from tests.onnx_models import NetBuilder, w  # noqa: E402
 
 SETTINGS = ((1, 16, 1, 1), (6, 24, 2, 2), (6, 32, 3, 2), (6, 64, 4, 2), (6, 96, 3, 1),

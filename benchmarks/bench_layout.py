@@ -1,4 +1,4 @@
-"""Benchmark dvsdk.layout pack/unpack (dv700-interface.md §1) against a plain FP16 cast.
+"""Benchmark dvsdk.hw.layout pack/unpack (dv700-interface.md §1) against a plain FP16 cast.
 
 Run: ``python3 benchmarks/bench_layout.py``.  Prints median wall times and the ratio
 to ``np.asarray(x, np.float16)`` of the same tensor (goal: <= 1.5).  For unpack it also
@@ -12,7 +12,7 @@ from collections.abc import Callable
 import numpy as np
 from common import median_time as _median_time
 
-from dvsdk import layout
+from dvsdk.hw import layout
 
 
 def median_time(fn: Callable[[], object]) -> float:

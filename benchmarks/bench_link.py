@@ -21,8 +21,8 @@ from collections.abc import Callable
 
 import numpy as np
 
-from dvsdk.agent import AgentProcess
 from dvsdk.driver.device import Device, open_device
+from dvsdk.link.agent import AgentProcess
 
 MB = 1e6
 

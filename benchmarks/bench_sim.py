@@ -16,10 +16,10 @@ import time
 import numpy as np
 
 import dvsdk
-from dvsdk import layout
 from dvsdk.driver.cmdlist import CommandList
 from dvsdk.driver.commands import ConvCommand, ConvRun
-from dvsdk.weights import pack_conv_weights
+from dvsdk.hw import layout
+from dvsdk.hw.weights import pack_conv_weights
 
 CASES = [
     # name, (h, w, c), m, k, stride, pad

@@ -1,4 +1,4 @@
-"""Benchmark dvsdk.weights (dv700-interface.md §8.1, §8.3) on a 3x3 512->512 conv.
+"""Benchmark dvsdk.hw.weights (dv700-interface.md §8.1, §8.3) on a 3x3 512->512 conv.
 
 Run: ``python3 benchmarks/bench_weights.py``.  Prints median times of FP16 and Q8
 packing (goal for FP16: < 0.2 s), unpacking, and of ``quantize_weights`` for the layer.
@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 from common import median_time
 
-from dvsdk import weights as W
+from dvsdk.hw import weights as W
 
 
 def main() -> None:

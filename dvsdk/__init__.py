@@ -11,9 +11,9 @@ __version__ = "0.1.0"
 from .driver.device import Device, DeviceInfo, DmaBuffer, open_device  # noqa: E402
 
 
-def load(path, device=None):  # noqa: ANN001, ANN201 - documented in dvsdk.runtime.load
-    """Load a net.bin on a device (see :func:`dvsdk.runtime.load`)."""
-    from .runtime import load as _load
+def load(path, device=None):  # noqa: ANN001, ANN201 - documented in dvsdk.runtime.net.load
+    """Load a net.bin on a device (see :func:`dvsdk.runtime.net.load`)."""
+    from .runtime.net import load as _load
 
     return _load(path, device)
 

@@ -1,7 +1,7 @@
 /*
  * dvsdk._native: optional compiled loops for the simulator's two hottest data paths.
  *
- * Both have a numpy implementation that is the reference (dvsdk/fp16.py round_f16,
+ * Both have a numpy implementation that is the reference (dvsdk/hw/fp16.py round_f16,
  * dvsdk/sim/ops.py _depthwise); these give the same bits (NaN payloads aside: which
  * of two NaN operands survives may differ), one pass over memory instead
  * of numpy's five to eighteen.  The package works without this module (it is an

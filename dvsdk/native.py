@@ -1,6 +1,6 @@
 """The optional compiled loops (``dvsdk/_native.c``) and the switch between them and numpy.
 
-The simulator's two hottest data paths, FP16 rounding (:func:`dvsdk.fp16.round_f16`) and
+The simulator's two hottest data paths, FP16 rounding (:func:`dvsdk.hw.fp16.round_f16`) and
 the depthwise convolution (:mod:`dvsdk.sim.ops`), have a numpy implementation, which is
 the reference, and a compiled one with the same bits (NaN payloads aside: which NaN an
 operation on two NaNs returns may differ, as it does between numpy's own SIMD builds)
@@ -10,16 +10,27 @@ numpy only.  ``DVSDK_NATIVE=0``
 in the environment selects numpy even where the module exists.
 
 Callers read :data:`NATIVE` at call time (``native.NATIVE``), so tests can switch it.
+Where the module was not built, the simulator says so once per process when it is first
+opened (:func:`note_fallback`), not only in ``dvsdk doctor``.
 """
 
 from __future__ import annotations
 
 import os
+import warnings
 from types import ModuleType
 
 
+class NativeFallbackWarning(RuntimeWarning):
+    """The compiled loops were not built: the simulator runs on numpy alone."""
+
+
+def _disabled() -> bool:
+    return os.environ.get("DVSDK_NATIVE", "1").strip() == "0"
+
+
 def _load() -> ModuleType | None:
-    if os.environ.get("DVSDK_NATIVE", "1").strip() == "0":
+    if _disabled():
         return None
     try:
         from . import _native
@@ -36,6 +47,20 @@ def describe() -> str:
     """One line for ``dvsdk doctor``: which implementation the simulator uses."""
     if NATIVE is not None:
         return "compiled loops (dvsdk._native)"
-    if os.environ.get("DVSDK_NATIVE", "1").strip() == "0":
+    if _disabled():
         return "numpy (DVSDK_NATIVE=0)"
     return "numpy (dvsdk._native was not built: no C compiler at install)"
+
+
+_noted = False
+
+
+def note_fallback() -> None:
+    """Warn once per process that the compiled loops are missing (not when chosen off)."""
+    global _noted
+    if NATIVE is None and not _disabled() and not _noted:
+        _noted = True
+        warnings.warn("dvsdk._native was not built (no C compiler at install time): the "
+                      "simulator runs on numpy alone, about 2x slower. Install a C compiler "
+                      "and reinstall dvsdk, or set DVSDK_NATIVE=0 to choose numpy and silence "
+                      "this.", NativeFallbackWarning, stacklevel=3)

@@ -25,7 +25,7 @@ from . import __version__
 from .driver.device import DeviceInfo
 from .errors import NetFileError
 from .fsutil import atomic_write
-from .spec import SPEC
+from .hw.spec import SPEC
 
 NB = SPEC.netbin
 MAGIC = NB["magic"].encode()

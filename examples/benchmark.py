@@ -6,7 +6,7 @@
     python3 examples/benchmark.py net.bin --runs 100       # a net.bin: no compile stage
     DVSDK_DEVICE=uio:// python3 examples/benchmark.py      # on a board
 
-Per-run stages come from ``net.last_run`` (a :class:`dvsdk.runtime.RunStats`): packing the
+Per-run stages come from ``net.last_run`` (a :class:`dvsdk.runtime.handle.RunStats`): packing the
 input into the DV700's FP16 layout, cache maintenance, the hardware segments, unpacking,
 and the ops that run on the CPU.  On the simulator (``sim://``) the device time is
 *predicted* by its cycle model at the simulated clock, not measured, and wall-clock times
@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 
 import dvsdk
-from dvsdk.images import preprocess
+from dvsdk.runtime.images import preprocess
 
 MODELS = Path(__file__).resolve().parent / "models"
 DEFAULT_MODEL = MODELS / "digits.onnx"

@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 
 import dvsdk
-from dvsdk.images import IMAGE_SUFFIXES
+from dvsdk.runtime.images import IMAGE_SUFFIXES
 
 MODELS = Path(__file__).resolve().parent / "models"
 DEFAULT_NET = MODELS / "digits.bin"

@@ -22,10 +22,10 @@ import sys
 import numpy as np
 
 import dvsdk
-from dvsdk import layout
 from dvsdk.driver.cmdlist import CommandList
 from dvsdk.driver.commands import ConvCommand, ConvRun
-from dvsdk.weights import pack_conv_weights
+from dvsdk.hw import layout
+from dvsdk.hw.weights import pack_conv_weights
 
 
 def conv_pool_relu(x: np.ndarray, w: np.ndarray, b: np.ndarray, pad: int,

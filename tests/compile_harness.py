@@ -11,7 +11,7 @@ import pytest
 from onnx import helper
 
 from dvsdk.compiler.build import compile
-from dvsdk.runtime import Net
+from dvsdk.runtime.net import Net
 
 from . import onnx_models as M
 from .onnx_models import NetBuilder, _f, _i, make_model

@@ -1,40 +1,24 @@
-"""Shared fixtures: paths to the golden data in ../shared."""
+"""Shared fixtures: the golden vectors in tests/data (see tests/data/README.md) and devices."""
 
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def _shared_dir() -> Path:
-    env = os.environ.get("DVSDK_SHARED")
-    for cand in ([Path(env)] if env else []) + [ROOT.parent / "shared", ROOT / "shared"]:
-        if (cand / "vectors").is_dir():
-            return cand
-    raise RuntimeError("cannot find ../shared (golden vectors)")
-
-
-SHARED = _shared_dir()
-
-
-@pytest.fixture(scope="session")
-def shared_dir() -> Path:
-    return SHARED
+DATA = ROOT / "tests" / "data"
 
 
 @pytest.fixture(scope="session")
 def weight_golden() -> dict:
-    return json.loads((SHARED / "vectors" / "dmp_weight_golden.json").read_text())
+    return json.loads((DATA / "dmp_weight_golden.json").read_text())
 
 
 @pytest.fixture(scope="session")
 def layout_vectors() -> dict:
-    return json.loads((SHARED / "vectors" / "layout_offsets.json").read_text())
+    return json.loads((DATA / "layout_offsets.json").read_text())
 
 
 # -- devices -----------------------------------------------------------------------------
@@ -58,7 +42,7 @@ def _link(port: str):
     """A dvsdk-agent in another process serving sim:// over TCP loopback or a pty."""
 
     def make() -> str:
-        from dvsdk.agent import AgentProcess
+        from dvsdk.link.agent import AgentProcess
 
         if port not in _AGENTS:
             _AGENTS[port] = AgentProcess("sim://", port=port)

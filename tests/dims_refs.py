@@ -1,5 +1,5 @@
 """Independent reference formulas and DMP's test_multirun configurations for the dims
-tests (restated from dv700-interface.md §4, §7; never imported from dvsdk.dims)."""
+tests (restated from dv700-interface.md §4, §7; never imported from dvsdk.hw.dims)."""
 
 from __future__ import annotations
 

@@ -43,6 +43,7 @@ from dvsdk.driver.mmio import (
     UNIT_IRQ,
 )
 from dvsdk.driver.uio import IRQ_COUNT_OFFSET, IRQ_CTRL_OFFSET, IRQ_FILE_SIZE
+from dvsdk.sim import core as sim_core
 
 DEFAULT_BASE = 0xA000_0000
 DEFAULT_DMA_PHYS = 0x7000_0000
@@ -184,14 +185,14 @@ class FakeBoard:
         self.core: Any
         if engine is not None:
             try:
-                params = engine.SimParams(clock_mhz=conv_freq or 300, mac_num=mac_groups * 72,
+                params = sim_core.SimParams(clock_mhz=conv_freq or 300, mac_num=mac_groups * 72,
                                           ub_size=ubuf_size, hw_version=hw_version,
                                           max_input_size=max_input_size, units=self.units)
             except (AttributeError, TypeError):
                 params = None
             self.core = engine.Dv700Core(self.dram, dma_phys, regs=self.regs, params=params,
                                          on_irq=self._on_irq)
-            self.start_regs = dict(engine.START_REGS)
+            self.start_regs = dict(sim_core.START_REGS)
         else:
             self.core = StubCore(self.dram, dma_phys, regs=self.regs, on_irq=self._on_irq)
             self.start_regs = dict(FALLBACK_START_REGS)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from dvsdk import layout
+from dvsdk.hw import layout
 
 
 def upload(dev, data, align: int = 64, name: str = ""):

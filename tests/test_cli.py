@@ -20,7 +20,7 @@ ENV = {**os.environ, "DVSDK_DEVICE": "sim://"}
 
 def cli(*args: str, check: int | None = 0, env: dict | None = None) -> subprocess.CompletedProcess:
     mod = {"dvsdk": "dvsdk.cli.main", "dvsdk-compile": "dvsdk.cli.compile",
-           "dvsdk-run": "dvsdk.cli.run", "dvsdk-agent": "dvsdk.agent"}[args[0]]
+           "dvsdk-run": "dvsdk.cli.run", "dvsdk-agent": "dvsdk.link.agent"}[args[0]]
     proc = subprocess.run([sys.executable, "-m", mod, *args[1:]], capture_output=True,
                           text=True, timeout=120, env=env or ENV)
     if check is not None:

@@ -44,7 +44,7 @@ import numpy as np
 import onnx
 import pytest
 
-from dvsdk.runtime import Net
+from dvsdk.runtime.net import Net
 
 from . import onnx_models as M
 from .compile_harness import (
@@ -534,7 +534,7 @@ def test_op_matrix_quantized(case: E2E) -> None:
 
 def test_multi_tile_conv_small_ubuf() -> None:
     """A layer that needs several UBUF tiles on a 256 KiB UBUF, compiled for it."""
-    from dvsdk import dims
+    from dvsdk.hw import dims
 
     tiles, _, _ = dims.conv_tiles(112, 112, 32, 32, 3, 3, (1, 1, 1, 1), ub_size=262144)
     assert tiles > 1

@@ -13,7 +13,7 @@ from onnx import TensorProto, helper
 
 from dvsdk.compiler.build import compile
 from dvsdk.errors import ModelError, UnsupportedOps
-from dvsdk.runtime import Net
+from dvsdk.runtime.net import Net
 
 from . import onnx_models as M
 from .compile_harness import (

@@ -1,4 +1,4 @@
-"""CPU kernels (dvsdk.cpu_ops / dvsdk.cpu_nn) against onnxruntime.
+"""CPU kernels (dvsdk.cpu.ops / dvsdk.cpu.nn) against onnxruntime.
 
 Metric everywhere: max-abs error <= 1e-4 * max(1, range of the ORT output), float32; integer
 outputs must match exactly. Single-op models come from tests/onnx_models.py; random attribute
@@ -18,8 +18,9 @@ from hypothesis import strategies as st
 from onnx import TensorProto, helper
 
 from dvsdk.compiler.fold import infer_and_fold
-from dvsdk.compiler.onnx_frontend import SUPPORTED_OPS, load_onnx
-from dvsdk.cpu_ops import KERNELS, run_graph, run_op
+from dvsdk.compiler.frontends.onnx import SUPPORTED_OPS, load_onnx
+from dvsdk.compiler.interpret import run_graph
+from dvsdk.cpu.ops import KERNELS, run_op
 from dvsdk.errors import ModelError
 
 from . import onnx_models as M
@@ -217,7 +218,7 @@ def test_unknown_kernel_is_a_model_error():
 def test_cpu_ops_import_without_onnx():
     """The board runtime has numpy but no onnx: cpu_ops and the IR must import without it."""
     code = ("import sys; sys.modules['onnx'] = None; import numpy as np; "
-            "import dvsdk.cpu_ops as c, dvsdk.compiler.ir as ir; "
+            "import dvsdk.cpu.ops as c, dvsdk.compiler.ir as ir; "
             "x = np.ones((1, 1, 3, 3), np.float32); "
             "print(c.run_op('MaxPool', [x], {'kernel_shape': [2, 2]})[0].shape)")
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,

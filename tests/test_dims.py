@@ -1,4 +1,4 @@
-"""Tests for dvsdk.dims against the known answers of dv700-interface.md §7 and
+"""Tests for dvsdk.hw.dims against the known answers of dv700-interface.md §7 and
 against formulas written out independently here (never against the module's own
 output).
 
@@ -20,7 +20,8 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from dvsdk.dims import (
+from dvsdk.errors import InvalidArgument
+from dvsdk.hw.dims import (
     cdiv,
     ceil8,
     command_tiles,
@@ -37,7 +38,6 @@ from dvsdk.dims import (
     topo_num_runs,
     upsample_out_size,
 )
-from dvsdk.errors import InvalidArgument
 
 from .dims_refs import (
     FIRE_RUNS,

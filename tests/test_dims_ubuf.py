@@ -9,11 +9,9 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from dvsdk import dims
-from dvsdk.dims import (
-    ubuf_single_tile_usage,
-)
 from dvsdk.errors import InvalidArgument
+from dvsdk.hw import dims
+from dvsdk.hw.dims import ubuf_single_tile_usage
 
 from .dims_refs import (
     FIRE_CMD,

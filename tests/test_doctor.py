@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from dvsdk import doctor
+from dvsdk.cli import doctor
 from dvsdk.driver.uio import UioDevice
 
 from .fakeboard import make_fake_board

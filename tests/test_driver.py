@@ -19,7 +19,7 @@ from dvsdk.errors import (
     InvalidURL,
     OutOfDeviceMemory,
 )
-from dvsdk.weights import pack_conv_weights
+from dvsdk.hw.weights import pack_conv_weights
 
 from .hw import download_tensor, upload, upload_tensor
 

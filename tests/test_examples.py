@@ -174,7 +174,7 @@ def test_ops_table_comes_from_the_compiler_tables():
     finally:
         sys.path.remove(str(ROOT / "tools"))
     from dvsdk.compiler.hwmap import HARDWARE_OPS
-    from dvsdk.cpu_ops import KERNELS
+    from dvsdk.cpu.ops import KERNELS
 
     block = gen_ops_table.render()
     for op, how in HARDWARE_OPS.items():

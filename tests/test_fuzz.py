@@ -11,9 +11,9 @@ import pytest
 
 import dvsdk
 from dvsdk.errors import DvsdkError
+from dvsdk.hw.spec import SPEC
 from dvsdk.netfile import NetFile, decode, encode
-from dvsdk.runtime import Net
-from dvsdk.spec import SPEC
+from dvsdk.runtime.net import Net
 
 from . import onnx_models as M
 

@@ -1,8 +1,8 @@
 """IR, ONNX frontend, shape inference/folding and simplification passes.
 
-Every numerical check runs the transformed IR with dvsdk.cpu_ops.run_graph and compares it
-with onnxruntime on the *original* model: max-abs error <= 1e-4 * max(1, range of the ORT
-output), float32, seeded random inputs (tests/onnx_models.py::assert_close).
+Every numerical check runs the transformed IR with dvsdk.compiler.interpret.run_graph and
+compares it with onnxruntime on the *original* model: max-abs error <= 1e-4 * max(1, range
+of the ORT output), float32, seeded random inputs (tests/onnx_models.py::assert_close).
 """
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ from onnx import helper
 
 from dvsdk.compiler import simplify as S
 from dvsdk.compiler.fold import fold_constants, infer_and_fold, infer_shapes
+from dvsdk.compiler.frontends.onnx import load_onnx
+from dvsdk.compiler.interpret import run_graph
 from dvsdk.compiler.ir import Graph, Op, Tensor
-from dvsdk.compiler.onnx_frontend import load_onnx
-from dvsdk.cpu_ops import run_graph
 from dvsdk.errors import ModelError, UnsupportedOps
 
 from . import onnx_models as M

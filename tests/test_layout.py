@@ -1,7 +1,7 @@
-"""Tests for dvsdk.layout (dv700-interface.md §1, formats.md §1.3/§1.4).
+"""Tests for dvsdk.hw.layout (dv700-interface.md §1, formats.md §1.3/§1.4).
 
 References are independent of the code under test: the wiki offsets in
-``vectors/layout_offsets.json`` and a naive per-element loop written from formats.md
+``tests/data/layout_offsets.json`` and a naive per-element loop written from formats.md
 §1.4 Rule B below.
 """
 
@@ -13,8 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from dvsdk import layout
 from dvsdk.errors import LayoutError
+from dvsdk.hw import layout
 
 
 def naive_pack(x: np.ndarray, transpose: bool) -> np.ndarray:

@@ -18,11 +18,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dvsdk.agent import AgentProcess, LinkServer, main
-from dvsdk.driver import linkproto as lp
 from dvsdk.driver.allocator import RegionAllocator
 from dvsdk.driver.device import UNITS, Device, DeviceInfo, DmaBuffer, open_device
-from dvsdk.driver.link import LinkDevice
 from dvsdk.errors import (
     CoherenceError,
     DeviceLost,
@@ -33,6 +30,10 @@ from dvsdk.errors import (
     LinkError,
     OutOfDeviceMemory,
 )
+from dvsdk.link import protocol as lp
+from dvsdk.link.agent import AgentProcess, LinkServer, main
+from dvsdk.link.client import LinkDevice
+from dvsdk.link.transport import FaultSpec, PipeTransport, Transport
 
 ROOT = Path(__file__).resolve().parent.parent
 FACTORY = "tests.test_link:MemDevice"
@@ -221,12 +222,12 @@ def test_errors_cross_the_link_with_class_and_fields():
 
 
 def test_fault_spec_parsing():
-    s = lp.FaultSpec.parse("corrupt=0.1, drop=0.2,delay_ms=3,seed=9")
+    s = FaultSpec.parse("corrupt=0.1, drop=0.2,delay_ms=3,seed=9")
     assert (s.corrupt, s.drop, s.delay, s.delay_ms, s.seed) == (0.1, 0.2, 1.0, 3.0, 9)
-    assert not lp.FaultSpec.parse("") and s
+    assert not FaultSpec.parse("") and s
     for bad in ("corrupt=2", "nope=0.1", "drop"):
         with pytest.raises(InvalidArgument):
-            lp.FaultSpec.parse(bad)
+            FaultSpec.parse(bad)
 
 
 def test_replay_cache_answers_a_retry_without_running_it_twice():
@@ -311,10 +312,10 @@ def test_wait_longer_than_the_link_timeout(mem):
     assert link.stats["timeouts"] == 0
 
 
-class _DropFirstAnswer(lp.Transport):
+class _DropFirstAnswer(Transport):
     """Agent side: loses the first answer to a given message, once."""
 
-    def __init__(self, inner: lp.Transport, code: int) -> None:
+    def __init__(self, inner: Transport, code: int) -> None:
         self.inner, self.code, self.name, self.dropped = inner, code, "drop-first", 0
 
     def read(self, timeout: float) -> bytes:
@@ -329,7 +330,7 @@ class _DropFirstAnswer(lp.Transport):
 
 def test_lost_wait_irq_answer_is_recovered_by_a_probe_not_the_full_timeout():
     dev = MemDevice()
-    client_end, agent_end = lp.PipeTransport.pair()
+    client_end, agent_end = PipeTransport.pair()
     stop = threading.Event()
     agent_t = _DropFirstAnswer(agent_end, lp.MESSAGES["WAIT_IRQ"].code)
     t = threading.Thread(target=LinkServer(dev).serve, args=(agent_t, stop), daemon=True)
@@ -355,7 +356,7 @@ def test_lost_wait_irq_answer_is_recovered_by_a_probe_not_the_full_timeout():
 ])
 def test_faulty_link_gives_bit_identical_results(faults):
     dev = MemDevice()
-    spec = lp.FaultSpec.parse(faults)
+    spec = FaultSpec.parse(faults)
     link = LinkDevice.loopback(dev, inject=spec, timeout=0.05, retries=12, max_payload=8192)
     try:
         for _ in range(3):
@@ -499,7 +500,7 @@ def test_agent_cli_rejects_a_bad_device(capsys):
 def _sim_conv(dev: Device, seed: int = 3) -> np.ndarray:
     from dvsdk.driver.cmdlist import CommandList
     from dvsdk.driver.commands import ConvCommand, ConvRun
-    from dvsdk.weights import pack_conv_weights
+    from dvsdk.hw.weights import pack_conv_weights
 
     from .hw import download_tensor, upload, upload_tensor
 

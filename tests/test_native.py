@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dvsdk import native
-from dvsdk.fp16 import round_f16
+from dvsdk.hw.fp16 import round_f16
 from dvsdk.sim import ops
 
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")  # NaN/inf on purpose
@@ -179,3 +179,31 @@ def test_numpy_paths_selected_by_environment(tmp_path):
                          env={**os.environ, "DVSDK_NATIVE": "0"}, capture_output=True,
                          text=True, check=True).stdout
     assert out.startswith("True numpy (DVSDK_NATIVE=0)")
+
+
+_FALLBACK_PROBE = """
+import sys, warnings
+sys.modules["dvsdk._native"] = None          # as if the extension had not been built
+warnings.simplefilter("always")
+import dvsdk
+with warnings.catch_warnings(record=True) as seen:
+    dvsdk.open_device("sim://").close()
+    dvsdk.open_device("sim://").close()
+print(len(seen), seen[0].category.__name__ if seen else "", str(seen[0].message) if seen else "")
+"""
+
+
+def test_missing_extension_is_said_once_at_first_use():
+    import subprocess
+    import sys
+    env = {k: v for k, v in os.environ.items() if k != "DVSDK_NATIVE"}
+    out = subprocess.run([sys.executable, "-c", _FALLBACK_PROBE], env=env, capture_output=True,
+                         text=True, check=True).stdout
+    count, category, message = out.split(" ", 2)
+    assert (count, category) == ("1", "NativeFallbackWarning")
+    assert "numpy alone" in message and "DVSDK_NATIVE=0" in message
+    # chosen off on purpose: nothing to say
+    out = subprocess.run([sys.executable, "-c", _FALLBACK_PROBE],
+                         env={**env, "DVSDK_NATIVE": "0"}, capture_output=True, text=True,
+                         check=True).stdout
+    assert out.startswith("0 ")

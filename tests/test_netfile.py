@@ -30,7 +30,7 @@ from dvsdk.netfile import (
     read,
     write,
 )
-from dvsdk.runtime import Net
+from dvsdk.runtime.net import Net
 
 from . import onnx_models as M
 

@@ -28,7 +28,7 @@ from dvsdk.driver.cmdlist import CommandList
 from dvsdk.driver.commands import ConvCommand, ConvRun, as_ref
 from dvsdk.driver.validate import validate
 from dvsdk.errors import InvalidCommand
-from dvsdk.weights import pack_conv_weights, pack_dilated_weights
+from dvsdk.hw.weights import pack_conv_weights, pack_dilated_weights
 
 from .hw import upload
 from .refs import (

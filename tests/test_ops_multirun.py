@@ -21,7 +21,7 @@ import dvsdk
 from dvsdk.driver.cmdlist import CommandList
 from dvsdk.driver.commands import ConvCommand, ConvRun
 from dvsdk.errors import InvalidCommand
-from dvsdk.weights import pack_conv_weights
+from dvsdk.hw.weights import pack_conv_weights
 
 from . import conftest
 from .hw import upload
@@ -55,7 +55,7 @@ def _open_big(kind: str):
         from .fakeboard import open_fake_device
 
         return open_fake_device(ubuf_size=BIG_UB)
-    from dvsdk.agent import AgentProcess
+    from dvsdk.link.agent import AgentProcess
 
     port = {"link-tcp": "tcp:127.0.0.1:0", "link-pty": "pty"}[kind]
     key = f"{port} {url}"
@@ -325,7 +325,7 @@ def aspp_case() -> Case:
 
 def test_dense_aspp_dilation_24_on_a_1mib_ubuf(big_device):
     """Two UBUF tiles with 1 MiB."""
-    from dvsdk.dims import conv_tiles
+    from dvsdk.hw.dims import conv_tiles
 
     assert conv_tiles(60, 40, 128, 64, 3, 3, (24,) * 4, (1, 1), (24, 24), BIG_UB)[0] == 2
     res = run_cases(big_device, [aspp_case()], per_list=1, seed=3, rerun=False)

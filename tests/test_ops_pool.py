@@ -17,7 +17,7 @@ import pytest
 from dvsdk.driver.cmdlist import CommandList
 from dvsdk.driver.commands import ConvCommand, ConvRun
 from dvsdk.errors import InvalidCommand
-from dvsdk.weights import pack_conv_weights
+from dvsdk.hw.weights import pack_conv_weights
 
 from .hw import upload
 from .refs import (

@@ -16,7 +16,7 @@ import pytest
 from dvsdk.driver.cmdlist import CommandList
 from dvsdk.driver.commands import FcCommand, IpuCommand, MaximizerCommand
 from dvsdk.errors import InvalidCommand
-from dvsdk.weights import pack_fc_weights
+from dvsdk.hw.weights import pack_fc_weights
 
 from .hw import upload
 from .refs import (

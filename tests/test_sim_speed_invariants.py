@@ -10,8 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from dvsdk import layout
-from dvsdk.fp16 import f16_to_f32, f32_to_f16, round_f16
+from dvsdk.hw import layout
+from dvsdk.hw.fp16 import f16_to_f32, f32_to_f16, round_f16
 from dvsdk.sim.dram import Dram
 from dvsdk.sim.status import HardwareError
 
@@ -36,7 +36,7 @@ def test_f32_to_f16_inverts_for_every_half():
 
 
 def test_conversions_fall_back_to_numpy_where_denormals_are_flushed(monkeypatch):
-    import dvsdk.fp16 as fp16
+    import dvsdk.hw.fp16 as fp16
     monkeypatch.setattr(fp16, "denormals_work", lambda: False)
     assert bits(fp16.f16_to_f32(ALL_HALVES)) == bits(ALL_HALVES.astype(np.float32))
     assert bits(fp16.f32_to_f16(ALL_HALVES.astype(np.float32))) == bits(ALL_HALVES)

@@ -8,7 +8,7 @@ import pytest
 from dvsdk.driver.commands import ConvCommand, ConvRun
 from dvsdk.driver.stream import config_image, conv_words, hw_run_fields, write_header
 from dvsdk.errors import InvalidArgument
-from dvsdk.spec import SPEC, load_spec
+from dvsdk.hw.spec import SPEC, load_spec
 
 
 @pytest.mark.parametrize("name,size", [
@@ -86,7 +86,7 @@ def test_struct_pack_unpack_and_range_errors():
 def test_spec_reload_from_installed_copy(tmp_path):
     import shutil
 
-    from dvsdk.spec import spec_dir
+    from dvsdk.hw.spec import spec_dir
 
     for f in spec_dir().glob("*.yaml"):
         shutil.copy(f, tmp_path / f.name)

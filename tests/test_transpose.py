@@ -49,7 +49,7 @@ def test_the_hardware_sees_the_exchanged_geometry():
     16 wide (1024 tall) when transposed; the tile counts must be those §7.2 gives for each
     geometry.  (For this shape transposing costs a tile: every strip holds the full height,
     and the (k-1)-column overlap grows with it.)"""
-    from dvsdk.dims import conv_tiles
+    from dvsdk.hw.dims import conv_tiles
 
     model = _wide_conv()
     x = np.random.default_rng(1).uniform(-1, 1, (1, 32, 16, 1024)).astype(np.float32)

@@ -207,7 +207,7 @@ def test_mmio_is_word_access_on_a_real_mapping(tmp_path):
 
 
 def test_register_constants_match_the_register_spec():
-    spec = pytest.importorskip("dvsdk.spec").SPEC
+    spec = pytest.importorskip("dvsdk.hw.spec").SPEC
     from dvsdk.driver import mmio
 
     for name, unit, reg in (("CONV_KICK", "conv", "KICK"), ("CONV_CMD_ADDR", "conv", "CMD_ADDR"),

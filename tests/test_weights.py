@@ -1,7 +1,7 @@
-"""Tests for dvsdk.weights (dv700-interface.md §7.4, §8.1-§8.4).
+"""Tests for dvsdk.hw.weights (dv700-interface.md §7.4, §8.1-§8.4).
 
 Independent references: the 32 SHA-256 hashes of DMP's own ``test_weights``
-(``vectors/dmp_weight_golden.json``), the known dilated sizes of §7.4, and naive
+(``tests/data/dmp_weight_golden.json``), the known dilated sizes of §7.4, and naive
 element-by-element packers written below straight from the §8.1/§8.2/§8.4 tables.
 """
 
@@ -15,8 +15,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dvsdk import weights as W
 from dvsdk.errors import WeightError
+from dvsdk.hw import weights as W
 
 # ------------------------------------------------------------------ golden vectors
 

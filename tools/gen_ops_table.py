@@ -4,9 +4,9 @@
 Sources (nothing is typed in by hand):
 
 * ``dvsdk.compiler.hwmap.HARDWARE_OPS``: how each op maps onto the DV700;
-* ``dvsdk.cpu_ops.KERNELS``: ops with a numpy kernel, which run on the CPU between
+* ``dvsdk.cpu.ops.KERNELS``: ops with a numpy kernel, which run on the CPU between
   hardware segments whenever the DV700 cannot take them;
-* ``dvsdk.compiler.onnx_frontend.SUPPORTED_OPS``: everything the ONNX frontend accepts
+* ``dvsdk.compiler.frontends.onnx.SUPPORTED_OPS``: everything the ONNX frontend accepts
   (needs the ``onnx`` package; without it the union of the two tables above is used).
 
 Usage::
@@ -37,11 +37,11 @@ if str(ROOT) not in sys.path:  # run from a checkout without installing
 def tables() -> tuple[dict[str, str], set[str], set[str], set[str]]:
     """(HARDWARE_OPS, CPU kernel names, ops the frontend accepts, frontend HW_OPS)."""
     from dvsdk.compiler.hwmap import HARDWARE_OPS
-    from dvsdk.cpu_ops import KERNELS
+    from dvsdk.cpu.ops import KERNELS
 
     hw, cpu = dict(HARDWARE_OPS), set(KERNELS)
     try:
-        from dvsdk.compiler import onnx_frontend
+        from dvsdk.compiler.frontends import onnx as onnx_frontend
     except ImportError:  # no onnx: the frontend is not importable
         return hw, cpu, set(hw) | cpu, set(hw)
     supported = set(getattr(onnx_frontend, "SUPPORTED_OPS", set(hw) | cpu))

@@ -35,7 +35,7 @@ def _version(device_url: str | None) -> str:
 
 def main(argv: list[str]) -> int:
     if argv and argv[0] == "doctor":
-        from ..doctor import main as doctor_main
+        from .doctor import main as doctor_main
 
         return doctor_main([a for a in argv[1:] if a != "--debug"])
     p = argparse.ArgumentParser(prog="dvsdk", epilog=EPILOG,

@@ -55,7 +55,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _collect_images(items: list[str]) -> list[Path]:
     from ..errors import ImageError
-    from ..images import IMAGE_SUFFIXES
+    from ..runtime.images import IMAGE_SUFFIXES
 
     paths: list[Path] = []
     for item in items:
@@ -97,7 +97,7 @@ def _classification(net, outputs: dict[str, np.ndarray], k: int) -> list[dict] |
 
 def main(argv: list[str]) -> int:
     from ..errors import InvalidArgument
-    from ..runtime import load
+    from ..runtime.net import load
 
     args = build_parser().parse_intermixed_args(argv)  # images may follow options
     if not os.path.exists(args.net):
@@ -153,7 +153,7 @@ def main(argv: list[str]) -> int:
         if args.save:
             _save_npz(args.save, saved)
         if args.profile:
-            from ..profile import format_profile
+            from ..runtime.profile import format_profile
 
             rows = net.profile(_first_input(net, jobs))
             if args.json:
@@ -206,7 +206,7 @@ def _print_result(entry_: dict, verbose: bool = False, stats=None) -> None:
 def _bench(net, kind: str, payload, n: int, as_json: bool, progress_ok: bool) -> dict | None:
     """Stage table (mean, p50, p99) and FPS; on the simulator the device column is the
     predicted time at the configured clock."""
-    from ..images import preprocess
+    from ..runtime.images import preprocess
 
     names = ("preprocess", "pack", "sync", "device", "unpack", "cpu ops", "total")
     stages: dict[str, list[float]] = {k: [] for k in names}
@@ -308,7 +308,7 @@ def write_trace(path: str, runs: list) -> None:
 
 
 def _first_input(net, jobs):
-    from ..images import preprocess
+    from ..runtime.images import preprocess
 
     name, (kind, payload) = jobs[0]
     if kind == "image":

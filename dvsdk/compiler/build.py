@@ -16,14 +16,16 @@ from typing import Any
 
 import numpy as np
 
-from .. import __version__, cpu_ops
+from .. import __version__
 from ..driver.commands import BufferRef
 from ..driver.device import DeviceInfo
 from ..errors import InvalidCommand, ModelError
 from ..netfile import FORMAT_VERSION, REGIONS, BlobBuilder, NetFile, write
+from .interpret import run_graph
 from .ir import Graph
-from .lower import CpuStep, HwStep, Program, lower
+from .lower import lower
 from .memplan import Plan, plan
+from .program import CpuStep, HwStep, Program
 
 CHANNEL_ORDERS = ("RGB", "BGR")
 RESIZE_MODES = ("stretch", "letterbox")
@@ -77,7 +79,7 @@ def _input_sizes(graph_inputs: list[str], size: tuple[int, int] | None) -> dict 
 def load_model(model: Any, options: Options) -> Graph:
     """Read and optimize a model (ONNX: a path, bytes or a ModelProto)."""
     from .fold import infer_and_fold
-    from .onnx_frontend import load_onnx
+    from .frontends.onnx import load_onnx
     from .simplify import optimize
 
     sizes = None
@@ -228,11 +230,11 @@ def _max_kernel(program: Program) -> int:
 def _add_golden(net: NetFile, graph: Graph) -> None:
     """A deterministic input, the float32 reference output, and a tolerance set from the
     error the simulator shows on it (FP16 arithmetic), so ``--selftest`` means something."""
-    from ..runtime import Net
+    from ..runtime.net import Net
 
     rng = np.random.default_rng(20261122)
     feeds = {n: rng.uniform(0, 1, graph.shape(n)).astype(np.float32) for n in graph.inputs}
-    ref = cpu_ops.run_graph(graph, feeds)
+    ref = run_graph(graph, feeds)
     with Net(net, "sim://?coherence=error&dram_mb=" + str(_dram_mb(net))) as sim_net:
         got = sim_net.run(feeds)
     blob = BlobBuilder(align=16)

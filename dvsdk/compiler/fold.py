@@ -5,7 +5,7 @@
   explicit: Conv/ConvTranspose/pool ``auto_pad``/``output_shape`` become explicit ``pads``
   (and ``output_padding``), defaults are written out, negative axes are made non-negative.
 * :func:`fold_constants` evaluates every op whose inputs are all constants with
-  :data:`dvsdk.cpu_ops.KERNELS`, and turns ``Shape``/``Size`` of a statically shaped tensor
+  :data:`dvsdk.cpu.ops.KERNELS`, and turns ``Shape``/``Size`` of a statically shaped tensor
   into a constant.
 * :func:`infer_and_fold` iterates both to a fixed point, so the shape subgraphs that
   torch.onnx.export writes (Shape -> Gather -> Unsqueeze -> Concat -> Reshape, ConstantOfShape,
@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from ..cpu_nn import (
+from ..cpu.nn import (
     conv_output_shape,
     conv_transpose_output_shape,
     pool_output_shape,
@@ -30,7 +30,7 @@ from ..cpu_nn import (
     resolve_conv_transpose,
     resolve_pool,
 )
-from ..cpu_ops import KERNELS, full_pads, onnx_dtype, run_op, slice_index, split_sizes
+from ..cpu.ops import KERNELS, full_pads, onnx_dtype, run_op, slice_index, split_sizes
 from ..errors import ModelError
 from .ir import Graph, Op
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..fp16 import fp16_bits
+from ..hw.fp16 import fp16_bits
 from .ir import Graph, Op
 
 

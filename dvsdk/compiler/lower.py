@@ -10,71 +10,21 @@ Consecutive hardware commands form one segment (one command list).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 
 import numpy as np
 
-from ..driver.commands import BufferRef, ConvCommand, ConvRun
+from ..driver.commands import BufferRef, ConvRun
 from ..driver.device import DeviceInfo
 from ..driver.validate import validate_conv
 from ..errors import InvalidCommand
-from ..weights import pack_conv_weights, pack_dilated_weights, quantize_weights
+from ..hw.weights import pack_conv_weights, pack_dilated_weights, quantize_weights
 from . import hwmap
 from .hwmap import Act, NoMapping, hwc
 from .ir import Graph, Op
 from .lower_ops import OpLowerings
-
-
-@dataclass
-class HwCmd:
-    """A conv command over symbolic tensors; ``blobs[i]`` are run i's packed weights."""
-
-    input: str
-    output: str
-    w: int
-    h: int
-    c: int
-    runs: list[ConvRun]
-    blobs: list[bytes | None]
-    eltwise: str | None = None
-    topo: int = 1
-    sources: list[str] = field(default_factory=list)
-    kind: str = ""
-    inplace: bool = False  # per-element, single-tile run: may overwrite a dying input
-
-    def command(self, place: dict[str, BufferRef], weights: list[BufferRef | None]) -> ConvCommand:
-        runs = [replace(r, weight_buf=wb) if wb is not None else r
-                for r, wb in zip(self.runs, weights)]
-        return ConvCommand(input_buf=place[self.input], output_buf=place[self.output],
-                           eltwise_buf=place[self.eltwise] if self.eltwise else BufferRef(),
-                           w=self.w, h=self.h, c=self.c, runs=runs, topo=self.topo,
-                           output_mode=1 if self.eltwise else 0)
-
-
-@dataclass
-class CpuStep:
-    op: Op
-
-
-@dataclass
-class HwStep:
-    commands: list[HwCmd] = field(default_factory=list)
-
-
-@dataclass
-class Program:
-    graph: Graph
-    steps: list[HwStep | CpuStep]
-    device: dict[str, tuple[int, int, int]]        # tensors with an arena slot: (H, W, C)
-    aliases: dict[str, tuple[str, int]]            # tensor -> (base tensor, byte offset)
-    report: list[dict]
-
-
-def out_hwc(cmd: HwCmd) -> tuple[int, int, int]:
-    """(H, W, C) of a command's output (§7.5; output runs appended, §4.1)."""
-    from .multirun import command_out_hwc
-
-    return command_out_hwc(cmd)
+from .multirun import MultiRunLowerings
+from .program import CpuStep, HwCmd, HwStep, Program, out_hwc
 
 
 class _FakeBuffer:
@@ -87,8 +37,7 @@ class _FakeBuffer:
 _FAKE = BufferRef(_FakeBuffer(0x1000_0000), 0)
 
 
-class Lowering(OpLowerings):
-    HwCmd = HwCmd
+class Lowering(OpLowerings, MultiRunLowerings):
     def __init__(self, graph: Graph, info: DeviceInfo, quantize: bool = False,
                  multirun: bool = True) -> None:
         self.g = graph
@@ -152,14 +101,13 @@ class Lowering(OpLowerings):
 
     # -- walking ------------------------------------------------------------------------
     def run(self) -> Program:
-        from .multirun import find_groups, lower_group
 
-        groups = find_groups(self) if self.multirun else {}
+        groups = self.find_groups() if self.multirun else {}
         for op in self.g.ops:
             if op.name in self.done:
                 continue
             group = groups.get(op.name)
-            if group is not None and lower_group(self, group):
+            if group is not None and self.lower_group(group):
                 continue
             try:
                 handled = self.lower_op(op)

@@ -8,19 +8,17 @@ with the reason when it stays on the CPU.
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import TYPE_CHECKING
 
 import numpy as np
 
-from .. import cpu_ops, layout
+from ..cpu import ops as cpu_ops
 from ..driver.commands import ConvRun
-from ..weights import pack_conv_weights
+from ..hw import layout
+from ..hw.weights import pack_conv_weights
 from . import hwmap
 from .hwmap import NoMapping, hwc
 from .ir import Op
-
-if TYPE_CHECKING:
-    from .lower import HwCmd
+from .program import HwCmd
 
 
 class OpLowerings:
@@ -63,7 +61,7 @@ class OpLowerings:
         kind = f"fc {k}->{n_out}" + (" (reads flattened conv output in place)" if cols
                                      is not None else "") + (f" +act{run.actfunc}"
                                                              if run.actfunc else "")
-        cmd = self.HwCmd(src, out, 1, 1, k, [run], [blob], None, 1, [op.name, *fused], kind)
+        cmd = HwCmd(src, out, 1, 1, k, [run], [blob], None, 1, [op.name, *fused], kind)
         if src == a and a in self.deferred:
             raise NoMapping("the flattened input cannot be read in place")
         return self._finish(cmd, act)
@@ -79,7 +77,7 @@ class OpLowerings:
         run, out, fused, _, act = self.fuse_tail(run, op.outputs[0], c, False, False,
                                                  self.order[op.name])
         kx, ky = run.pool_kernel
-        cmd = self.HwCmd(x, out, w, h, c, [run], [None], None, 1, [op.name, *fused],
+        cmd = HwCmd(x, out, w, h, c, [run], [None], None, 1, [op.name, *fused],
                     f"max-pool {kx}x{ky}" + (f" +act{run.actfunc}" if run.actfunc else ""))
         return self._finish(cmd, act)
 
@@ -116,7 +114,7 @@ class OpLowerings:
             oh, ow = h // b, w // a
             dst = final if last else self.g.add_tensor(f"{final}_stage{i}", (1, c, oh, ow))
             run = ConvRun.make(c, pool="max", pool_size=(a, b), pool_stride=(a, b))
-            cmd = self.HwCmd(src, dst, w, h, c, [run], [None], None, 1,
+            cmd = HwCmd(src, dst, w, h, c, [run], [None], None, 1,
                              [op.name] if last else [], f"max-pool stage {a}x{b} of {kx}x{ky}")
             self.check(cmd)
             cmds.append(cmd)
@@ -131,7 +129,7 @@ class OpLowerings:
         h, w, c = hwc_in
         run = ConvRun.make(c, pool="avg", pool_size=k, pool_stride=s, pool_pads=pads,
                            pool_scale=scale)
-        return self.HwCmd(x, out, w, h, c, [run], [None], None, 1, sources, kind)
+        return HwCmd(x, out, w, h, c, [run], [None], None, 1, sources, kind)
 
     def lower_avgpool(self, op: Op) -> bool:
         x = op.inputs[0]
@@ -191,7 +189,7 @@ class OpLowerings:
             if kind == "max":
                 run = ConvRun.make(c, pool="max", pool_size=(kx, ky), pool_stride=(kx, ky),
                                    pool_pads=(0, er, 0, eb))
-                cmd = self.HwCmd(src, dst, ww, hh, c, [run], [None], None, 1,
+                cmd = HwCmd(src, dst, ww, hh, c, [run], [None], None, 1,
                             [op.name] if last else [], f"global max-pool stage {kx}x{ky}")
             else:
                 scale = 1.0 / (kx * ky) if not last else (
@@ -223,7 +221,7 @@ class OpLowerings:
             h, w, c = self.dev_shape(a)
             self.dev_shape(b)
             run = ConvRun.make(c, pool="avg", pool_size=1, pool_stride=1, pool_scale=1.0)
-            cmd = self.HwCmd(a, op.outputs[0], w, h, c, [run], [None], b, 1, [op.name],
+            cmd = HwCmd(a, op.outputs[0], w, h, c, [run], [None], b, 1, [op.name],
                         "element-wise add")
             return self._finish_with_act(cmd)
         # per-channel affine -> depthwise 1x1 conv
@@ -263,7 +261,7 @@ class OpLowerings:
                                np.asarray(shift, np.float32), quantizable=False)
         run = ConvRun.make(c, conv="depthwise", kernel=1)
         run = replace(run, weight_fmt=fmt)
-        cmd = self.HwCmd(x, op.outputs[0], w, h, c, [run], [blob], None, 1, [op.name],
+        cmd = HwCmd(x, op.outputs[0], w, h, c, [run], [blob], None, 1, [op.name],
                     f"{op.type} as depthwise 1x1", inplace=True)
         return self._finish_with_act(cmd)
 
@@ -279,12 +277,12 @@ class OpLowerings:
                                               np.zeros(c, np.float32), prelu=act.prelu), 1
             run = replace(ConvRun.make(c, conv="depthwise", kernel=1), weight_fmt=fmt,
                           actfunc=4)
-            cmd = self.HwCmd(x, op.outputs[0], w, h, c, [run], [blob], None, 1, [op.name],
+            cmd = HwCmd(x, op.outputs[0], w, h, c, [run], [blob], None, 1, [op.name],
                         "PReLU on a depthwise 1x1")
             return self._finish(cmd, None)
         run = ConvRun(m=c, actfunc=act.code, actfunc_param=hwmap.fp16_param(act.param),
                       pool_stride=0x0101)
-        cmd = self.HwCmd(x, op.outputs[0], w, h, c, [run], [None], None, 1, [op.name],
+        cmd = HwCmd(x, op.outputs[0], w, h, c, [run], [None], None, 1, [op.name],
                     f"activation {op.type}", inplace=True)
         return self._finish(cmd, None)
 
@@ -318,7 +316,7 @@ class OpLowerings:
         if not np.array_equal(got, probe.repeat(2, axis=2).repeat(2, axis=3)):
             raise NoMapping(f"nearest resize with {ctm}/{near} is not a 2x replicate")
         run = ConvRun.make(c, pool="upsample", pool_size=2, pool_stride=1)
-        cmd = self.HwCmd(x, op.outputs[0], w, h, c, [run], [None], None, 1, [op.name],
+        cmd = HwCmd(x, op.outputs[0], w, h, c, [run], [None], None, 1, [op.name],
                     "2x nearest upsample")
         return self._finish_with_act(cmd)
 

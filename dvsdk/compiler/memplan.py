@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .lower import CpuStep, HwStep, Program
+from .program import CpuStep, HwStep, Program
 
 ALIGN = 64
 

@@ -1,7 +1,7 @@
 """``--quantize``: 8-bit k-means weight tables, applied to the graph before lowering.
 
 Each Conv/ConvTranspose/Gemm weight tensor gets its own 256-entry codebook (entry 0 is
-0.0, §8.3) from :func:`dvsdk.weights.quantize_weights`, and the graph's constant is
+0.0, §8.3) from :func:`dvsdk.hw.weights.quantize_weights`, and the graph's constant is
 replaced by the dequantized values.  The lowering then re-quantizes values that already
 lie on the codebook, which reproduces it exactly, and the golden reference (computed from
 this graph) is the quantized model: the self-test measures the device, not the
@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from ..weights import quantization_error, quantize_weights
+from ..hw.weights import quantization_error, quantize_weights
 from .ir import Graph
 
 QUANTIZED_OPS = ("Conv", "ConvTranspose", "Gemm")

@@ -34,7 +34,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from ..cpu_nn import pool_output_shape
+from ..cpu.nn import pool_output_shape
 from ..errors import ModelError
 from .fold import infer_and_fold, infer_shapes
 from .ir import Graph, Op

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import DeviceFault, DeviceTimeout, InvalidArgument, InvalidCommand
-from ..spec import SPEC
-from ..weights import pack_conv_weights, unpack_fc_weights
+from ..hw.spec import SPEC
+from ..hw.weights import pack_conv_weights, unpack_fc_weights
 from .commands import (
     WEIGHT_FMT,
     BufferRef,

@@ -14,8 +14,8 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from ..errors import InvalidArgument, InvalidCommand
-from ..fp16 import fp16_bits
-from ..spec import SPEC
+from ..hw.fp16 import fp16_bits
+from ..hw.spec import SPEC
 from .device import DmaBuffer
 
 _XY = SPEC.bits("xy")
@@ -360,7 +360,7 @@ class ConvCommand:
 class FcCommand:
     """The legacy fully-connected command (§3.4), lowered to a 1×1 conv (§6.4).
 
-    ``weight_buf`` holds a blob packed by :func:`dvsdk.weights.pack_fc_weights`
+    ``weight_buf`` holds a blob packed by :func:`dvsdk.hw.weights.pack_fc_weights`
     for (input_size, 1, 1) → (output_size, 1, 1).  ``actfunc`` uses the FC codes.
     """
 

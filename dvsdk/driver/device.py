@@ -29,10 +29,10 @@ UNITS = ("conv", "ipu", "maximizer")
 BACKENDS: dict[str, str] = {
     "sim": "dvsdk.sim.device:SimDevice.from_url",
     "uio": "dvsdk.driver.uio:UioDevice.from_url",
-    "serial": "dvsdk.driver.link:LinkDevice.from_url",
-    "socket": "dvsdk.driver.link:LinkDevice.from_url",
-    "rfc2217": "dvsdk.driver.link:LinkDevice.from_url",
-    "loop": "dvsdk.driver.link:LinkDevice.from_url",
+    "serial": "dvsdk.link.client:LinkDevice.from_url",
+    "socket": "dvsdk.link.client:LinkDevice.from_url",
+    "rfc2217": "dvsdk.link.client:LinkDevice.from_url",
+    "loop": "dvsdk.link.client:LinkDevice.from_url",
 }
 
 

@@ -17,7 +17,7 @@ from collections.abc import Iterable
 import numpy as np
 
 from ..errors import InvalidArgument
-from ..spec import SPEC
+from ..hw.spec import SPEC
 
 PAGE_SIZE = mmap.PAGESIZE
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..errors import InvalidArgument
-from ..spec import SPEC
+from ..hw.spec import SPEC
 from .commands import POOL_ENABLE, ConvCommand, ConvRun
 from .device import Device, DmaBuffer
 

@@ -7,8 +7,8 @@ from the CPU and then writes the start register.  Offsets come from
 
 from __future__ import annotations
 
-from ..fp16 import fp24
-from ..spec import SPEC
+from ..hw.fp16 import fp24
+from ..hw.spec import SPEC
 from .commands import IpuCommand, MaximizerCommand
 
 

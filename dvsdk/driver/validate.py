@@ -14,10 +14,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
-from .. import dims
 from ..errors import InvalidArgument, InvalidCommand
-from ..spec import SPEC
-from ..weights import fc_weight_size
+from ..hw import dims
+from ..hw.spec import SPEC
+from ..hw.weights import fc_weight_size
 from .commands import (
     ACTFUNC,
     CONV_ENABLE,

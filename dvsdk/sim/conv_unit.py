@@ -15,13 +15,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .. import dims, layout
 from ..errors import DvsdkError
-from ..fp16 import fp16_value
-from ..spec import SPEC
-from ..weights import unpack_conv_weights, unpack_dilated_weights
+from ..hw import dims, layout
+from ..hw.fp16 import fp16_value
+from ..hw.spec import SPEC
+from ..hw.weights import unpack_conv_weights, unpack_dilated_weights
 from . import ops
-from .engine import Dv700Core, HardwareError
+from .core import CoreState
+from .status import HardwareError
 from .timing import conv_run_bytes, conv_run_cycles
 
 CONFIG = SPEC.struct("conv_config")
@@ -52,7 +53,7 @@ def _pads(word: int, mask_a: int) -> tuple[int, int, int, int]:
     return word & mask_a, (word >> 8) & 0xFF, (word >> 16) & mask_a, (word >> 24) & 0xFF
 
 
-def run_configuration(core: Dv700Core) -> None:
+def run_configuration(core: CoreState) -> None:
     """START was written: decode the image and run every sample of the batch."""
     table_word, core.u8_table = core.u8_table, NO_BUFFER  # consumed per command
     hdr = _decoded(CONFIG, core.cfg_mem, CFG_ADDR)
@@ -116,7 +117,7 @@ class ConvPlan:
     one: ConvTotals
 
 
-def _plan(core: Dv700Core, hdr: dict, runs: list[dict], u8_input: bool) -> ConvPlan:
+def _plan(core: CoreState, hdr: dict, runs: list[dict], u8_input: bool) -> ConvPlan:
     w, h, c, z = hdr["w"], hdr["h"], hdr["c"], hdr["z"]
     if min(w, h, c) < 1 or z != 1:
         raise HardwareError("bad_config", CFG_ADDR, f"input {w}x{h}x{z}x{c} unsupported")
@@ -169,7 +170,7 @@ def _plan(core: Dv700Core, hdr: dict, runs: list[dict], u8_input: bool) -> ConvP
                     w * h * c * (1 if u8_input else 2), one)
 
 
-def _execute(core: Dv700Core, plan: ConvPlan, table_word: int) -> None:
+def _execute(core: CoreState, plan: ConvPlan, table_word: int) -> None:
     hdr, runs, topo = plan.hdr, plan.runs, plan.hdr["topo"]
     batch = hdr["input_circular_offset"] or 1
     w, h, c = hdr["w"], hdr["h"], hdr["c"]
@@ -207,7 +208,7 @@ def _run_macs(run: dict, shapes: tuple) -> int:
     return max(ow, w) * max(oh, h) * m * cin * kx * (ky or kx)
 
 
-def _read_input(core: Dv700Core, addr: int, hwc: tuple[int, int, int],
+def _read_input(core: CoreState, addr: int, hwc: tuple[int, int, int],
                 table_word: int) -> np.ndarray:
     hh, ww, cc = hwc
     if table_word == NO_BUFFER:
@@ -226,7 +227,7 @@ def _read_input(core: Dv700Core, addr: int, hwc: tuple[int, int, int],
     return table[t[None, None, :], idx]
 
 
-def _load_weights(core: Dv700Core, run: dict, in_c: int, size: int) -> tuple:
+def _load_weights(core: CoreState, run: dict, in_c: int, size: int) -> tuple:
     """Fetch and decode a run's ``size`` bytes of weights.  Decoded blocks are cached per
     address and layout and reused only while the bytes in DRAM are unchanged (the hardware
     re-reads them every run; the cache changes wall time, not results or byte counters)."""
@@ -298,7 +299,7 @@ def _run(run: dict, x: np.ndarray, wb: tuple | None, addend: np.ndarray | None) 
                       bool(run["rectifi_en"]), owned=t is not x)
 
 
-def _run_cycles(core: Dv700Core, run: dict, shapes: tuple, tiles: int, wsize: int,
+def _run_cycles(core: CoreState, run: dict, shapes: tuple, tiles: int, wsize: int,
                 in_ubuf: bool, out_ubuf: bool, totals: ConvTotals) -> int:
     (w, h, _, c), (ow, oh, _, m) = shapes
     ce, pe = run["conv_enable"], run["pool_enable"]

@@ -19,11 +19,13 @@ import warnings
 
 import numpy as np
 
+from .. import native
 from ..driver.allocator import RegionAllocator
 from ..driver.device import UNITS, Device, DeviceInfo, DmaBuffer, parse_url
 from ..errors import CoherenceError, DeviceTimeout, InvalidArgument, InvalidURL
+from .core import IRQ_REGS, Faults, R, SimParams
 from .dram import Dram, remove_span, same_bytes
-from .engine import IRQ_REGS, Dv700Core, Faults, R, SimParams
+from .engine import Dv700Core
 
 DRAM_BASE = 0x6000_0000
 COHERENCE_MODES = ("error", "warn", "off")
@@ -114,6 +116,7 @@ class SimDevice(Device):
         if coherence not in COHERENCE_MODES:
             raise InvalidArgument("unknown coherence mode", field="coherence", value=coherence,
                                   limit=COHERENCE_MODES)
+        native.note_fallback()
         self.url = url
         self.params = params or SimParams()
         self.dram_base = DRAM_BASE

@@ -26,8 +26,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .. import layout
-from ..fp16 import f32_to_f16
+from ..hw import layout
+from ..hw.fp16 import f32_to_f16
 from .status import HardwareError
 
 #: bytes per entry of the write clock behind :meth:`Dram.version` (2**6: the DMA

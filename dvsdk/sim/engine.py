@@ -20,94 +20,27 @@ raises into the host.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass, field
-
 import numpy as np
 
-from ..spec import SPEC
-from .dram import Dram
+from .conv_unit import ConvTotals, run_configuration
+from .core import (
+    CFG_MEM_BYTES,
+    IRQ_REGS,
+    MAX_STREAM_WORDS,
+    PACKET,
+    START_REGS,
+    U8_TABLE_INDEX,
+    WRITE_MAGIC,
+    CoreState,
+    R,
+)
 from .status import STATUS, HardwareError
-from .timing import TimingParams, byte_counter_values
-
-WINDOW = SPEC.window
-START_REGS = {u: SPEC.reg(u, SPEC.unit(u)["start"]) for u in ("conv", "ipu", "maximizer")}
-IRQ_REGS = {u: SPEC.reg(u, SPEC.unit(u)["irq"]) for u in ("conv", "ipu", "maximizer")}
-R = {u: {n: SPEC.reg(u, n) for n in SPEC.unit(u)["registers"]}
-     for u in ("conv", "ipu", "maximizer")}
-PACKET = SPEC.packet
-WRITE_MAGIC = int(SPEC.stream["write_magic"])
-CFG_MEM_BYTES = int(SPEC.stream["controller_memory_bytes"])
-U8_TABLE_INDEX = SPEC.stream_reg("u8_table")
-MAX_STREAM_WORDS = 1 << 24
+from .timing import byte_counter_values
+from .units import run_ipu, run_maximizer
 
 
-@dataclass
-class SimParams:
-    """Simulated hardware with ZIA-C2 defaults (§11)."""
-
-    clock_mhz: float = 300.0
-    mac_num: int = 576
-    ub_size: int = 524288
-    bus_bytes_per_cycle: int = 16
-    hw_version: int = 0x0700
-    max_input_size: int = 0
-    units: tuple[str, ...] = ("conv", "ipu", "maximizer")
-    timing: TimingParams = field(init=False)
-
-    def __post_init__(self) -> None:
-        self.timing = TimingParams(clock_mhz=self.clock_mhz, mac_num=self.mac_num,
-                                   ub_size=self.ub_size,
-                                   bus_bytes_per_cycle=self.bus_bytes_per_cycle)
-
-
-@dataclass
-class Faults:
-    """Faults to inject into the next executions (each count is consumed per kick)."""
-
-    lost_irq: int = 0
-    hang: int = 0
-    dma_error: int = 0
-    bitflip: int = 0
-
-
-class Dv700Core:
-    """Register-level DV700 model over a DRAM array (see module docstring)."""
-
-    def __init__(self, dram: np.ndarray, dram_base: int,
-                 regs: dict[str, np.ndarray] | None = None, params: SimParams | None = None,
-                 on_irq: Callable[[str], None] | None = None,
-                 memory: Dram | None = None) -> None:
-        self.params = params or SimParams()
-        self.mem = memory or Dram(dram, dram_base)
-        self.regs = regs or {u: np.zeros(WINDOW // 4, np.uint32) for u in START_REGS}
-        self.on_irq = on_irq
-        self.cfg_mem = np.zeros(CFG_MEM_BYTES, np.uint8)
-        self.faults = Faults()
-        self.errors: list[str] = []
-        self.u8_table = 0xDEADBEEF
-        self.ipu_lut = np.zeros(0, np.uint32)  # palette loaded by the last LUT command
-        self._lut_pending: list[int] = []
-        self.stats: dict[str, int] = {"kicks": 0, "commands": 0, "cycles": 0}
-        #: decoded weights by (address, layout): reused while the DRAM bytes are unchanged
-        self.weight_cache: dict[tuple, tuple] = {}
-        #: configuration images worked out (conv_unit.ConvPlan), by image bytes
-        self.conv_plans: dict[tuple, object] = {}
-        self.power_on()
-
-    # -- register file ------------------------------------------------------------------
-    def power_on(self) -> None:
-        for r in self.regs.values():
-            r[:] = 0
-        conv = self.regs["conv"]
-        conv[R["conv"]["UBUF_SIZE"] // 4] = self.params.ub_size
-        conv[R["conv"]["MAC_GROUPS"] // 4] = self.params.mac_num // 72
-        conv[R["conv"]["HW_VERSION"] // 4] = self.params.hw_version
-        conv[R["conv"]["MAX_INPUT_SIZE"] // 4] = self.params.max_input_size
-        conv[R["conv"]["SIM_CLOCK_MHZ"] // 4] = int(self.params.clock_mhz)
-
-    def read_reg(self, unit: str, offset: int) -> int:
-        return int(self.regs[unit][offset // 4])
+class Dv700Core(CoreState):
+    """The DV700 model: :class:`~dvsdk.sim.core.CoreState` plus what register writes start."""
 
     def write_reg(self, unit: str, offset: int, value: int) -> None:
         """A CPU write: store, then do what the register triggers."""
@@ -122,24 +55,6 @@ class Dv700Core:
             self.regs["conv"][offset // 4] = value
             return
         self.regs[unit][offset // 4] = value
-
-    def lut_port(self, value: int) -> None:
-        """IPU palette port (0x1F0): each write appends a colour for the next command."""
-        self._lut_pending.append(value & 0xFFFFFFFF)
-
-    def raise_irq(self, unit: str) -> None:
-        self.regs[unit][IRQ_REGS[unit] // 4] = 1
-        if self.on_irq:
-            self.on_irq(unit)
-
-    def reset(self) -> None:
-        """Abort and clear: status, interrupts, controller memory (sizes and IDs stay)."""
-        for unit, r in self.regs.items():
-            r[IRQ_REGS[unit] // 4] = 0
-            r[R[unit]["SIM_STATUS"] // 4] = 0
-            r[START_REGS[unit] // 4] = 0
-        self.cfg_mem[:] = 0
-        self.faults = Faults()
 
     # -- execution ----------------------------------------------------------------------
     def start(self, unit: str) -> None:
@@ -164,10 +79,8 @@ class Dv700Core:
             if unit == "conv":
                 cycles = self._run_stream()
             elif unit == "maximizer":
-                from .units import run_maximizer
                 cycles = run_maximizer(self)
             else:
-                from .units import run_ipu
                 if self._lut_pending:  # ncolor_lut == 0 reuses the last palette (§3.5)
                     self.ipu_lut = np.array(self._lut_pending, np.uint32)
                     self._lut_pending = []
@@ -199,8 +112,6 @@ class Dv700Core:
 
     def _run_stream(self) -> int:
         """Fetch and decode the command stream (§10.2-10.4); returns cycles."""
-        from .conv_unit import ConvTotals
-
         conv = self.regs["conv"]
         addr = int(conv[R["conv"]["CMD_ADDR"] // 4])
         length = int(conv[R["conv"]["CMD_LEN"] // 4]) * 8
@@ -286,7 +197,6 @@ class Dv700Core:
             self._cfg_data(np.array([value], "<u4"), where)
         elif offset == conv_regs["START"]:
             if value & 1:
-                from .conv_unit import run_configuration
                 self.stats["commands"] += 1
                 run_configuration(self)
         elif offset == IRQ_REGS["conv"]:

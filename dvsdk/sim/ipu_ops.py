@@ -13,7 +13,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from ..errors import InvalidArgument
-from ..fp16 import fp24
+from ..hw.fp16 import fp24
 
 __all__ = [
     "maximizer",

@@ -27,7 +27,7 @@ from numpy.lib.stride_tricks import sliding_window_view
 
 from .. import native
 from ..errors import InvalidArgument
-from ..fp16 import round_f16
+from ..hw.fp16 import round_f16
 
 __all__ = [
     "fp16",

@@ -7,7 +7,7 @@ raises it, and :class:`~dvsdk.sim.engine.Dv700Core` turns it into ``SIM_STATUS``
 
 from __future__ import annotations
 
-from ..spec import SPEC
+from ..hw.spec import SPEC
 
 STATUS = SPEC.status
 

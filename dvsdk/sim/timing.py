@@ -37,7 +37,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from ..errors import InvalidArgument
-from ..spec import SPEC
+from ..hw.spec import SPEC
 
 __all__ = [
     "TimingParams",

@@ -4,17 +4,18 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import layout
-from ..fp16 import fp24
-from ..spec import SPEC
-from .engine import Dv700Core, HardwareError, R
+from ..hw import layout
+from ..hw.fp16 import fp24
+from ..hw.spec import SPEC
+from .core import CoreState, R
 from .ipu_ops import PIXEL_BYTES, ipu_render, maximizer
+from .status import HardwareError
 from .timing import ipu_cycles, maximizer_cycles
 
 FMT = SPEC.enum("image_format")
 
 
-def run_maximizer(core: Dv700Core) -> int:
+def run_maximizer(core: CoreState) -> int:
     """Argmax per pixel (§9.2).  Only W·H matters: input and output are both indexed by
     the x-major pixel number, so the input is read as a 1 × (W·H) × nclass tensor."""
     reg = lambda name: core.read_reg("maximizer", R["maximizer"][name])  # noqa: E731
@@ -34,7 +35,7 @@ def run_maximizer(core: Dv700Core) -> int:
     return maximizer_cycles(px, 1, nclass, core.params.timing)
 
 
-def _image(core: Dv700Core, addr: int, width: int, height: int, fmt: int,
+def _image(core: CoreState, addr: int, width: int, height: int, fmt: int,
            stride: int) -> np.ndarray:
     """Read a (height, width, bytes-per-pixel) image; stride in pixels, 0 = packed,
     negative = bottom-up ([AMBIG] §9.1: the application treats strides as pixels)."""
@@ -50,7 +51,7 @@ def _image(core: Dv700Core, addr: int, width: int, height: int, fmt: int,
     return data.reshape(height, width, bpp)
 
 
-def run_ipu(core: Dv700Core) -> int:
+def run_ipu(core: CoreState) -> int:
     reg = lambda name: core.read_reg("ipu", R["ipu"][name])  # noqa: E731
     rect = reg("RECT")
     rw, rh = rect >> 16, rect & 0xFFFF

@@ -13,7 +13,7 @@ Images: a digit is drawn as an 8-bit grayscale PNG, pixel = round(value * 255 / 
 upscaled 4x with nearest to 32x32 (:func:`render`). The net.bin records the preprocessing
 (scale 1/255, stretch resize to 16x16), so ``dvsdk-run digits.bin seven.png`` works on any
 light-on-dark digit image. The training inputs are exactly what the runtime feeds the net
-for such a PNG (:func:`dvsdk.images.preprocess`), plus the same digits upscaled 2x with
+for such a PNG (:func:`dvsdk.runtime.images.preprocess`), plus the same digits upscaled 2x with
 nearest (a crisp 16x16 image), so both kinds of input are in the training distribution.
 
 Training: Adam, 30 epochs, random shifts of up to one digit pixel; about 10 s on 2 cores.
@@ -59,7 +59,7 @@ CONV1, CONV2 = 8, 16   # output channels of the two conv layers
 
 #: Everything the shipped digits.bin was compiled with (the staleness test uses it too).
 COMPILE_OPTIONS = {"scale": SCALE, "resize": "stretch", "labels": list(LABELS)}
-#: The preprocessing the net.bin records (``dvsdk.images.preprocess`` spec).
+#: The preprocessing the net.bin records (``dvsdk.runtime.images.preprocess`` spec).
 PREPROCESS = {"mean": [0.0, 0.0, 0.0], "scale": SCALE, "std": None, "channel_order": "RGB",
               "resize": "stretch"}
 INPUT_SHAPE = (1, 1, INPUT_SIZE, INPUT_SIZE)
@@ -76,7 +76,7 @@ def render(digit: np.ndarray, size: int = SAMPLE_SIZE) -> np.ndarray:
 
 def to_input(image: np.ndarray) -> np.ndarray:
     """An image as the network input (1, 1, 16, 16), exactly as ``Net.run_image`` does."""
-    from dvsdk.images import preprocess
+    from dvsdk.runtime.images import preprocess
 
     return preprocess(image, INPUT_SHAPE, PREPROCESS)
 
@@ -312,7 +312,7 @@ def compile_net(output: Path | None = NET_PATH):
 
 
 def sim_predict(net, digits: np.ndarray) -> np.ndarray:
-    """Classes the compiled net (a loaded ``dvsdk.runtime.Net``) gives 32x32 renders of
+    """Classes the compiled net (a loaded ``dvsdk.runtime.net.Net``) gives 32x32 renders of
     digits (N, 8, 8), through ``run_image``: preprocessing, DV700 (simulator), Softmax."""
     return np.array([int(net.run_image(render(d))["probs"].argmax()) for d in digits])
 

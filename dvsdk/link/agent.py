@@ -2,7 +2,7 @@
 
 On the board the agent serves the hardware (``--device uio://``); in CI it
 serves the simulator (``--device sim://``).  The client is
-:class:`dvsdk.driver.link.LinkDevice`; the protocol is ``firmware_spec/link.md``.
+:class:`dvsdk.link.client.LinkDevice`; the protocol is ``firmware_spec/link.md``.
 
 ::
 
@@ -31,10 +31,18 @@ import traceback
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from . import __version__
-from .driver import linkproto as lp
-from .driver.device import Device, DmaBuffer, open_device
-from .errors import DeviceLost, DvsdkError, InvalidArgument, LinkError
+from .. import __version__
+from ..driver.device import Device, DmaBuffer, open_device
+from ..errors import DeviceLost, DvsdkError, InvalidArgument, LinkError
+from . import protocol as lp
+from .transport import (
+    FaultSpec,
+    FaultyTransport,
+    FdTransport,
+    SerialTransport,
+    SocketTransport,
+    Transport,
+)
 
 _U32 = 0xFFFFFFFF
 
@@ -257,7 +265,7 @@ class LinkServer:
         return {}
 
     # -- transport loop ------------------------------------------------------------------------
-    def serve(self, transport: lp.Transport, stop: threading.Event | None = None) -> None:
+    def serve(self, transport: Transport, stop: threading.Event | None = None) -> None:
         """Answer requests until the transport closes or ``stop`` is set."""
         stop = stop or threading.Event()
         deframer = lp.Deframer(lp.max_frame_bytes(lp.LIMITS["max_payload"]))
@@ -283,7 +291,7 @@ def _announce(url: str) -> None:
 
 
 def serve_tcp(server: LinkServer, host: str, port: int, stop: threading.Event, *,
-              once: bool = False, inject: lp.FaultSpec | None = None) -> None:
+              once: bool = False, inject: FaultSpec | None = None) -> None:
     """Listen on ``host:port`` and serve one client connection at a time."""
     with socket.create_server((host, port)) as lsock:
         bound = lsock.getsockname()
@@ -295,17 +303,17 @@ def serve_tcp(server: LinkServer, host: str, port: int, stop: threading.Event, *
             conn, peer = lsock.accept()
             if server.verbose:
                 _log(f"connection from {peer[0]}:{peer[1]}")
-            _serve_one(server, lp.SocketTransport(conn, f"tcp:{peer[0]}:{peer[1]}"), stop,
+            _serve_one(server, SocketTransport(conn, f"tcp:{peer[0]}:{peer[1]}"), stop,
                        inject, server.end_session)
             if once:
                 return
 
 
-def _serve_one(server: LinkServer, transport: lp.Transport, stop: threading.Event,
-               inject: lp.FaultSpec | None, cleanup: Callable[[], None]) -> None:
+def _serve_one(server: LinkServer, transport: Transport, stop: threading.Event,
+               inject: FaultSpec | None, cleanup: Callable[[], None]) -> None:
     """Serve one transport (through the fault injector when asked), then clean up."""
     if inject:
-        transport = lp.FaultyTransport(transport, inject)
+        transport = FaultyTransport(transport, inject)
     try:
         server.serve(transport, stop)
     finally:
@@ -314,7 +322,7 @@ def _serve_one(server: LinkServer, transport: lp.Transport, stop: threading.Even
 
 
 def serve_pty(server: LinkServer, stop: threading.Event, *,
-              inject: lp.FaultSpec | None = None) -> None:
+              inject: FaultSpec | None = None) -> None:
     """Open a pseudo-terminal, announce its slave path and serve its master side."""
     import tty
 
@@ -324,18 +332,18 @@ def serve_pty(server: LinkServer, stop: threading.Event, *,
     os.chmod(path, 0o666)
     _announce(f"serial://{path}")
     # Keep the slave open ourselves: the master then never sees EOF/EIO between clients.
-    _serve_one(server, lp.FdTransport(master, f"pty:{path}", flush_fd=slave), stop, inject,
+    _serve_one(server, FdTransport(master, f"pty:{path}", flush_fd=slave), stop, inject,
                lambda: os.close(slave))
 
 
 def serve_serial(server: LinkServer, port: str, baud: int, stop: threading.Event, *,
-                 inject: lp.FaultSpec | None = None) -> None:
+                 inject: FaultSpec | None = None) -> None:
     """Serve a real serial port (e.g. the board's USB gadget ``/dev/ttyGS0``)."""
     import serial
 
     ser = serial.serial_for_url(port, baudrate=baud)
     _announce(f"serial://{port}?baud={baud}")
-    _serve_one(server, lp.SerialTransport(ser, port), stop, inject, lambda: None)
+    _serve_one(server, SerialTransport(ser, port), stop, inject, lambda: None)
 
 
 # -------------------------------------------------------------------------------------------------
@@ -395,7 +403,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, _on_signal)
     try:
-        inject = lp.FaultSpec.parse(args.inject) if args.inject else None
+        inject = FaultSpec.parse(args.inject) if args.inject else None
         device = _factory_device(args.factory) if args.factory else open_device(args.device)
     except DvsdkError as exc:
         _log(f"error: {exc}")
@@ -427,7 +435,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 class AgentProcess:
-    """``python -m dvsdk.agent`` in a child process; ``url`` is what it announced.
+    """``python -m dvsdk.link.agent`` in a child process; ``url`` is what it announced.
 
     ::
 
@@ -438,7 +446,7 @@ class AgentProcess:
     def __init__(self, device: str | None = "sim://", port: str = "tcp:127.0.0.1:0",
                  args: Sequence[str] = (), *, factory: str | None = None,
                  env: dict[str, str] | None = None, start_timeout: float = 30.0) -> None:
-        cmd = [sys.executable, "-m", "dvsdk.agent", "--port", port, *args]
+        cmd = [sys.executable, "-m", "dvsdk.link.agent", "--port", port, *args]
         cmd += ["--factory", factory] if factory else ["--device", device or "sim://"]
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stdin=subprocess.DEVNULL,
                                      env=env)

@@ -1,4 +1,4 @@
-"""Numpy reference kernels for every op the compiler accepts, and a graph interpreter.
+"""Numpy reference kernels for every op the compiler accepts.
 
 ``KERNELS`` maps an ONNX op type to ``kernel(inputs, attrs) -> list[np.ndarray]`` with ONNX
 semantics (NCHW, float32 in -> float32 out; shape subgraph ops on int64). ``inputs`` holds
@@ -6,26 +6,23 @@ one array per op input, None for an absent optional input (``""`` in the IR). At
 the IR's normalized ones (see :mod:`dvsdk.compiler.ir`); kernels fall back to ONNX defaults
 for any that are missing, so they also run un-normalized graphs.
 
-:func:`run_graph` interprets a :class:`dvsdk.compiler.ir.Graph` with these kernels. The
-compiler uses it (and :data:`KERNELS`) for constant folding and to check its passes; the
-runtime uses it as the CPU fallback for ops the DV700 cannot run. This module must not import
+The compiler uses them for constant folding and, through its interpreter
+(:func:`dvsdk.compiler.interpret.run_graph`), for reference outputs; the runtime uses them
+as the CPU fallback for ops the DV700 cannot run. This module must not import
 onnx: the board has only numpy.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
-from .cpu_nn import NN_KERNELS
-from .errors import ModelError
+from ..errors import ModelError
+from .nn import NN_KERNELS
 
-if TYPE_CHECKING:  # pragma: no cover
-    from .compiler.ir import Graph
-
-__all__ = ["KERNELS", "Kernel", "run_graph", "run_op", "onnx_dtype", "ONNX_DTYPES"]
+__all__ = ["KERNELS", "Kernel", "run_op", "onnx_dtype", "ONNX_DTYPES"]
 
 Arr = np.ndarray
 Attrs = dict[str, Any]
@@ -464,65 +461,3 @@ def run_op(op_type: str, inputs: list, attrs: Mapping[str, Any]) -> list[Arr]:
     if kernel is None:
         raise ModelError("no CPU kernel for op", field="op_type", value=op_type)
     return kernel(inputs, dict(attrs))
-
-
-def run_graph(graph: Graph, feeds: Mapping[str, np.ndarray],
-              outputs: Sequence[str] | None = None) -> dict[str, np.ndarray]:
-    """Interpret ``graph`` on ``feeds`` (graph input name -> array) with :data:`KERNELS`.
-
-    Returns the graph outputs (or the tensors named in ``outputs``) by name. Feeds are cast to
-    the input's dtype and checked against its shape when known. Intermediate arrays are
-    released as soon as their last reader has run.
-    """
-    want = list(graph.outputs if outputs is None else outputs)
-    env: dict[str, np.ndarray] = {}
-    for name in graph.inputs:
-        if name not in feeds:
-            raise ModelError("missing feed for graph input", field=name)
-        t = graph.tensors[name]
-        arr = np.asarray(feeds[name])
-        if t.dtype is not None:
-            arr = arr.astype(t.dtype, copy=False)
-        if t.shape is not None and tuple(arr.shape) != tuple(t.shape):
-            raise ModelError("feed has the wrong shape", field=name, value=tuple(arr.shape),
-                             limit=tuple(t.shape))
-        env[name] = arr
-    last_use: dict[str, int] = {}
-    for i, op in enumerate(graph.ops):
-        for n in op.inputs:
-            last_use[n] = i
-    keep = set(want)
-    for i, op in enumerate(graph.ops):
-        args = []
-        for n in op.inputs:
-            if not n:
-                args.append(None)
-            elif n in env:
-                args.append(env[n])
-            else:
-                c = graph.const(n)
-                if c is None:
-                    raise ModelError("tensor not computed before use",
-                                     field=f"{op.type} {op.name}", value=n)
-                args.append(c)
-        try:
-            results = run_op(op.type, args, op.attrs)
-        except ModelError:
-            raise
-        except Exception as exc:  # a kernel crash: name the op
-            raise ModelError(f"CPU kernel failed: {exc}", field=f"{op.type} {op.name}") from exc
-        for n, r in zip(op.outputs, results, strict=False):
-            if n:
-                env[n] = np.asarray(r)
-        for n in dict.fromkeys(op.inputs):
-            if n and last_use.get(n) == i and n not in keep and n in env:
-                del env[n]
-    out = {}
-    for n in want:
-        if n in env:
-            out[n] = env[n]
-        elif graph.const(n) is not None:
-            out[n] = np.asarray(graph.const(n))
-        else:
-            raise ModelError("requested tensor was not computed", field=n)
-    return out

@@ -1,4 +1,4 @@
-"""The dvlink wire format, shared by :mod:`dvsdk.driver.link` and :mod:`dvsdk.agent`.
+"""The dvlink wire format, shared by :mod:`dvsdk.link.client` and :mod:`dvsdk.link.agent`.
 
 Everything binary is described once, in ``firmware_spec/link.yaml``: the frame
 header, the message codes and every payload layout.  This module loads that file
@@ -9,7 +9,7 @@ and provides
   framing with a CRC-32 trailer (``firmware_spec/link.md`` §2);
 * :func:`error_payload` / :func:`error_from_payload` -- carrying a
   :mod:`dvsdk.errors` exception across the link with its class and fields;
-* the byte transports of :mod:`dvsdk.driver.linkio` (pyserial, pty file
+* the byte transports of :mod:`dvsdk.link.transport` (pyserial, pty file
   descriptors, sockets, in-memory pipes, fault injection), re-exported here.
 """
 
@@ -33,7 +33,7 @@ from ..errors import DeviceError, DvsdkError, InvalidArgument, LinkError, SpecEr
 
 
 def _spec_text() -> str:
-    from ..spec import spec_dir
+    from ..hw.spec import spec_dir
 
     path = spec_dir() / "link.yaml"
     try:
@@ -360,22 +360,9 @@ def error_from_payload(payload: bytes) -> Exception:
     return DeviceError(f"agent raised {name}: {text}", field="agent")
 
 
-# Transports live in linkio; re-exported so both sides need only this module.
-from .linkio import (  # noqa: E402
-    READ_SIZE,
-    FaultSpec,
-    FaultyTransport,
-    FdTransport,
-    PipeTransport,
-    SerialTransport,
-    SocketTransport,
-    Transport,
-)
-
 __all__ = [
     "BY_CODE", "END", "ESC", "FLAG_ERROR", "FLAG_RESPONSE", "HEADER", "LIMITS", "MESSAGES",
-    "READ_SIZE", "SPEC", "UNITS", "VERSION", "Deframer", "FaultSpec", "FaultyTransport",
-    "FdTransport", "Frame", "FrameError", "Layout", "Message", "PipeTransport",
-    "SerialTransport", "SocketTransport", "Transport", "decode_frame", "encode_frame",
-    "error_from_payload", "error_payload", "load_spec", "max_frame_bytes",
+    "SPEC", "UNITS", "VERSION", "Deframer", "Frame", "FrameError", "Layout", "Message",
+    "decode_frame", "encode_frame", "error_from_payload", "error_payload", "load_spec",
+    "max_frame_bytes",
 ]

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from .errors import LayoutError
+from ..errors import LayoutError
 from .fp16 import f16_to_f32
 
 __all__ = ["pack", "unpack", "offset", "offsets", "nbytes"]

@@ -18,8 +18,8 @@ from typing import Any
 
 import numpy as np
 
+from ..errors import WeightError
 from . import layout
-from .errors import WeightError
 
 __all__ = [
     "conv_weight_size",

@@ -12,7 +12,7 @@ Link options, stripped before the URL reaches pyserial: ``timeout`` (seconds
 per attempt, default 1.0), ``retries`` (default 5), ``window`` (memory chunks in
 flight, default 8), ``max_payload`` (bytes per frame, default 65536) and
 ``inject`` (fault injection on what this side sends, see
-:class:`~dvsdk.driver.linkproto.FaultSpec`).
+:class:`~dvsdk.link.protocol.FaultSpec`).
 
 DMA buffers keep a local shadow of the CPU mapping: ``view`` is that shadow.
 :meth:`DmaBuffer.sync_for_device` pushes the range to the agent and then syncs
@@ -36,9 +36,10 @@ from urllib.parse import urlencode
 
 import numpy as np
 
+from ..driver.device import Device, DeviceInfo, DmaBuffer, parse_url
 from ..errors import DeviceLost, DeviceNotFound, InvalidArgument, InvalidURL, LinkError
-from . import linkproto as lp
-from .device import Device, DeviceInfo, DmaBuffer, parse_url
+from . import protocol as lp
+from .transport import FaultSpec, FaultyTransport, PipeTransport, SerialTransport, Transport
 
 _U32 = 0xFFFFFFFF
 _CORRUPT = object()
@@ -55,7 +56,7 @@ _GAP = 64
 def _start_registers() -> frozenset[tuple[str, int]]:
     """(unit, offset) of every register whose write lets a unit run (firmware_spec)."""
     try:
-        from ..spec import SPEC
+        from ..hw.spec import SPEC
 
         return frozenset((u, SPEC.reg(u, SPEC.unit(u)["start"])) for u in lp.UNITS)
     except Exception:  # no register spec: nothing is mirrored before a kick
@@ -166,7 +167,7 @@ class LinkDevice(Device):
     raises :class:`~dvsdk.errors.DeviceLost`.
     """
 
-    def __init__(self, transport: lp.Transport, *, url: str = "", timeout: float = 1.0,
+    def __init__(self, transport: Transport, *, url: str = "", timeout: float = 1.0,
                  retries: int = 5, window: int = 8,
                  max_payload: int = lp.LIMITS["max_payload"], baud: int | None = None,
                  on_close: Callable[[], None] | None = None) -> None:
@@ -206,12 +207,12 @@ class LinkDevice(Device):
                                      lp.LIMITS["min_payload"], lp.LIMITS["max_payload"]),
         }
         try:
-            inject = lp.FaultSpec.parse(p.pop_str("inject", ""))
+            inject = FaultSpec.parse(p.pop_str("inject", ""))
         except InvalidArgument as exc:
             raise InvalidURL(exc.message, field=exc.field, value=exc.value,
                              limit=exc.limit) from None
         if p.scheme == "loop":
-            from .device import open_device
+            from ..driver.device import open_device
 
             target = p.pop_str("device", "sim://")
             p.reject_unknown()
@@ -240,13 +241,13 @@ class LinkDevice(Device):
             ser = opener()
         except (serial.SerialException, OSError, ValueError) as exc:
             raise DeviceNotFound(f"cannot open link: {exc}", field="url", value=url) from None
-        transport: lp.Transport = lp.SerialTransport(ser, url)
+        transport: Transport = SerialTransport(ser, url)
         if inject:
-            transport = lp.FaultyTransport(transport, inject)
+            transport = FaultyTransport(transport, inject)
         return cls._connect(transport, url, kw)
 
     @classmethod
-    def _connect(cls, transport: lp.Transport, url: str, kw: dict[str, Any],
+    def _connect(cls, transport: Transport, url: str, kw: dict[str, Any],
                  on_close: Callable[[], None] | None = None) -> LinkDevice:
         try:
             return cls(transport, url=url, on_close=on_close, **kw)
@@ -263,22 +264,22 @@ class LinkDevice(Device):
             raise
 
     @classmethod
-    def loopback(cls, device: Device, *, inject: lp.FaultSpec | None = None,
+    def loopback(cls, device: Device, *, inject: FaultSpec | None = None,
                  owns_device: bool = False, url: str = "loop://", **kw: Any) -> LinkDevice:
         """Serve ``device`` from an in-process agent thread over an in-memory pipe.
 
         ``inject`` damages both directions (the agent's side with seed+1).
         """
-        from ..agent import LinkServer
+        from .agent import LinkServer
 
-        client_end, agent_end = lp.PipeTransport.pair()
+        client_end, agent_end = PipeTransport.pair()
         server = LinkServer(device)
         stop = threading.Event()
-        agent_t: lp.Transport = agent_end
-        client_t: lp.Transport = client_end
+        agent_t: Transport = agent_end
+        client_t: Transport = client_end
         if inject:
-            agent_t = lp.FaultyTransport(agent_end, inject, seed=inject.seed + 1)
-            client_t = lp.FaultyTransport(client_end, inject, seed=inject.seed)
+            agent_t = FaultyTransport(agent_end, inject, seed=inject.seed + 1)
+            client_t = FaultyTransport(client_end, inject, seed=inject.seed)
         thread = threading.Thread(target=server.serve, args=(agent_t, stop),
                                   name="dvlink-loop-agent", daemon=True)
         thread.start()

@@ -13,9 +13,11 @@ from typing import Any
 
 import numpy as np
 
-from . import cpu_ops, dims
-from .driver.cmdlist import CommandList
-from .driver.commands import ConvCommand
+from ..cpu import ops as cpu_ops
+from ..driver.cmdlist import CommandList
+from ..driver.commands import ConvCommand
+from ..hw import dims
+from .handle import RunHandle
 
 
 def command_macs(cmd: ConvCommand) -> int:
@@ -39,8 +41,6 @@ def _describe(cmd: ConvCommand) -> tuple[tuple[int, int, int], tuple[int, int, i
 
 
 def profile_net(net: Any, x: Any | None = None) -> list[dict[str, Any]]:
-    from .runtime import RunHandle
-
     if x is None:
         gold = net.meta.get("golden")
         if gold:

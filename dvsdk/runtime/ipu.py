@@ -13,9 +13,9 @@ from typing import Any
 
 import numpy as np
 
-from .driver.cmdlist import CommandList
-from .driver.commands import BufferRef, IpuCommand, MaximizerCommand
-from .errors import InvalidArgument
+from ..driver.cmdlist import CommandList
+from ..driver.commands import BufferRef, IpuCommand, MaximizerCommand
+from ..errors import InvalidArgument
 
 _RGB888, _RGBFP16 = 1, 2
 _SUB, _DIV_255 = 0, 1

@@ -7,7 +7,7 @@ inference shares with the kernels so both agree by construction.
 
 Every kernel has the signature ``kernel(inputs: list[np.ndarray | None], attrs: dict) ->
 list[np.ndarray]``; absent optional inputs are None. The registry lives in
-:mod:`dvsdk.cpu_ops`. No onnx import here: the board runtime uses these kernels as its CPU
+:mod:`dvsdk.cpu.ops`. No onnx import here: the board runtime uses these kernels as its CPU
 fallback.
 """
 
@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
-from .errors import ModelError
+from ..errors import ModelError
 
 Arr = np.ndarray
 Attrs = dict[str, Any]

@@ -22,11 +22,35 @@ naming the field, the value and the limit, never ``ZeroDivisionError`` or
 
 from __future__ import annotations
 
-import operator
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
-from dvsdk.errors import InvalidArgument
+from ..errors import InvalidArgument
+from .fields import (
+    I32_MAX,
+    MAX_KERNEL_SIZE,
+    U16,
+    U32,
+    byte_pair,
+    cdiv,
+    ceil8,
+    check_int,
+    check_ints,
+    conv_pads,
+    divup,
+    i32,
+    int_field,
+    kernel_xy,
+    nonzero_pair,
+    pool_pads,
+    popcount,
+    raw_field,
+    run_dilation,
+    run_field,
+    topo_num_runs,
+    u16,
+    u32,
+)
 
 __all__ = [
     "MAX_KERNEL_SIZE", "MAX_NUM_RUNS", "DEFAULT_UB_SIZE", "cdiv", "divup", "ceil8", "popcount",
@@ -35,8 +59,6 @@ __all__ = [
     "command_tiles", "ubuf_single_tile_usage",
 ]  # fmt: skip
 
-#: Largest kernel side the hardware accepts (§6.2, §7.6 ``MAX_CONV_KERNEL_SIZE``).
-MAX_KERNEL_SIZE = 7
 #: Runs per CONV command (§4.1 ``MAX_NUM_RUNS``).
 MAX_NUM_RUNS = 32
 #: UBUF of the ZIA-C2 board in bytes (§7.6); the default for :func:`conv_tiles`.
@@ -44,94 +66,6 @@ DEFAULT_UB_SIZE = 524288
 
 #: Element budget of ``calc_num_tiles_pool`` (§7.2): ``131072·1024/2``.
 _POOL_TILE_BUDGET = 131072 * 1024 // 2
-
-_U16 = 0xFFFF
-_U32 = 0xFFFFFFFF
-_I32_MAX = 0x7FFFFFFF
-
-# Raw run fields that are 32 bits wide (§3.2); every other run field is a uint16.
-_U32_RUN_FIELDS = frozenset({"conv_pad", "pool_pad"})
-
-
-# ---- §7.1 helpers ----
-
-
-def _check_int(value: Any, field: str, lo: int = 0, hi: int | None = None) -> int:
-    """Return ``value`` as an int if it lies in ``lo..hi``; raise InvalidArgument otherwise.
-
-    Python and numpy integers are accepted; bools, floats and other types are not.
-    """
-    try:
-        v = None if isinstance(value, bool) else operator.index(value)
-    except TypeError:
-        v = None
-    if v is None:
-        raise InvalidArgument(f"{field} must be an integer", field=field, value=value, limit="int")
-    if v < lo or (hi is not None and v > hi):
-        limit = f"{lo}..{hi}" if hi is not None else f">= {lo}"
-        raise InvalidArgument(f"{field} out of range", field=field, value=v, limit=limit)
-    return v
-
-
-def _ints(values: Any, names: tuple[str, ...], field: str, lo: int = 0) -> tuple[int, ...]:
-    """Check a fixed-length tuple argument (shape, pads, strides) item by item."""
-    try:
-        items = tuple(values)
-    except TypeError:
-        items = None
-    if items is None or len(items) != len(names):
-        raise InvalidArgument(
-            f"{field} must be ({', '.join(names)})", field=field, value=values, limit=len(names)
-        )
-    return tuple(_check_int(v, n, lo) for v, n in zip(items, names, strict=True))
-
-
-def _u16(x: int) -> int:
-    return x & _U16
-
-
-def _u32(x: int) -> int:
-    return x & _U32
-
-
-def _i32(x: int) -> int:
-    """Reinterpret the low 32 bits of ``x`` as a C ``int``."""
-    x &= _U32
-    return x - (1 << 32) if x & 0x80000000 else x
-
-
-def cdiv(a: int, b: int) -> int:
-    """C ``a / b`` on ``int``: the quotient truncated toward zero (§7 conventions).
-
-    Python's ``//`` floors instead, so ``cdiv(-2, 3) == 0`` while ``-2 // 3 == -1``.
-    A zero divisor raises :class:`InvalidArgument` (field ``divisor``).
-    """
-    if b == 0:
-        raise InvalidArgument("division by zero", field="divisor", value=0, limit="!= 0")
-    q = abs(a) // abs(b)
-    return q if (a >= 0) == (b > 0) else -q
-
-
-def divup(a: int, b: int) -> int:
-    """``divup(a, b) = a/b + (a%b ? 1 : 0)`` with C ``int`` semantics (§7.1)."""
-    q = cdiv(a, b)
-    return q + (1 if a - q * b else 0)
-
-
-def ceil8(x: int) -> int:
-    """⌈x/8⌉ for ``x >= 0``: the number of 8-channel blocks (fact-sheet conventions)."""
-    x = _check_int(x, "x")
-    return (x + 7) >> 3
-
-
-def popcount(x: int) -> int:
-    """Number of 1 bits of a non-negative integer (``conf_node_w`` of §7.1 for topo)."""
-    return bin(_check_int(x, "x")).count("1")
-
-
-def topo_num_runs(topo: int) -> int:
-    """Runs of a command: position of the highest set bit of ``topo`` + 1, 0 for 0 (§7.1)."""
-    return _check_int(topo, "topo", 0, _U32).bit_length()
 
 
 def _out_width(w: int, k: int, pa: int, pb: int, s: int, deconv: bool) -> int:
@@ -157,15 +91,15 @@ def conv_out_size(
     result is the raw C ``int``: a value <= 0 means the window does not fit.
     """
     in_size, k, pad_a, pad_b, stride = _axis_args(in_size, k, pad_a, pad_b, stride)
-    dil = max(1, _check_int(dilation, "dilation"))
+    dil = max(1, check_int(dilation, "dilation"))
     return _out_width(in_size, (k - 1) * dil + 1, pad_a, pad_b, stride, bool(deconv))
 
 
 def _axis_args(in_size: Any, k: Any, pad_a: Any, pad_b: Any, stride: Any) -> tuple[int, ...]:
     """Validate the per-axis arguments shared by the conv and pool size functions."""
     return (
-        _check_int(in_size, "in_size"), _check_int(k, "k", 1, MAX_KERNEL_SIZE),
-        _check_int(pad_a, "pad_a"), _check_int(pad_b, "pad_b"), _check_int(stride, "stride", 1),
+        check_int(in_size, "in_size"), check_int(k, "k", 1, MAX_KERNEL_SIZE),
+        check_int(pad_a, "pad_a"), check_int(pad_b, "pad_b"), check_int(stride, "stride", 1),
     )  # fmt: skip
 
 
@@ -190,78 +124,7 @@ def pool_out_size(in_size: int, k: int, pad_a: int, pad_b: int, stride: int) -> 
 
 def upsample_out_size(n: int) -> int:
     """2× nearest-neighbour upsampling (pool_enable 4, §4.3): ``2·n``."""
-    return 2 * _check_int(n, "n")
-
-
-# ---- Raw field access and decoding (§3.2) ----
-
-
-def _raw(obj: Any, name: str, default: Any = None) -> Any:
-    """``obj[name]`` for a mapping, else ``obj.name``; ``default`` if absent."""
-    return obj.get(name, default) if isinstance(obj, Mapping) else getattr(obj, name, default)
-
-
-def _field(obj: Any, name: str, hi: int = _U16) -> int:
-    """Read a raw integer field (mapping or attribute object); absent means 0."""
-    return _check_int(_raw(obj, name, 0), name, 0, hi)
-
-
-def _run_field(run: Any, name: str) -> int:
-    return _field(run, name, _U32 if name in _U32_RUN_FIELDS else _U16)
-
-
-def _kernel_xy(run: Any) -> tuple[int, int]:
-    """``p``: kx = p & 0xFF, ky = (p >> 8) & 0xFF, 0 meaning kx (§3.2, §4.2)."""
-    p = _run_field(run, "p")
-    kx = p & 0xFF
-    ky = ((p >> 8) & 0xFF) or kx
-    for axis, k in (("kx", kx), ("ky", ky)):
-        if not 1 <= k <= MAX_KERNEL_SIZE:
-            raise InvalidArgument(
-                f"kernel size {axis}={k} out of range",
-                field="p",
-                value=p,
-                limit=f"{axis} in 1..{MAX_KERNEL_SIZE}",
-            )
-    return kx, ky
-
-
-def _conv_pads(run: Any) -> tuple[int, int, int, int]:
-    """``conv_pad`` as (left, right, top, bottom) with the 7/8/7/8-bit masks (§3.2)."""
-    v = _run_field(run, "conv_pad")
-    return v & 0x7F, (v >> 8) & 0xFF, (v >> 16) & 0x7F, (v >> 24) & 0xFF
-
-
-def _pool_pads(run: Any) -> tuple[int, int, int, int]:
-    """``pool_pad`` as (left, right, top, bottom), 8 bits each (kernel masks, §3.2)."""
-    v = _run_field(run, "pool_pad")
-    return v & 0xFF, (v >> 8) & 0xFF, (v >> 16) & 0xFF, (v >> 24) & 0xFF
-
-
-def _pair(run: Any, name: str) -> tuple[int, int]:
-    """A uint16 field packing [7:0] X and [15:8] Y (strides, sizes, dilation)."""
-    v = _run_field(run, name)
-    return v & 0xFF, (v >> 8) & 0xFF
-
-
-def _nonzero_pair(run: Any, name: str) -> tuple[int, int]:
-    """A stride/pool-stride pair that will be used as a divisor: both bytes must be >= 1."""
-    x, y = _pair(run, name)
-    if x == 0 or y == 0:
-        raise InvalidArgument(
-            f"{name} has a zero X or Y byte; the driver would divide by zero"
-            + (' (the "zero pool-stride trap", §15.4)' if name == "pool_stride" else ""),
-            field=name,
-            value=_run_field(run, name),
-            limit="X and Y bytes >= 1, e.g. 0x0101",
-        )
-    return x, y
-
-
-def _dilation(run: Any) -> tuple[int, int]:
-    """``conv_dilation`` per axis, 0 patched to 1 (§3.2, §6.7 step 2)."""
-    dx, dy = _pair(run, "conv_dilation")
-    return max(1, dx), max(1, dy)
+    return 2 * check_int(n, "n")
 
 
 # ---- §7.5 output shape and weight size of one run ----
@@ -281,32 +144,32 @@ def run_output_shape(
     Dimensions are raw C ints (<= 0 means the window does not fit).  The weight
     size of §7.5 is :func:`run_weight_size`.
     """
-    w, h, z, c = _ints(in_shape, ("w", "h", "z", "c"), "in_shape")
-    conv_enable = _run_field(run_fields, "conv_enable")
+    w, h, z, c = check_ints(in_shape, ("w", "h", "z", "c"), "in_shape")
+    conv_enable = run_field(run_fields, "conv_enable")
     if conv_enable:
-        kx, ky = _kernel_xy(run_fields)
-        pl, pr, pt, pb = _conv_pads(run_fields)
-        sx, sy = _nonzero_pair(run_fields, "conv_stride")
-        dx, dy = _dilation(run_fields)
+        kx, ky = kernel_xy(run_fields)
+        pl, pr, pt, pb = conv_pads(run_fields)
+        sx, sy = nonzero_pair(run_fields, "conv_stride")
+        dx, dy = run_dilation(run_fields)
         deconv = bool(conv_enable & 4)
         tw = _out_width(w, (kx - 1) * dx + 1, pl, pr, sx, deconv)
         th = _out_width(h, (ky - 1) * dy + 1, pt, pb, sy, deconv)
-        tz = z - (_run_field(run_fields, "pz") & 0x7F) + 1
-        tc = _run_field(run_fields, "m")
+        tz = z - (run_field(run_fields, "pz") & 0x7F) + 1
+        tc = run_field(run_fields, "m")
     else:
         tw, th, tz, tc = w, h, z, c
-    pool_enable = _run_field(run_fields, "pool_enable") & 7
+    pool_enable = run_field(run_fields, "pool_enable") & 7
     if pool_enable in (4, 5):
         ow, oh = 2 * tw, 2 * th
     elif pool_enable:
-        pw, ph = _pair(run_fields, "pool_size")
-        psx, psy = _nonzero_pair(run_fields, "pool_stride")
-        ql, qr, qt, qb = _pool_pads(run_fields)
+        pw, ph = byte_pair(run_fields, "pool_size")
+        psx, psy = nonzero_pair(run_fields, "pool_stride")
+        ql, qr, qt, qb = pool_pads(run_fields)
         ow = cdiv(ql + tw + qr - pw, psx) + 1
         oh = cdiv(qt + th + qb - ph, psy) + 1
     else:
         ow, oh = tw, th
-    return (ow, oh, tz, tc), _u32(ow * oh * tz * tc * 2)
+    return (ow, oh, tz, tc), u32(ow * oh * tz * tc * 2)
 
 
 def run_weight_size(run_fields: Any, in_c: int) -> int:
@@ -314,23 +177,23 @@ def run_weight_size(run_fields: Any, in_c: int) -> int:
 
     0 when conv is off.  Dilated (either axis > 1): ``dilated_weight_size(in_c, m,
     kx, ky, quantized)``; otherwise ``conv_weight_size(in_c, m, kx, ky, quantized,
-    depthwise, prelu)`` (both from :mod:`dvsdk.weights`, §7.4), with quantized =
+    depthwise, prelu)`` (both from :mod:`dvsdk.hw.weights`, §7.4), with quantized =
     ``weight_fmt & 2``, depthwise = ``conv_enable & 2``, prelu = ``actfunc == 4``.
     """
-    in_c = _check_int(in_c, "in_c")
-    conv_enable = _run_field(run_fields, "conv_enable")
+    in_c = check_int(in_c, "in_c")
+    conv_enable = run_field(run_fields, "conv_enable")
     if not conv_enable:
         return 0
-    from dvsdk.weights import conv_weight_size, dilated_weight_size  # lazy: sibling module
+    from .weights import conv_weight_size, dilated_weight_size  # lazy: sibling module
 
-    kx, ky = _kernel_xy(run_fields)
-    m = _run_field(run_fields, "m")
-    quantized = bool(_run_field(run_fields, "weight_fmt") & 2)
-    dx, dy = _dilation(run_fields)
+    kx, ky = kernel_xy(run_fields)
+    m = run_field(run_fields, "m")
+    quantized = bool(run_field(run_fields, "weight_fmt") & 2)
+    dx, dy = run_dilation(run_fields)
     if dx > 1 or dy > 1:
         return int(dilated_weight_size(in_c, m, kx, ky, quantized))
     depthwise = bool(conv_enable & 2)
-    prelu = _run_field(run_fields, "actfunc") == 4
+    prelu = run_field(run_fields, "actfunc") == 4
     return int(conv_weight_size(in_c, m, kx, ky, quantized, depthwise, prelu))
 
 
@@ -355,13 +218,13 @@ def conv_tiles(
     not fit the UBUF however it is split.  The byte counts are those of the last
     tile count tried (0 if none was).
     """
-    w, h, c, m = (_check_int(v, n, 0, _U16) for v, n in ((w, "w"), (h, "h"), (c, "c"), (m, "m")))
-    p_x = _check_int(kx, "kx", 1, MAX_KERNEL_SIZE)
-    p_y = _check_int(ky, "ky", 1, MAX_KERNEL_SIZE)
-    pl, pr, pt, pb = _ints(pads, ("pad_l", "pad_r", "pad_t", "pad_b"), "pads")
-    sx, sy = _ints(strides, ("stride_x", "stride_y"), "strides", lo=1)
-    dx, dy = _ints(dilation, ("dilation_x", "dilation_y"), "dilation")
-    ub_size = _check_int(ub_size, "ub_size", 0, _I32_MAX)
+    w, h, c, m = (check_int(v, n, 0, U16) for v, n in ((w, "w"), (h, "h"), (c, "c"), (m, "m")))
+    p_x = check_int(kx, "kx", 1, MAX_KERNEL_SIZE)
+    p_y = check_int(ky, "ky", 1, MAX_KERNEL_SIZE)
+    pl, pr, pt, pb = check_ints(pads, ("pad_l", "pad_r", "pad_t", "pad_b"), "pads")
+    sx, sy = check_ints(strides, ("stride_x", "stride_y"), "strides", lo=1)
+    dx, dy = check_ints(dilation, ("dilation_x", "dilation_y"), "dilation")
+    ub_size = check_int(ub_size, "ub_size", 0, I32_MAX)
 
     u = (ub_size >> 10) * 1024 // 2
     c_blocks = ceil8(c)
@@ -413,7 +276,7 @@ def pool_tiles(w: int, h: int, c: int) -> tuple[int, int, int]:
     The first ``t`` in ``1..w`` with ``w·h·min(c, 8) / t <= 131072·1024/2`` (a
     hard-coded budget, not the real UBUF), else 0.  In practice always 1.
     """
-    w, h, c = (_check_int(v, n, 0, _U16) for v, n in ((w, "w"), (h, "h"), (c, "c")))
+    w, h, c = (check_int(v, n, 0, U16) for v, n in ((w, "w"), (h, "h"), (c, "c")))
     total = w * h * min(c, 8)
     for t in range(1, w + 1):
         if total // t <= _POOL_TILE_BUDGET:
@@ -426,7 +289,7 @@ def _runs_of(cmd_fields: Any, runs: Sequence[Any] | None, needed: int) -> Sequen
     if runs is None:
         for name in ("runs", "run"):
             if runs is None:
-                runs = _raw(cmd_fields, name)
+                runs = raw_field(cmd_fields, name)
     try:
         count = len(runs)  # type: ignore[arg-type]
     except TypeError:
@@ -448,20 +311,20 @@ def command_tiles(cmd_fields: Any, runs: Sequence[Any] | None, ub_size: int) -> 
     strides and dilation.  ``cmd_fields`` carries w, h, c and topo; ``runs`` may
     be None to read ``cmd_fields.runs``.  ``ub_size`` in bytes.
     """
-    topo = _field(cmd_fields, "topo", _U32)
+    topo = int_field(cmd_fields, "topo", U32)
     if topo_num_runs(topo) > 1:
         return 1
     run = _runs_of(cmd_fields, runs, 1)[0]
-    w, h, c = (_field(cmd_fields, n) for n in ("w", "h", "c"))
-    ub_size = _check_int(ub_size, "ub_size", 0, _I32_MAX)
-    if _run_field(run, "lrn") & 1:
+    w, h, c = (int_field(cmd_fields, n) for n in ("w", "h", "c"))
+    ub_size = check_int(ub_size, "ub_size", 0, I32_MAX)
+    if run_field(run, "lrn") & 1:
         return lrn_tiles(w, h, c, ub_size)[0]
-    conv_enable = _run_field(run, "conv_enable")
+    conv_enable = run_field(run, "conv_enable")
     if conv_enable == 0 or conv_enable & 2:
-        return pool_tiles(w, h, c)[0] if _run_field(run, "pool_enable") else 1
-    kx, ky = _kernel_xy(run)
-    m, pads, strides = _run_field(run, "m"), _conv_pads(run), _nonzero_pair(run, "conv_stride")
-    dil, deconv = _dilation(run), bool(conv_enable & 4)
+        return pool_tiles(w, h, c)[0] if run_field(run, "pool_enable") else 1
+    kx, ky = kernel_xy(run)
+    m, pads, strides = run_field(run, "m"), conv_pads(run), nonzero_pair(run, "conv_stride")
+    dil, deconv = run_dilation(run), bool(conv_enable & 4)
     return conv_tiles(w, h, c, m, kx, ky, pads, strides, dil, ub_size, deconv)[0]
 
 
@@ -474,12 +337,12 @@ def _footprint(pixels: int, ch: int) -> tuple[int, int, int]:
     ``x128``: one 8-channel block in 16-byte units, forced to ``≡ 2 (mod 16)``;
     ``xs128``: all blocks, rounded up to a multiple of 16; bytes = ``16·xs128``.
     """
-    x16 = _u32(pixels * min(ch, 8))
+    x16 = u32(pixels * min(ch, 8))
     x128 = ceil8(x16)
-    x128 = _u32(x128 + ((2 - x128) & 15))
-    xs128 = _u32(x128 * ceil8(ch))
-    xs128 = _u32(xs128 + ((-xs128) & 15))
-    return x128, xs128, _u32(16 * xs128)
+    x128 = u32(x128 + ((2 - x128) & 15))
+    xs128 = u32(x128 * ceil8(ch))
+    xs128 = u32(xs128 + ((-xs128) & 15))
+    return x128, xs128, u32(16 * xs128)
 
 
 def ubuf_single_tile_usage(cmd_fields: Any, runs: Sequence[Any] | None, ub_size: int) -> int:
@@ -496,14 +359,14 @@ def ubuf_single_tile_usage(cmd_fields: Any, runs: Sequence[Any] | None, ub_size:
     byte in ``pool_stride`` of any run (the "zero pool-stride trap", §15.4; use
     0x0101 on runs without pooling) or in ``conv_stride`` of a conv run.
     """
-    topo = _field(cmd_fields, "topo", _U32)
-    ub_size = _check_int(ub_size, "ub_size", 0, _U32)
+    topo = int_field(cmd_fields, "topo", U32)
+    ub_size = check_int(ub_size, "ub_size", 0, U32)
     if topo == 0:
         return 0
     n_runs = topo_num_runs(topo)
     node_w = popcount(topo)
     runs = _runs_of(cmd_fields, runs, n_runs)
-    cmd_w, cmd_h, cmd_c = (_field(cmd_fields, n) for n in ("w", "h", "c"))
+    cmd_w, cmd_h, cmd_c = (int_field(cmd_fields, n) for n in ("w", "h", "c"))
 
     best, run_w, is_input = 0, 0, True
     prev_dims = (0, 0, 0)  # (ow, oh, m) of the previous UBUF-resident run
@@ -512,34 +375,34 @@ def ubuf_single_tile_usage(cmd_fields: Any, runs: Sequence[Any] | None, ub_size:
         run = runs[r]
         is_out = bool(topo & 1)
         W, H, C = (cmd_w, cmd_h, cmd_c) if is_input else prev_dims  # noqa: N806
-        m = _run_field(run, "m")
-        pool_enable = _run_field(run, "pool_enable")
-        ce = _run_field(run, "conv_enable") & 1
+        m = run_field(run, "m")
+        pool_enable = run_field(run, "pool_enable")
+        ce = run_field(run, "conv_enable") & 1
         ups = pool_enable == 4
         pmax = bool(pool_enable & 1) or ups
         pavg = pool_enable == 2
 
         # Step 3: average pooling runs on the conv engine.
         if pavg:  # pool_stride becomes the conv stride, pool_size & 0xFF the kernel
-            conv_pad, pool_pad = _run_field(run, "pool_pad"), 0
+            conv_pad, pool_pad = run_field(run, "pool_pad"), 0
             pool_w, pool_h, psw, psh = 0, 0, 1, 1
-            sw, sh = _nonzero_pair(run, "pool_stride")
-            p, ce = _run_field(run, "pool_size") & 0xFF, 1
+            sw, sh = nonzero_pair(run, "pool_stride")
+            p, ce = run_field(run, "pool_size") & 0xFF, 1
         else:
-            conv_pad = _run_field(run, "conv_pad")
-            pool_pad = _run_field(run, "pool_pad")
-            psw, psh = _nonzero_pair(run, "pool_stride")  # divides even without pooling
-            p = _run_field(run, "p")
-            pool_w, pool_h = _pair(run, "pool_size")
+            conv_pad = run_field(run, "conv_pad")
+            pool_pad = run_field(run, "pool_pad")
+            psw, psh = nonzero_pair(run, "pool_stride")  # divides even without pooling
+            p = run_field(run, "p")
+            pool_w, pool_h = byte_pair(run, "pool_size")
             # A conv run divides by its stride; a conv-less one resets it to 1 below.
-            sw, sh = (_nonzero_pair if ce else _pair)(run, "conv_stride")
+            sw, sh = (nonzero_pair if ce else byte_pair)(run, "conv_stride")
 
         # Step 4: pads, kernel, the odd-square window P and its extra pads.
         pw0, pw1 = conv_pad & 0x7F, (conv_pad >> 8) & 0xFF
         ph0, ph1 = (conv_pad >> 16) & 0x7F, (conv_pad >> 24) & 0xFF
         px, py = p & 0xFF, ((p >> 8) & 0xFF) or p & 0xFF
         P = max(px, py) | 1  # noqa: N806
-        pw1, ph0 = _u16(pw1 + P - px), _u16(ph0 + P - py)
+        pw1, ph0 = u16(pw1 + P - px), u16(ph0 + P - py)
 
         # Step 5: conv-less runs have no pads; max pool/upsample pads scale by the stride.
         if not pavg:
@@ -547,10 +410,10 @@ def ubuf_single_tile_usage(cmd_fields: Any, runs: Sequence[Any] | None, ub_size:
                 pw0 = pw1 = ph0 = ph1 = 0
                 sw = sh = 1
             if pmax:
-                pw0 = _u16(pw0 + sw * (pool_pad & 0xFF))
-                pw1 = _u16(pw1 + sw * ((pool_pad >> 8) & 0xFF))
-                ph0 = _u16(ph0 + sh * ((pool_pad >> 16) & 0xFF))
-                ph1 = _u16(ph1 + sh * ((pool_pad >> 24) & 0xFF))
+                pw0 = u16(pw0 + sw * (pool_pad & 0xFF))
+                pw1 = u16(pw1 + sw * ((pool_pad >> 8) & 0xFF))
+                ph0 = u16(ph0 + sh * ((pool_pad >> 16) & 0xFF))
+                ph1 = u16(ph1 + sh * ((pool_pad >> 24) & 0xFF))
 
         # Step 6: first-line / first-column zero-padding flags (only shape tile_in).
         half = P >> 1
@@ -560,38 +423,38 @@ def ubuf_single_tile_usage(cmd_fields: Any, runs: Sequence[Any] | None, ub_size:
         # Step 8: external output dims, computed in C int and stored as uint16 (the
         # operands are uint16, so they promote to signed int), kept for the next run.
         if ce:
-            ow = _u16(cdiv(pw0 + W + pw1 - P, sw) + 1)
-            oh = _u16(cdiv(ph0 + H + ph1 - P, sh) + 1)
+            ow = u16(cdiv(pw0 + W + pw1 - P, sw) + 1)
+            oh = u16(cdiv(ph0 + H + ph1 - P, sh) + 1)
         else:
-            ow = _u16(pw0 + W + pw1)
-            oh = _u16(ph0 + H + ph1)
+            ow = u16(pw0 + W + pw1)
+            oh = u16(ph0 + H + ph1)
         if pmax:
             if ups:
-                ow, oh = _u16(2 * ow), _u16(2 * oh)
+                ow, oh = u16(2 * ow), u16(2 * oh)
             else:
-                ow = _u16(cdiv(ow - pool_w, psw) + 1)
-                oh = _u16(cdiv(oh - pool_h, psh) + 1)
+                ow = u16(cdiv(ow - pool_w, psw) + 1)
+                oh = u16(cdiv(oh - pool_h, psh) + 1)
 
         # Step 9: the single tile, uint32.  [AMBIG] core_w/core_h are modelled as
         # uint16 like the pads they are summed from.
-        core_w = _u16(pw0 + W + pw1)
-        core_h = _u16(ph0 + H + ph1)
-        tile_in_x = _u32(H * W)
-        tile_in = _u32((core_h - (half if fftzp else 0)) * (core_w - (half if fflzp else 0)))
+        core_w = u16(pw0 + W + pw1)
+        core_h = u16(ph0 + H + ph1)
+        tile_in_x = u32(H * W)
+        tile_in = u32((core_h - (half if fftzp else 0)) * (core_w - (half if fflzp else 0)))
         if ce:
-            tow = _u32(cdiv(core_w - P, sw) + 1)
-            toh = _u32(cdiv(core_h - P, sh) + 1)
-            tile_out = _u32(tow * toh)
+            tow = u32(cdiv(core_w - P, sw) + 1)
+            toh = u32(cdiv(core_h - P, sh) + 1)
+            tile_out = u32(tow * toh)
         else:
             tow, toh, tile_out = core_w, core_h, tile_in
 
         # Step 10: pool tile, unsigned 32-bit subtraction and division.
         if ups:
-            pool_tile = _u32(_u32(2 * tow) * _u32(2 * toh))
+            pool_tile = u32(u32(2 * tow) * u32(2 * toh))
         else:
-            ptw = _u32(_u32(tow - pool_w) // psw + 1)
-            pth = _u32(_u32(toh - pool_h) // psh + 1)
-            pool_tile = _u32(ptw * pth)
+            ptw = u32(u32(tow - pool_w) // psw + 1)
+            pth = u32(u32(toh - pool_h) // psh + 1)
+            pool_tile = u32(ptw * pth)
 
         # Step 11: input footprint (or the previous UBUF run's output footprint).
         if is_input:
@@ -602,7 +465,7 @@ def ubuf_single_tile_usage(cmd_fields: Any, runs: Sequence[Any] | None, ub_size:
 
         # Step 12: a conv-less last output branch works in place.
         in_place = run_w == node_w - 1 and ce == 0
-        ofm_off = _u32(ifm_off + (0 if in_place else in_size))
+        ofm_off = u32(ifm_off + (0 if in_place else in_size))
 
         # Step 13: output footprint.
         o128, os128, out_size = _footprint(tile_out if ce else pool_tile, m)
@@ -615,7 +478,7 @@ def ubuf_single_tile_usage(cmd_fields: Any, runs: Sequence[Any] | None, ub_size:
                 ofm_off = 0
             else:
                 ifm_off = 0
-                ofm_off = _u32(ub_size - slot)
+                ofm_off = u32(ub_size - slot)
 
         # Step 15: remember this run's output for the next one.
         if not is_out:
@@ -623,7 +486,7 @@ def ubuf_single_tile_usage(cmd_fields: Any, runs: Sequence[Any] | None, ub_size:
             prev_foot = (ofm_off, o128, os128, out_size)
 
         # Steps 16-17: the peak, compared as a signed int.
-        peak = _i32((in_size if node_w == 1 else ofm_off) + slot)
+        peak = i32((in_size if node_w == 1 else ofm_off) + slot)
         best = max(best, peak)
         topo >>= 1
         if is_out:

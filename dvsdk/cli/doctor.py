@@ -35,9 +35,9 @@ from dataclasses import dataclass
 from typing import TextIO
 from urllib.parse import urlsplit
 
-from . import native
-from .driver.device import default_url, open_device, parse_url
-from .driver.discovery import (
+from .. import native
+from ..driver.device import default_url, open_device, parse_url
+from ..driver.discovery import (
     DV700_COMPATIBLE,
     DVSDK_GROUP,
     UDMABUF_SUBSYSTEMS,
@@ -48,7 +48,7 @@ from .driver.discovery import (
     parse_int,
     read_attr,
 )
-from .errors import DeviceBusy, DvsdkError, InvalidURL
+from ..errors import DeviceBusy, DvsdkError, InvalidURL
 
 RULES_HINT = ("sudo cp udev/99-dmp-dv700.rules /etc/udev/rules.d/ && sudo udevadm control "
               "--reload && sudo udevadm trigger")
@@ -81,7 +81,7 @@ class Finding:
 
 def required_dma_for_net(path: str) -> int:
     """DMA bytes a net.bin needs (arena, weights, command streams: its META sizes)."""
-    from .netfile import dma_bytes, read
+    from ..netfile import dma_bytes, read
 
     return dma_bytes(read(path))
 
@@ -425,5 +425,5 @@ def main(argv: list[str] | None = None, *,
     return doc.report(out)
 
 
-if __name__ == "__main__":  # python -m dvsdk.doctor
+if __name__ == "__main__":  # python -m dvsdk.cli.doctor
     sys.exit(main())

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from .errors import ImageError
+from ..errors import ImageError
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff", ".webp", ".ppm",
                   ".pgm")

@@ -24,10 +24,10 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from ..cpu_ops import KERNELS
-from ..errors import ModelError, UnsupportedOps
-from .hwmap import HARDWARE_OPS
-from .ir import Graph, Op, Tensor
+from ...cpu.ops import KERNELS
+from ...errors import ModelError, UnsupportedOps
+from ..hwmap import HARDWARE_OPS
+from ..ir import Graph, Op, Tensor
 
 __all__ = ["load_onnx", "HW_OPS", "SUPPORTED_OPS"]
 

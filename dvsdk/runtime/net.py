@@ -13,119 +13,18 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from . import cpu_ops, layout
-from .driver.cmdlist import CommandList
-from .driver.commands import BufferRef, ConvCommand
-from .driver.device import Device, open_device
-from .errors import DvsdkError, InvalidArgument, NetFileError
-from .netfile import REGIONS, NetFile, check_hardware, read
-
-
-@dataclass
-class SegmentStats:
-    name: str
-    device_us: float
-    cycles: int | None
-    wall_us: float
-    commands: int
-
-
-@dataclass
-class RunStats:
-    """Where the time of the last ``run`` went (µs); ``events`` feed ``--trace``."""
-
-    segments: list[SegmentStats] = field(default_factory=list)
-    cpu_us: float = 0.0
-    pack_us: float = 0.0
-    sync_us: float = 0.0
-    unpack_us: float = 0.0
-    total_us: float = 0.0
-    events: list[tuple[str, str, float, float, dict]] = field(default_factory=list)
-    t0: float = field(default_factory=time.perf_counter)
-
-    @contextmanager
-    def stage(self, kind: str, name: str) -> Iterator[None]:
-        start = time.perf_counter()
-        try:
-            yield
-        finally:
-            dur = (time.perf_counter() - start) * 1e6
-            setattr(self, f"{kind}_us", getattr(self, f"{kind}_us") + dur)
-            self.events.append((kind, name, (start - self.t0) * 1e6, dur, {}))
-
-    @property
-    def device_us(self) -> float:
-        return sum(s.device_us for s in self.segments)
-
-    @property
-    def cycles(self) -> int:
-        return sum(s.cycles or 0 for s in self.segments)
-
-
-@dataclass
-class _Context:
-    """One activation arena and the command lists committed against it."""
-
-    arena: Any
-    commands: list[ConvCommand]
-    lists: list[CommandList] = field(default_factory=list)
-
-
-class RunHandle:
-    """A run in flight (from :meth:`Net.run_async`); :meth:`wait` returns its outputs."""
-
-    def __init__(self, net: Net, ctx: _Context, timeout: float) -> None:
-        self.net, self.ctx, self.timeout = net, ctx, timeout
-        self.host: dict[str, np.ndarray] = {}
-        self.stats = RunStats()
-        self.pc = 0
-        self.exec_id: int | None = None
-        self.t_kick = 0.0
-        self.result: dict[str, np.ndarray] | None = None
-
-    def advance(self, block: bool) -> None:
-        while self.pc < len(self.net.steps):
-            if not self.net._step(self, block):
-                return
-
-    def done(self) -> bool:
-        return self.result is not None
-
-    def wait(self) -> dict[str, np.ndarray]:
-        if self.result is not None:
-            return self.result
-        net = self.net
-        for earlier in list(net._pending):  # complete in order
-            if earlier is self:
-                break
-            earlier.wait()
-        try:
-            self.advance(block=True)
-            result = {}
-            for spec in net.outputs:
-                val = np.asarray(net._value(self, spec["tensor"]), np.float32)
-                if spec.get("transpose"):
-                    val = val.transpose(0, 1, 3, 2)
-                result[spec["name"]] = val.reshape(spec["shape"])
-        finally:
-            if self in net._pending:
-                net._pending.remove(self)
-        self.stats.total_us = (time.perf_counter() - self.stats.t0) * 1e6
-        net.last_run = self.stats
-        net._last_ctx = self.ctx
-        net._last_result = result
-        self.result = result
-        self.host = {}
-        if net._pending and net._pending[0].pc == 0 and net._pending[0].exec_id is None:
-            net._pending[0].advance(block=False)  # its input is packed: kick it now
-        return result
+from ..cpu import ops as cpu_ops
+from ..driver.cmdlist import CommandList
+from ..driver.commands import BufferRef, ConvCommand
+from ..driver.device import Device, open_device
+from ..errors import DvsdkError, InvalidArgument, NetFileError
+from ..hw import layout
+from ..netfile import REGIONS, NetFile, check_hardware, read
+from .handle import RunContext, RunHandle, RunStats, SegmentStats
 
 
 def decode_attr(v: Any) -> Any:
@@ -177,7 +76,7 @@ class Net:
         self._buffers.append(buf)
         return buf
 
-    def _context(self) -> _Context:
+    def _context(self) -> RunContext:
         """An arena with every hardware segment committed against it."""
         arena = self._alloc(max(int(self.meta["arena"]["size"]), 64), "arena")
 
@@ -191,7 +90,7 @@ class Net:
 
         records = self.file.command_records()
         commands = [ConvCommand.from_raw(raw, resolve) for raw in records]
-        ctx = _Context(arena, commands)
+        ctx = RunContext(arena, commands)
         self.steps: list[tuple[str, Any]] = []
         for step in self.meta["program"]:
             if step["kind"] == "hw":
@@ -220,7 +119,7 @@ class Net:
     def _dev(self, name: str) -> dict | None:
         return self.tensors.get(name, {}).get("device")
 
-    def _upload(self, ctx: _Context, name: str, value: np.ndarray, st: RunStats) -> None:
+    def _upload(self, ctx: RunContext, name: str, value: np.ndarray, st: RunStats) -> None:
         d = self._dev(name)
         h, w, c = d["hwc"]
         with st.stage("pack", name):
@@ -230,7 +129,7 @@ class Net:
         with st.stage("sync", name):
             ctx.arena.sync_for_device(d["offset"], packed.nbytes)
 
-    def _download(self, ctx: _Context, name: str, st: RunStats) -> np.ndarray:
+    def _download(self, ctx: RunContext, name: str, st: RunStats) -> np.ndarray:
         d = self._dev(name)
         h, w, c = d["hwc"]
         n = h * w * c * 2

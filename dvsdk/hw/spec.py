@@ -6,7 +6,7 @@ the way a kernel ``uapi`` header is the single description of an ABI.  Structs
 become numpy structured dtypes, so encoding is ``np.zeros((), dtype)`` plus field
 assignment and decoding is ``np.frombuffer``.
 
->>> from dvsdk.spec import SPEC
+>>> from dvsdk.hw.spec import SPEC
 >>> SPEC.struct("conv_v0").size
 1864
 >>> SPEC.reg("conv", "KICK")
@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 import yaml
 
-from .errors import InvalidArgument, SpecError
+from ..errors import InvalidArgument, SpecError
 
 _SCALARS = {
     "u8": "<u1", "u16": "<u2", "u32": "<u4", "u64": "<u8",
@@ -35,7 +35,7 @@ _SCALARS = {
 
 def spec_dir() -> Path:
     """The firmware_spec directory: the source tree's, else the installed package data."""
-    here = Path(__file__).resolve().parent.parent / "firmware_spec"
+    here = Path(__file__).resolve().parents[2] / "firmware_spec"
     if (here / "commands.yaml").is_file():
         return here
     return Path(str(resources.files("dvsdk.firmware_spec")))

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import native
+from .. import native
 
 _U32 = np.uint32
 _U16LE = np.dtype("<u2")

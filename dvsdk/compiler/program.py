@@ -1,0 +1,75 @@
+"""What lowering produces: DV700 commands over symbolic tensors, CPU steps, the program.
+
+Shared by the lowering passes (:mod:`.lower`, :mod:`.lower_ops`, :mod:`.multirun`), the
+memory plan (:mod:`.memplan`) and the net.bin builder (:mod:`.build`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+from ..driver.commands import BufferRef, ConvCommand, ConvRun
+from ..hw import dims
+from .hwmap import NoMapping
+from .ir import Graph, Op
+
+
+@dataclass
+class HwCmd:
+    """A conv command over symbolic tensors; ``blobs[i]`` are run i's packed weights."""
+
+    input: str
+    output: str
+    w: int
+    h: int
+    c: int
+    runs: list[ConvRun]
+    blobs: list[bytes | None]
+    eltwise: str | None = None
+    topo: int = 1
+    sources: list[str] = field(default_factory=list)
+    kind: str = ""
+    inplace: bool = False  # per-element, single-tile run: may overwrite a dying input
+
+    def command(self, place: dict[str, BufferRef], weights: list[BufferRef | None]) -> ConvCommand:
+        runs = [replace(r, weight_buf=wb) if wb is not None else r
+                for r, wb in zip(self.runs, weights)]
+        return ConvCommand(input_buf=place[self.input], output_buf=place[self.output],
+                           eltwise_buf=place[self.eltwise] if self.eltwise else BufferRef(),
+                           w=self.w, h=self.h, c=self.c, runs=runs, topo=self.topo,
+                           output_mode=1 if self.eltwise else 0)
+
+
+@dataclass
+class CpuStep:
+    op: Op
+
+
+@dataclass
+class HwStep:
+    commands: list[HwCmd] = field(default_factory=list)
+
+
+@dataclass
+class Program:
+    graph: Graph
+    steps: list[HwStep | CpuStep]
+    device: dict[str, tuple[int, int, int]]        # tensors with an arena slot: (H, W, C)
+    aliases: dict[str, tuple[str, int]]            # tensor -> (base tensor, byte offset)
+    report: list[dict]
+
+
+def out_hwc(cmd: HwCmd) -> tuple[int, int, int]:
+    """(H, W, C) of a command's output: runs with topo bit 1 are appended (§4.1)."""
+    shape = (cmd.w, cmd.h, 1, cmd.c)
+    out_hw, channels = None, 0
+    for i, run in enumerate(cmd.runs):
+        (ow, oh, _, oc), _ = dims.run_output_shape(run, shape)
+        if cmd.topo >> i & 1:
+            if out_hw not in (None, (oh, ow)):
+                raise NoMapping("branch outputs differ in size")
+            out_hw, channels = (oh, ow), channels + oc
+            shape = (cmd.w, cmd.h, 1, cmd.c)
+        else:
+            shape = (ow, oh, 1, oc)
+    return out_hw[0], out_hw[1], channels

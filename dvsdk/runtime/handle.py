@@ -1,0 +1,118 @@
+"""What one run of a loaded network is made of: its context, its handle and its timings.
+
+Shared by :mod:`dvsdk.runtime.net` (which creates and advances runs) and
+:mod:`dvsdk.runtime.profile` (which times them command by command).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ..driver.cmdlist import CommandList
+from ..driver.commands import ConvCommand
+
+
+@dataclass
+class SegmentStats:
+    name: str
+    device_us: float
+    cycles: int | None
+    wall_us: float
+    commands: int
+
+
+@dataclass
+class RunStats:
+    """Where the time of the last ``run`` went (µs); ``events`` feed ``--trace``."""
+
+    segments: list[SegmentStats] = field(default_factory=list)
+    cpu_us: float = 0.0
+    pack_us: float = 0.0
+    sync_us: float = 0.0
+    unpack_us: float = 0.0
+    total_us: float = 0.0
+    events: list[tuple[str, str, float, float, dict]] = field(default_factory=list)
+    t0: float = field(default_factory=time.perf_counter)
+
+    @contextmanager
+    def stage(self, kind: str, name: str) -> Iterator[None]:
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            dur = (time.perf_counter() - start) * 1e6
+            setattr(self, f"{kind}_us", getattr(self, f"{kind}_us") + dur)
+            self.events.append((kind, name, (start - self.t0) * 1e6, dur, {}))
+
+    @property
+    def device_us(self) -> float:
+        return sum(s.device_us for s in self.segments)
+
+    @property
+    def cycles(self) -> int:
+        return sum(s.cycles or 0 for s in self.segments)
+
+
+@dataclass
+class RunContext:
+    """One activation arena and the command lists committed against it."""
+
+    arena: Any
+    commands: list[ConvCommand]
+    lists: list[CommandList] = field(default_factory=list)
+
+
+class RunHandle:
+    """A run in flight (from :meth:`Net.run_async`); :meth:`wait` returns its outputs."""
+
+    def __init__(self, net: Any, ctx: RunContext, timeout: float) -> None:
+        self.net, self.ctx, self.timeout = net, ctx, timeout
+        self.host: dict[str, np.ndarray] = {}
+        self.stats = RunStats()
+        self.pc = 0
+        self.exec_id: int | None = None
+        self.t_kick = 0.0
+        self.result: dict[str, np.ndarray] | None = None
+
+    def advance(self, block: bool) -> None:
+        while self.pc < len(self.net.steps):
+            if not self.net._step(self, block):
+                return
+
+    def done(self) -> bool:
+        return self.result is not None
+
+    def wait(self) -> dict[str, np.ndarray]:
+        if self.result is not None:
+            return self.result
+        net = self.net
+        for earlier in list(net._pending):  # complete in order
+            if earlier is self:
+                break
+            earlier.wait()
+        try:
+            self.advance(block=True)
+            result = {}
+            for spec in net.outputs:
+                val = np.asarray(net._value(self, spec["tensor"]), np.float32)
+                if spec.get("transpose"):
+                    val = val.transpose(0, 1, 3, 2)
+                result[spec["name"]] = val.reshape(spec["shape"])
+        finally:
+            if self in net._pending:
+                net._pending.remove(self)
+        self.stats.total_us = (time.perf_counter() - self.stats.t0) * 1e6
+        net.last_run = self.stats
+        net._last_ctx = self.ctx
+        net._last_result = result
+        self.result = result
+        self.host = {}
+        if net._pending and net._pending[0].pc == 0 and net._pending[0].exec_id is None:
+            net._pending[0].advance(block=False)  # its input is packed: kick it now
+        return result
