@@ -19,8 +19,9 @@ EPILOG = """examples:
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="dvsdk-compile", epilog=EPILOG,
                                 formatter_class=argparse.RawDescriptionHelpFormatter,
-                                description="Compile an ONNX model for the DMP DV700.")
-    p.add_argument("model", help="ONNX model file")
+                                description="Compile a model for the DMP DV700.")
+    p.add_argument("model", help="model file or directory (the format from its name)")
+    p.add_argument("--format", help="the model format, if its name does not say it")
     p.add_argument("-o", "--output", help="net.bin to write (default: MODEL with .bin)")
     p.add_argument("--quantize", action="store_true", help="8-bit weight tables (k-means)")
     p.add_argument("--transpose", action="store_true", help="DHWC input layout")
@@ -59,7 +60,8 @@ def main(argv: list[str]) -> int:
         scale=args.scale if args.scale is not None else 1.0,
         std=parse_floats(args.std, 3, "std") if args.std else None,
         channel_order=args.channel_order, resize=args.resize, labels=args.labels,
-        ub_size=args.ub_size, golden=not args.no_golden, progress=progress)
+        ub_size=args.ub_size, golden=not args.no_golden, format=args.format,
+        progress=progress)
     if tty:
         sys.stderr.write("\r\x1b[K")
     meta = net.meta

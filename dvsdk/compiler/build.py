@@ -47,6 +47,7 @@ class Options:
     ub_size: int = 524288
     golden: bool = True
     multirun: bool = True
+    format: str | None = None  # the model format; None: from the file
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -70,33 +71,14 @@ def _json_attr(v: Any) -> Any:
     return v
 
 
-def _input_sizes(graph_inputs: list[str], size: tuple[int, int] | None) -> dict | None:
-    if size is None:
-        return None
-    return {name: tuple(size) for name in graph_inputs}
-
-
 def load_model(model: Any, options: Options) -> Graph:
-    """Read and optimize a model (ONNX: a path, bytes or a ModelProto)."""
+    """Read and optimize a model: a path (the format from the file unless
+    ``options.format`` names it) or an in-memory ONNX model (bytes or a ModelProto)."""
     from .fold import infer_and_fold
-    from .frontends.onnx import load_onnx
+    from .frontends import load
     from .simplify import optimize
 
-    sizes = None
-    if options.input_size is not None:
-        import onnx
-
-        proto = model if isinstance(model, onnx.ModelProto) else None
-        if proto is None:
-            try:
-                proto = (onnx.load_from_string(model) if isinstance(model, bytes)
-                         else onnx.load(str(model), load_external_data=False))
-            except Exception as e:  # noqa: BLE001 - the frontend reports it properly below
-                raise ModelError(f"cannot read ONNX model: {e}", field="model") from None
-        inits = {i.name for i in proto.graph.initializer}
-        sizes = _input_sizes([i.name for i in proto.graph.input if i.name not in inits],
-                             options.input_size)
-    graph = load_onnx(model, sizes)
+    graph = load(model, options.format, options.input_size)
     return optimize(infer_and_fold(graph))
 
 
@@ -259,7 +241,8 @@ def _dram_mb(net: NetFile) -> int:
 
 def compile(model: Any, output: str | os.PathLike | None = None, *,
             progress: Any = None, **options: Any) -> NetFile:
-    """Compile ``model`` (an ONNX path, bytes or ModelProto); write ``output`` if given.
+    """Compile ``model`` (a model file or directory of any format :mod:`.frontends` reads,
+    or ONNX bytes or a ModelProto); write ``output`` if given.
 
     ``progress(stage)`` is called as each stage starts (the CLI draws it on a terminal)."""
     say = progress or (lambda stage: None)

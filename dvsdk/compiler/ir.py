@@ -111,6 +111,9 @@ class Graph:
     outputs: list[str]
     opset: int = 13
     name: str = "graph"
+    #: the source model's layout of 4-D inputs and outputs ("NCHW", or "NHWC" for Keras):
+    #: the IR is NCHW inside; the runtime converts at the boundary
+    layout: str = "NCHW"
 
     # ----------------------------------------------------------------- basics
     def copy(self) -> Graph:
@@ -125,7 +128,8 @@ class Graph:
             Op(o.type, o.name, list(o.inputs), list(o.outputs), _copy.deepcopy(o.attrs))
             for o in self.ops
         ]
-        return Graph(tensors, ops, list(self.inputs), list(self.outputs), self.opset, self.name)
+        return Graph(tensors, ops, list(self.inputs), list(self.outputs), self.opset, self.name,
+                     self.layout)
 
     def const(self, name: str) -> np.ndarray | None:
         """The constant value of tensor ``name``, or None (also for ``""`` or unknown names)."""

@@ -1,1 +1,88 @@
-"""Model formats into the graph IR (:mod:`dvsdk.compiler.ir`), one module per format."""
+"""Model formats into the graph IR (:mod:`dvsdk.compiler.ir`), one module per format.
+
+Every frontend module has ``load(source, input_size=None) -> Graph``: ``source`` is what the
+user holds (a path, or the format's in-memory object), ``input_size`` an optional (H, W)
+applied to every 4-D input with free spatial dimensions.  The graph uses the IR's ONNX op
+types and NCHW semantics, whatever the source layout; a frontend whose format is NHWC says so
+in ``Graph.layout`` so the runtime converts at the boundary.  :func:`load` picks the
+frontend from the file (:func:`detect`) unless ``fmt`` names it.
+
+Each frontend imports its format library only when it loads a model, so a board with numpy
+alone never needs them; a missing library is a :class:`~dvsdk.errors.ModelError` naming the
+pip extra that provides it.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import tarfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ...errors import ModelError
+from ..ir import Graph
+
+
+@dataclass(frozen=True)
+class Frontend:
+    """One model format: how it is recognized and which module reads it."""
+
+    name: str             # the --format value
+    title: str            # for messages and the README tables
+    module: str           # dvsdk.compiler.frontends.<module>
+    expects: str          # what a file of this format looks like, for error messages
+    suffixes: tuple[str, ...] = ()
+
+
+FRONTENDS: dict[str, Frontend] = {f.name: f for f in (
+    Frontend("onnx", "ONNX", "onnx", "a .onnx file", (".onnx",)),
+)}
+
+
+def detect(path: str | os.PathLike) -> str:
+    """The format of the model at ``path``, from its name and, for directories, contents."""
+    p = Path(path)
+    if not p.exists():
+        raise ModelError("model file not found", field="model", value=str(p))
+    name = p.name.lower()
+    for fe in FRONTENDS.values():
+        if any(name.endswith(s) for s in fe.suffixes):
+            return fe.name
+    if p.is_dir():
+        raise ModelError("the model is a directory that holds no model this SDK reads",
+                         field="model", value=str(p), limit=expected())
+    if tarfile.is_tarfile(p):
+        raise ModelError("unknown archive", field="model", value=str(p), limit=expected())
+    raise ModelError("unknown model format", field="model", value=str(p), limit=expected(),
+                     hint="--format names the format if the file name does not")
+
+
+def expected() -> str:
+    """The formats :func:`detect` recognizes, for error messages."""
+    return "; ".join(f"{fe.title}: {fe.expects}" for fe in FRONTENDS.values())
+
+
+def frontend(fmt: str) -> Any:
+    """The module that reads format ``fmt``."""
+    if fmt not in FRONTENDS:
+        raise ModelError("unknown model format", field="format", value=fmt,
+                         limit=sorted(FRONTENDS))
+    return importlib.import_module(f"{__name__}.{FRONTENDS[fmt].module}")
+
+
+def load(model: Any, fmt: str | None = None,
+         input_size: tuple[int, int] | None = None) -> Graph:
+    """Read ``model`` (a path, or an in-memory model of format ``fmt``) into the IR."""
+    if fmt is None:
+        fmt = detect(model) if isinstance(model, (str, os.PathLike)) else _guess_object(model)
+    return frontend(fmt).load(model, input_size)
+
+
+def _guess_object(model: Any) -> str:
+    """In-memory models: ONNX bytes or a ModelProto."""
+    if isinstance(model, (bytes, bytearray)) or type(model).__name__ == "ModelProto":
+        return "onnx"
+    raise ModelError("cannot tell the model's format", field="model",
+                     value=type(model).__name__, hint="pass a path, or fmt=")

@@ -29,7 +29,7 @@ from ...errors import ModelError, UnsupportedOps
 from ..hwmap import HARDWARE_OPS
 from ..ir import Graph, Op, Tensor
 
-__all__ = ["load_onnx", "HW_OPS", "SUPPORTED_OPS"]
+__all__ = ["load", "load_onnx", "HW_OPS", "SUPPORTED_OPS"]
 
 #: Ops the DV700 lowering maps to hardware: the lowering's own table (all have CPU kernels).
 HW_OPS = frozenset(HARDWARE_OPS)
@@ -389,3 +389,15 @@ def load_onnx(model_or_path: str | os.PathLike | bytes | onnx.ModelProto,
     graph.topo_sort()
     graph.validate(require_shapes=False)
     return graph
+
+
+def load(source: str | os.PathLike | bytes | onnx.ModelProto,
+         input_size: tuple[int, int] | None = None) -> Graph:
+    """The frontend entry point (:mod:`dvsdk.compiler.frontends`): ``input_size`` (H, W)
+    fixes the spatial dimensions of every graph input."""
+    if input_size is None:
+        return load_onnx(source)
+    model, _ = _read(source)
+    inits = {i.name for i in model.graph.initializer}
+    sizes = {i.name: tuple(input_size) for i in model.graph.input if i.name not in inits}
+    return load_onnx(model, sizes)
