@@ -82,10 +82,14 @@ def main(argv: list[str]) -> int:
 
 
 def print_report(meta: dict) -> None:
-    width = max((len(r["op"]) for r in meta["report"]), default=4)
-    print(f"{'op':{width}s}  {'type':18s} where  detail")
-    for r in meta["report"]:
-        print(f"{r['op']:{width}s}  {r['type']:18s} {r['where']:5s}  {r['detail']}")
+    report = meta["report"]
+    width = max((len(r["op"]) for r in report), default=4)
+    src = max((len(r.get("source", "")) for r in report), default=0)
+    head = f"{'source layer':{src}s}  " if src else ""
+    print(f"{head}{'op':{width}s}  {'type':18s} where  detail")
+    for r in report:
+        lead = f"{r.get('source', ''):{src}s}  " if src else ""
+        print(f"{lead}{r['op']:{width}s}  {r['type']:18s} {r['where']:5s}  {r['detail']}")
 
 
 def run(argv: list[str] | None = None) -> int:

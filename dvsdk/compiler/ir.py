@@ -89,6 +89,9 @@ class Op:
     inputs: list[str]
     outputs: list[str]
     attrs: dict[str, Any] = field(default_factory=dict)
+    #: the source model's layer this op came from ("<type> <name>"), where the source format
+    #: is not ONNX; ``--report`` shows it beside every placement decision
+    origin: str = ""
 
     def input(self, i: int) -> str:
         """Name of input ``i``, or ``""`` if absent."""
@@ -125,7 +128,7 @@ class Graph:
             n: Tensor(t.name, t.shape, t.dtype, t.const) for n, t in self.tensors.items()
         }
         ops = [
-            Op(o.type, o.name, list(o.inputs), list(o.outputs), _copy.deepcopy(o.attrs))
+            Op(o.type, o.name, list(o.inputs), list(o.outputs), _copy.deepcopy(o.attrs), o.origin)
             for o in self.ops
         ]
         return Graph(tensors, ops, list(self.inputs), list(self.outputs), self.opset, self.name,

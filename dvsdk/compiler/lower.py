@@ -27,6 +27,14 @@ from .multirun import MultiRunLowerings
 from .program import CpuStep, HwCmd, HwStep, Program, out_hwc
 
 
+def _entry(op: Op, where: str, detail: str) -> dict:
+    """One ``--report`` line: the op, where it runs and why (and its source layer)."""
+    e = {"op": op.name, "type": op.type, "where": where, "detail": detail}
+    if op.origin:
+        e["source"] = op.origin
+    return e
+
+
 class _FakeBuffer:
     """A huge, aligned stand-in so validation checks shapes before the memory plan."""
 
@@ -142,17 +150,16 @@ class Lowering(OpLowerings, MultiRunLowerings):
         self.steps[-1].commands.append(cmd)
         for name in cmd.sources:
             self.done.add(name)
-            self.report.append({"op": name, "type": self.g.op_by_name(name).type,
-                                "where": "hw", "detail": cmd.kind})
+            self.report.append(_entry(self.g.op_by_name(name), "hw", cmd.kind))
 
     def cpu(self, op: Op, reason: str) -> None:
         self.done.add(op.name)
         self.steps.append(CpuStep(op))
-        self.report.append({"op": op.name, "type": op.type, "where": "cpu", "detail": reason})
+        self.report.append(_entry(op, "cpu", reason))
 
     def note(self, op: Op, where: str, detail: str) -> None:
         self.done.add(op.name)
-        self.report.append({"op": op.name, "type": op.type, "where": where, "detail": detail})
+        self.report.append(_entry(op, where, detail))
 
     def lower_op(self, op: Op) -> bool:
         t = op.type
