@@ -29,6 +29,8 @@ ALLOWED = {
     "runtime": {"errors", "fsutil", "hw", "cpu", "driver", "netfile"},
     "cli": {"errors", "fsutil", "native", "hw", "cpu", "driver", "netfile", "runtime",
             "compiler", "link", "sim", "__init__"},
+    "qa": {"errors", "fsutil", "hw", "cpu", "driver", "netfile", "runtime", "compiler",
+           "link", "sim", "__init__"},
     "__init__": {"driver", "runtime", "compiler"},
 }
 
