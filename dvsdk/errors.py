@@ -31,6 +31,7 @@ __all__ = [
     "ModelError",
     "UnsupportedOps",
     "ImageError",
+    "DatasetError",
 ]
 
 _UNSET = object()
@@ -189,3 +190,7 @@ class UnsupportedOps(ModelError):
 
 class ImageError(DvsdkError):
     """An input image cannot be read or converted."""
+
+
+class DatasetError(DvsdkError):
+    """A dataset for ``dvsdk eval`` is malformed: layout, labels, CSV rows or masks."""

@@ -1,4 +1,4 @@
-"""``dvsdk``: ``dvsdk --version``, ``dvsdk doctor``, ``dvsdk info``."""
+"""``dvsdk``: ``dvsdk --version``, ``dvsdk doctor``, ``dvsdk info``, ``dvsdk eval``."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from . import entry
 EPILOG = """commands:
   doctor [--device URL] [net.bin]   check device nodes, permissions, DMA memory, registers
   info [--device URL]               print what the device reports (sysfs keys)
+  eval net.bin DATASET              accuracy on a dataset (top-1/top-5, mIoU); --help for more
 
 examples:
   dvsdk --version --device sim://
@@ -38,6 +39,10 @@ def main(argv: list[str]) -> int:
         from .doctor import main as doctor_main
 
         return doctor_main([a for a in argv[1:] if a != "--debug"])
+    if argv and argv[0] == "eval":
+        from .eval import main as eval_main
+
+        return eval_main(argv[1:])
     p = argparse.ArgumentParser(prog="dvsdk", epilog=EPILOG,
                                 formatter_class=argparse.RawDescriptionHelpFormatter,
                                 description="The DMP DV700 SDK.")

@@ -1,0 +1,192 @@
+"""dvsdk eval: datasets, metrics, local / --jobs / board farm / Dask runs, the CLI.
+
+The reference is independent of the device path: onnxruntime on ``digits.onnx`` (the model
+``digits.bin`` was compiled from) with top-k, confusion and IoU computed here in numpy."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+from PIL import Image
+
+from dvsdk.errors import DatasetError
+from dvsdk.link.agent import AgentProcess
+from dvsdk.qa.dataset import open_dataset
+from dvsdk.qa.evaluate import evaluate
+from dvsdk.runtime.images import preprocess
+
+from .conftest import ROOT
+
+MODELS = ROOT / "examples" / "models"
+NET = MODELS / "digits.bin"
+LABELS = (MODELS / "digits_labels.txt").read_text().split()
+SPEC = {"scale": 1 / 255, "mean": [0, 0, 0], "resize": "stretch", "channel_order": "RGB"}
+
+
+@pytest.fixture(scope="module")
+def digits(tmp_path_factory):
+    """40 held-out digits (4 per class) as class folders and as a CSV."""
+    data = np.load(MODELS / "digits_heldout.npz")
+    root = tmp_path_factory.mktemp("digits")
+    rows, paths, labels = [], [], []
+    for cls in range(10):
+        for j, i in enumerate(np.flatnonzero(data["labels"] == cls)[:4]):
+            img = (data["images"][i].astype(np.float32) * (255 / 16)).astype(np.uint8)
+            folder = root / "folders" / LABELS[cls]
+            folder.mkdir(parents=True, exist_ok=True)
+            path = folder / f"{j}.png"
+            Image.fromarray(img).save(path)
+            rows.append(f"folders/{LABELS[cls]}/{j}.png,{LABELS[cls] if j % 2 else cls}")
+            paths.append(path)
+            labels.append(cls)
+    (root / "list.csv").write_text("path,label\n" + "\n".join(rows) + "\n")
+    sess = ort.InferenceSession(str(MODELS / "digits.onnx"))
+    scores = np.concatenate([sess.run(None, {"image": preprocess(p, (1, 1, 16, 16), SPEC)})[0]
+                             for p in paths])
+    order = np.argsort(-scores, axis=1, kind="stable")
+    y = np.array(labels)
+    conf = np.zeros((10, 10), np.int64)
+    for t, p in zip(y, order[:, 0]):
+        conf[t, p] += 1
+    ref = {"top1": float(np.mean(order[:, 0] == y)),
+           "top5": float(np.mean([t in o[:5] for t, o in zip(y, order)])), "confusion": conf}
+    return root, ref
+
+
+def _same(result, ref) -> None:
+    s = result.summary
+    assert s["samples"] == 40
+    assert s["top1"] == pytest.approx(ref["top1"]) and s["top5"] == pytest.approx(ref["top5"])
+    assert np.array_equal(s["confusion"], ref["confusion"])
+
+
+def test_folders_match_onnxruntime(digits):
+    root, ref = digits
+    ds = open_dataset(root / "folders", LABELS)
+    assert ds.kind == "classify" and ds.classes == LABELS
+    result = evaluate(NET, ds)
+    _same(result, ref)
+    assert ref["top1"] > 0.8  # the test can tell a working net from a broken one
+    recall = [r["recall"] for r in result.summary["per_class"]]
+    assert recall == pytest.approx(list(np.diag(ref["confusion"]) / 4))
+
+
+def test_csv_with_names_and_indices_gives_the_same_numbers(digits):
+    root, ref = digits
+    _same(evaluate(NET, open_dataset(root / "list.csv", LABELS)), ref)
+
+
+def test_two_local_processes_give_identical_results(digits):
+    root, ref = digits
+    ds = open_dataset(root / "folders", LABELS)
+    a, b = evaluate(NET, ds), evaluate(NET, ds, jobs=2)
+    assert a.as_json()["confusion"] == b.as_json()["confusion"]
+    assert len(b.workers) == 2
+    _same(b, ref)
+
+
+def test_board_farm_of_two_agents(digits):
+    root, ref = digits
+    ds = open_dataset(root / "folders", LABELS)
+    with AgentProcess("sim://") as a, AgentProcess("sim://") as b:
+        result = evaluate(NET, ds, devices=[a.url, b.url])
+    _same(result, ref)
+    assert result.workers == [a.url, b.url]
+
+
+def test_dask_cluster_on_loopback_matches_a_local_run(digits):
+    distributed = pytest.importorskip("distributed")
+    root, ref = digits
+    ds = open_dataset(root / "folders", LABELS)
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                                  host="127.0.0.1", dashboard_address=None) as cluster:
+        result = evaluate(NET, ds, scheduler=cluster.scheduler_address)
+    _same(result, ref)
+    assert len(result.workers) == 2 and all("127.0.0.1" in w for w in result.workers)
+
+
+def test_segmentation_miou(tmp_path):
+    """A 1x1 conv segmenter whose class map is known: class = argmax over 3 linear maps of the
+    image; masks agree on most pixels; the IoU computed here is the reference."""
+    onnx = pytest.importorskip("onnx")
+    from onnx import helper
+
+    import dvsdk
+
+    w = np.array([[1, 0, 0], [0, 1, 0], [0, 0, 1]], np.float32).reshape(3, 3, 1, 1)
+    graph = helper.make_graph(
+        [helper.make_node("Conv", ["x", "w"], ["y"])], "seg",
+        [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, 3, 8, 8])],
+        [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1, 3, 8, 8])],
+        [helper.make_tensor("w", onnx.TensorProto.FLOAT, w.shape, w.ravel())])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    net = tmp_path / "seg.bin"
+    dvsdk.compile(model.SerializeToString(), net, scale=1 / 255, labels=["r", "g", "b"])
+    rng = np.random.default_rng(5)
+    (tmp_path / "data" / "images").mkdir(parents=True)
+    (tmp_path / "data" / "masks").mkdir()
+    conf = np.zeros((3, 3), np.int64)
+    for n in range(6):
+        img = rng.integers(0, 256, (8, 8, 3), dtype=np.uint8)
+        cls = img.astype(np.int64).argmax(axis=2)
+        mask = cls.copy()
+        flip = rng.random((8, 8)) < 0.2
+        mask[flip] = (mask[flip] + 1) % 3
+        mask[0, 0] = 255                                  # ignored
+        Image.fromarray(img).save(tmp_path / "data" / "images" / f"{n}.png")
+        Image.fromarray(mask.astype(np.uint8), "L").save(tmp_path / "data" / "masks" / f"{n}.png")
+        keep = mask != 255
+        np.add.at(conf, (mask[keep], cls[keep]), 1)
+    ds = open_dataset(tmp_path / "data", ["r", "g", "b"], 3)
+    result = evaluate(net, ds)
+    iou = np.diag(conf) / (conf.sum(0) + conf.sum(1) - np.diag(conf))
+    assert np.array_equal(result.summary["confusion"], conf)
+    assert result.summary["miou"] == pytest.approx(iou.mean())
+    assert result.summary["pixel_accuracy"] == pytest.approx(np.trace(conf) / conf.sum())
+
+
+def test_cli_table_json_and_confusion_png(digits, tmp_path, capsys):
+    from dvsdk.cli.main import run
+
+    root, ref = digits
+    png = tmp_path / "conf.png"
+    assert run(["eval", str(NET), str(root / "folders"), "--confusion", str(png)]) == 0
+    out = capsys.readouterr().out
+    assert f"top-1 {ref['top1']:.2%}" in out and "seven" in out
+    img = np.asarray(Image.open(png).convert("RGB"), np.int64)
+    assert img.shape[0] > 100 and img.shape[1] > 100
+    assert run(["eval", str(NET), str(root / "list.csv"), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["top1"] == pytest.approx(ref["top1"]) and doc["classes"] == LABELS
+
+
+def test_bad_images_are_reported_and_the_rest_evaluated(digits, tmp_path, capsys):
+    from dvsdk.cli.main import run
+
+    root, _ = digits
+    import shutil
+    shutil.copytree(root / "folders", tmp_path / "ds")
+    (tmp_path / "ds" / "three" / "broken.png").write_bytes(b"not a png")
+    assert run(["eval", str(NET), str(tmp_path / "ds"), "--json"]) == 2
+    captured = capsys.readouterr()
+    doc = json.loads(captured.out)
+    assert doc["samples"] == 40 and len(doc["errors"]) == 1
+    assert "broken.png" in captured.err and "cannot decode image" in captured.err
+
+
+@pytest.mark.parametrize("layout, message", [
+    ({"cats/a.png": b""}, "class folders do not match the net's labels"),
+    ({"list.csv": b"a.png,11\n"}, "class index out of range"),
+    ({"list.csv": b"a.png\n"}, "a CSV row needs two columns"),
+    ({}, "the dataset holds no images"),
+])
+def test_malformed_datasets_are_one_clear_error(tmp_path, layout, message):
+    for name, data in layout.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_bytes(data)
+    target = tmp_path / "list.csv" if "list.csv" in layout else tmp_path
+    with pytest.raises(DatasetError, match=message):
+        open_dataset(target, LABELS)
