@@ -235,17 +235,17 @@ def yolov8n(size: int = 320, classes: int = 80) -> onnx.ModelProto:
 
 def dbnet(size: int = 320) -> onnx.ModelProto:
     """MobileNetV3-small backbone taps at 1/4, 1/8, 1/16, 1/32 → FPN (1x1 laterals, top-down
-    nearest upsample + add, 3x3 smoothing) → concat at 1/4 → conv 3x3 → 2x ConvTranspose
+    nearest upsample + add, 3x3 smoothing, each conv with BN) → concat at 1/4 → conv 3x3 → 2x ConvTranspose
     2x2/2 → Sigmoid: the probability map at full resolution."""
     b = CalibratedBuilder(600, {"x": calibration_image((size, size), 4)})
     _, _, feats = _mbv3_backbone(b, "x", taps=(0, 2, 7, 10))
     inner = 64
-    lat = [b.conv(f, c, inner, k=1, bias=False) for f, c in feats]
+    lat = [b.cba(f, c, inner, 1, act=None) for f, c in feats]
     for i in range(len(lat) - 2, -1, -1):
         lat[i] = b.node("Add", [lat[i], _up(b, lat[i + 1])])
     outs = []
     for i, f in enumerate(lat):
-        p = b.conv(f, inner, inner // 4, k=3, bias=False)
+        p = b.cba(f, inner, inner // 4, 3, act=None)
         for _ in range(i):
             p = _up(b, p)
         outs.append(p)
