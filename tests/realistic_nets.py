@@ -234,9 +234,9 @@ def yolov8n(size: int = 320, classes: int = 80) -> onnx.ModelProto:
 # -- DBNet ---------------------------------------------------------------------------------------
 
 def dbnet(size: int = 320) -> onnx.ModelProto:
-    """MobileNetV3-small backbone taps at 1/4, 1/8, 1/16, 1/32 → FPN (1x1 laterals, top-down
-    nearest upsample + add, 3x3 smoothing, each conv with BN) → concat at 1/4 → conv 3x3 → 2x ConvTranspose
-    2x2/2 → Sigmoid: the probability map at full resolution."""
+    """MobileNetV3-small backbone taps at 1/4, 1/8, 1/16, 1/32 → FPN (1x1 laterals,
+    top-down nearest upsample + add, 3x3 smoothing, each conv with BN) → concat at 1/4 →
+    conv 3x3 → 2x ConvTranspose 2x2/2 → Sigmoid: the probability map at full resolution."""
     b = CalibratedBuilder(600, {"x": calibration_image((size, size), 4)})
     _, _, feats = _mbv3_backbone(b, "x", taps=(0, 2, 7, 10))
     inner = 64

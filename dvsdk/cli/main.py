@@ -1,4 +1,5 @@
-"""``dvsdk``: ``dvsdk --version``, ``dvsdk doctor``, ``dvsdk info``, ``dvsdk eval``."""
+"""``dvsdk``: ``dvsdk --version``, ``dvsdk doctor``, ``dvsdk info``, ``dvsdk eval``,
+``dvsdk analyze``."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ EPILOG = """commands:
   doctor [--device URL] [net.bin]   check device nodes, permissions, DMA memory, registers
   info [--device URL]               print what the device reports (sysfs keys)
   eval net.bin DATASET              accuracy on a dataset (top-1/top-5, mIoU); --help for more
+  analyze net.bin --reference MODEL per-layer error against the source model; --help for more
 
 examples:
   dvsdk --version --device sim://
@@ -39,6 +41,10 @@ def main(argv: list[str]) -> int:
         from .doctor import main as doctor_main
 
         return doctor_main([a for a in argv[1:] if a != "--debug"])
+    if argv and argv[0] == "analyze":
+        from .analyze import main as analyze_main
+
+        return analyze_main(argv[1:])
     if argv and argv[0] == "eval":
         from .eval import main as eval_main
 

@@ -118,7 +118,10 @@ def _encode_program(program: Program, mplan: Plan, options: Options
             steps.append({"kind": "hw", "name": f"segment{len(steps)}",
                           "commands": [start, ncmd - start], "sources": sources,
                           "runs": [c.kind for c in step.commands],
-                          "command_sources": [c.sources for c in step.commands]})
+                          "command_sources": [c.sources for c in step.commands],
+                          "command_outputs": [c.output for c in step.commands],
+                          "command_inputs": [[c.input] + ([c.eltwise] if c.eltwise else [])
+                                             for c in step.commands]})
         elif isinstance(step, CpuStep):
             op = step.op
             for name in op.inputs:

@@ -52,3 +52,37 @@ def save_png(img, path: str | os.PathLike) -> None:
     buf = io.BytesIO()
     img.save(buf, format="PNG")
     atomic_write(path, lambda f: f.write(buf.getvalue()))
+
+
+def error_plot(rows, worst: set[int], path: str | os.PathLike) -> None:
+    """Relative error (log scale) per compared tensor along the network; device commands
+    and CPU steps in two colours, the worst layers labelled."""
+    from ..errors import InvalidArgument
+
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise InvalidArgument("--plot needs matplotlib", field="plot", value=str(path),
+                              hint="pip install 'dvsdk[plot]'") from None
+    idx = np.array([r.index for r in rows])
+    rel = np.array([max(r.rel, 1e-9) for r in rows])
+    hw = np.array([r.where == "hw" for r in rows])
+    fig, ax = plt.subplots(figsize=(max(6.0, len(rows) * 0.08), 3.5), dpi=100)
+    ax.plot(idx, rel, color="#999", linewidth=0.8)
+    ax.scatter(idx[hw], rel[hw], s=10, label="DV700 command", color="#1f5fbf")
+    ax.scatter(idx[~hw], rel[~hw], s=10, label="CPU step", color="#d9822b")
+    for r in rows:
+        if r.index in worst:
+            ax.annotate(r.tensor[-20:], (r.index, max(r.rel, 1e-9)), fontsize=7,
+                        rotation=30, xytext=(3, 3), textcoords="offset points")
+    ax.set_yscale("log")
+    ax.set_xlabel("tensor along the network")
+    ax.set_ylabel("max |error| / range")
+    ax.legend(loc="upper left", fontsize=8)
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png")
+    plt.close(fig)
+    atomic_write(path, lambda f: f.write(buf.getvalue()))

@@ -1,0 +1,106 @@
+"""``dvsdk analyze net.bin --reference MODEL``: per-layer error of the device against the
+source model in float32 (see :mod:`dvsdk.qa.analyze`)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+EPILOG = """examples:
+  dvsdk analyze digits.bin --reference digits.onnx --input seven.png
+  dvsdk analyze det.bin --reference det.xml --device socket://board:7000 --json
+  dvsdk analyze net.bin --reference model.onnx --plot errors.png
+"""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="dvsdk analyze", epilog=EPILOG,
+                                formatter_class=argparse.RawDescriptionHelpFormatter,
+                                description="Per-layer accuracy of a net.bin against its "
+                                            "source model.")
+    p.add_argument("net", help="the net.bin")
+    p.add_argument("--reference", required=True, metavar="MODEL",
+                   help="the source model (ONNX, NNEF, OpenVINO IR, Keras .h5)")
+    p.add_argument("--format", help="the reference's format, if its name does not say it")
+    p.add_argument("--input", metavar="IMG|x.npy|x.npz",
+                   help="an image (the net's preprocessing applies) or raw tensors; "
+                        "default: the net's golden input")
+    p.add_argument("--device", default=None, metavar="URL", help="default: sim://")
+    p.add_argument("--top", type=int, default=5, help="highlight the N worst layers")
+    p.add_argument("--json", action="store_true", help="print the rows as JSON")
+    p.add_argument("--plot", metavar="PNG", help="error per layer along the network "
+                   "(needs matplotlib: pip install 'dvsdk[plot]')")
+    p.add_argument("--debug", action="store_true", help="show tracebacks")
+    return p
+
+
+def load_input(net, path: str | None):
+    """The analysis input: an image, a .npy, an .npz keyed by input name, or the golden one."""
+    from ..errors import InvalidArgument
+    from ..runtime.images import IMAGE_SUFFIXES, preprocess
+
+    if path is None:
+        gold = net.meta.get("golden")
+        if gold:
+            return {n: net.file.array(e, "GOLD") for n, e in gold["inputs"].items()}
+        rng = np.random.default_rng(0)
+        return {i["name"]: rng.uniform(0, 1, i["shape"]).astype(np.float32)
+                for i in net.inputs}
+    suffix = Path(path).suffix.lower()
+    try:
+        if suffix == ".npy":
+            return np.load(path, allow_pickle=False)
+        if suffix == ".npz":
+            with np.load(path, allow_pickle=False) as z:
+                return {k: z[k] for k in z.files}
+    except (OSError, ValueError) as e:
+        raise InvalidArgument(f"cannot read the input: {e}", field="input", value=path) from None
+    if suffix in IMAGE_SUFFIXES:
+        spec = net.inputs[0]
+        return preprocess(path, tuple(spec["shape"]), spec.get("preprocess", {}))
+    raise InvalidArgument("the input must be an image, a .npy or an .npz", field="input",
+                          value=path)
+
+
+def main(argv: list[str]) -> int:
+    from ..errors import InvalidArgument
+    from ..qa.analyze import analyze, worst
+    from ..runtime.net import load
+
+    args = build_parser().parse_args(argv)
+    if args.top < 0:
+        raise InvalidArgument("--top must be >= 0", field="top", value=args.top, limit=">= 0")
+    with load(args.net, args.device) as net:
+        x = load_input(net, args.input)
+        rows = analyze(net, args.reference, x, args.format)
+    bad = {r.index for r in worst(rows, args.top)}
+    if args.plot:
+        from ..qa.plots import error_plot
+
+        error_plot(rows, bad, args.plot)
+    if args.json:
+        print(json.dumps([r.as_dict() | {"worst": r.index in bad} for r in rows], indent=1))
+        return 0
+    print_table(rows, bad, sys.stdout.isatty())
+    return 0
+
+
+def print_table(rows, bad: set[int], color: bool) -> None:
+    width = min(max(len(r.tensor) for r in rows), 32)
+    print(f"{'#':>3s}  {'where':8s} {'produced by':28s} {'tensor':{width}s} {'shape':>16s} "
+          f"{'max abs':>10s} {'rel':>8s} {'added':>8s} {'cosine':>9s}")
+    for r in rows:
+        where = f"hw #{r.command}" if r.where == "hw" else "cpu"
+        line = (f"{r.index:3d}  {where:8s} {r.producer[:28]:28s} {r.tensor[-width:]:{width}s} "
+                f"{'x'.join(map(str, r.shape)):>16s} {r.max_abs:10.4g} {r.rel:8.2%} "
+                f"{r.added:8.2%} {r.cosine:9.6f}")
+        if r.index in bad:
+            line = f"\x1b[1;31m{line}\x1b[0m" if color else line + "  <- worst"
+        print(line)
+    last = rows[-1]
+    print(f"{len(rows)} tensors compared; output {last.tensor}: max abs {last.max_abs:.4g} "
+          f"({last.rel:.2%} of its range), cosine {last.cosine:.6f}")

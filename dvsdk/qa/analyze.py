@@ -1,0 +1,216 @@
+"""``dvsdk analyze``: where along the network the device's result departs from the model's.
+
+The net runs on a device command by command (as ``net.profile()`` does); after each
+hardware command the tensor it wrote (``command_outputs`` in the net.bin, see
+``firmware_spec/netbin.md``) is read back before the next command can reuse its arena slot,
+and every CPU step's outputs are kept.  The source model runs in float32 on the same input:
+onnxruntime for ONNX (every compared tensor exposed as an extra graph output), dvsdk's own
+float32 interpreter (:func:`dvsdk.compiler.interpret.run_graph`) for the other formats.
+Each tensor present in both is compared:
+
+* ``max_abs``: max |device − reference|;
+* ``rel``: ``max_abs`` / the reference tensor's range (max − min), the error as a share of
+  the values the layer produces; this is what ranks layers;
+* ``cosine``: cosine similarity of the flattened tensors;
+* ``where``: ``hw`` with the command index and its kind, or ``cpu``;
+* ``added``: ``rel`` minus the largest ``rel`` among the tensors the step read: the error
+  this layer adds, by which :func:`worst` ranks.
+
+Tensors computed inside one fused command (a conv's output before its fused activation)
+do not exist on the device and are not compared.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+
+from ..driver.cmdlist import CommandList
+from ..errors import InvalidArgument, ModelError
+from ..runtime.handle import RunHandle
+from ..runtime.net import Net
+
+
+@dataclass
+class LayerError:
+    index: int                # position along the program
+    tensor: str
+    where: str                # "hw" or "cpu"
+    producer: str             # command kind / CPU op type
+    ops: list[str]            # the IR ops that produced it
+    command: int | None       # hardware command index
+    shape: tuple[int, ...]
+    max_abs: float
+    rel: float
+    cosine: float
+    ref_range: float
+    inputs: list[str]         # the tensors it read
+    added: float = 0.0        # rel minus the largest rel of its compared inputs
+
+    def as_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["shape"] = list(self.shape)
+        return d
+
+
+# -- the device side ------------------------------------------------------------------------
+
+def device_tensors(net: Net, x: Any) -> list[tuple]:
+    """Run ``net`` one command at a time; returns, in program order, (tensor, where,
+    producer, ops, command index, inputs, value) for every tensor a step produced."""
+    while net._pending:
+        net._pending[0].wait()
+    ctx = net._contexts[0]
+    singles = []
+    for cmd in ctx.commands:
+        cl = CommandList(net.device)
+        cl.add(cmd)
+        cl.commit()
+        net._lists.append(cl)
+        singles.append(cl)
+    h = RunHandle(net, ctx, 10.0)
+    for name, arr in net._feeds(x).items():
+        h.host[name] = arr
+        if net._dev(name) is not None:
+            net._upload(ctx, name, arr, h.stats)
+    flip = bool(net.meta.get("transposed"))
+    out = []
+    for step_meta, (kind, payload) in zip(net.meta["program"], net.steps):
+        if kind == "cpu":
+            net._step(h, block=True)   # runs the CPU op, uploads what the device reads
+            op_type, _, inputs, outputs, name = payload
+            for t in outputs:
+                if t:
+                    out.append((t, "cpu", op_type, [name], None, [i for i in inputs if i],
+                                _orient(h.host[t], flip)))
+            continue
+        h.pc += 1
+        start, count = step_meta["commands"]
+        outputs, inputs = step_meta.get("command_outputs"), step_meta.get("command_inputs")
+        if outputs is None or inputs is None:
+            raise ModelError("this net.bin does not record which tensor each command "
+                             "writes; recompile it with this dvsdk", field="command_outputs")
+        for k in range(count):
+            singles[start + k].run()
+            h.host = {t: v for t, v in h.host.items() if net._dev(t) is None}
+            t = outputs[k]
+            value = net._value(h, t)
+            out.append((t, "hw", step_meta["runs"][k], step_meta["command_sources"][k],
+                        start + k, list(inputs[k]), _orient(value, flip)))
+    return out
+
+
+def _orient(value: np.ndarray, transposed: bool) -> np.ndarray:
+    v = np.asarray(value, np.float32)
+    return v.transpose(0, 1, 3, 2) if transposed and v.ndim == 4 else v
+
+
+# -- the reference side --------------------------------------------------------------------
+
+def reference_tensors(model: Any, names: list[str], feeds: dict[str, np.ndarray],
+                      fmt: str | None = None) -> dict[str, np.ndarray]:
+    """float32 values of ``names`` (those that exist in the source model) on ``feeds``."""
+    from ..compiler.frontends import detect
+
+    if fmt is None:
+        fmt = detect(model) if isinstance(model, (str, os.PathLike)) else "onnx"
+    if fmt == "onnx":
+        return _onnxruntime(model, names, feeds)
+    from ..compiler.fold import infer_and_fold
+    from ..compiler.frontends import load
+    from ..compiler.interpret import run_graph
+
+    graph = infer_and_fold(load(model, fmt))
+    present = [n for n in names if n in graph.tensors and not graph.is_const(n)]
+    feeds = {k: v for k, v in feeds.items() if k in graph.inputs}
+    return run_graph(graph, feeds, outputs=present)
+
+
+def _onnxruntime(model: Any, names: list[str], feeds: dict[str, np.ndarray]
+                 ) -> dict[str, np.ndarray]:
+    try:
+        import onnx
+        import onnxruntime as ort
+    except ImportError:
+        raise InvalidArgument("the ONNX reference needs onnx and onnxruntime",
+                              field="reference", hint="pip install onnxruntime") from None
+    proto = model if isinstance(model, onnx.ModelProto) else (
+        onnx.load_from_string(bytes(model)) if isinstance(model, (bytes, bytearray))
+        else onnx.load(str(model)))
+    produced = {o for n in proto.graph.node for o in n.output if o}
+    have = {o.name for o in proto.graph.output}
+    extra = [n for n in names if n in produced and n not in have]
+    m = onnx.ModelProto()
+    m.CopyFrom(proto)
+    for n in extra:
+        m.graph.output.append(onnx.helper.make_empty_tensor_value_info(n))
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    sess = ort.InferenceSession(m.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    wanted = [o.name for o in sess.get_outputs()]
+    missing = [i.name for i in sess.get_inputs() if i.name not in feeds]
+    if missing:
+        raise ModelError("the reference model's inputs are not the net's", field="reference",
+                         value=missing, limit=sorted(feeds),
+                         hint="is it the model this net.bin was compiled from?")
+    inputs = {i.name: np.asarray(feeds[i.name], np.float32) for i in sess.get_inputs()}
+    return {n: v for n, v in zip(wanted, sess.run(wanted, inputs)) if n in set(names)}
+
+
+# -- comparison ------------------------------------------------------------------------------
+
+def compare(device: np.ndarray, reference: np.ndarray) -> tuple[float, float, float, float]:
+    """(max_abs, rel, cosine, range) of a device tensor against its reference."""
+    d = np.asarray(device, np.float64).reshape(-1)
+    r = np.asarray(reference, np.float64).reshape(-1)
+    if d.size != r.size:
+        raise InvalidArgument("tensor sizes differ", field="tensor", value=d.size, limit=r.size)
+    with np.errstate(invalid="ignore", over="ignore"):
+        diff = np.abs(d - r)
+        max_abs = float(np.nanmax(diff)) if diff.size and not np.isnan(diff).all() else 0.0
+        if not np.isfinite(d).all():
+            max_abs = float("inf")
+        rng = float(np.ptp(r)) if r.size else 0.0
+        rel = max_abs / rng if rng > 0 else (0.0 if max_abs == 0 else float("inf"))
+        nd, nr = np.linalg.norm(d), np.linalg.norm(r)
+        cos = float(d @ r / (nd * nr)) if nd > 0 and nr > 0 else float(nd == nr)
+    return max_abs, rel, cos, rng
+
+
+def analyze(net: Net, reference: Any, x: Any, fmt: str | None = None) -> list[LayerError]:
+    """Compare every tensor ``net`` produces on ``x`` with ``reference`` (a model path, bytes
+    or ModelProto, of format ``fmt``); rows in program order."""
+    feeds = net._feeds(x)
+    model_feeds = {k: (v.transpose(0, 1, 3, 2) if net.meta.get("transposed") and v.ndim == 4
+                       else v) for k, v in feeds.items()}
+    produced = device_tensors(net, x)
+    ref = reference_tensors(reference, [p[0] for p in produced], model_feeds, fmt)
+    rows: list[LayerError] = []
+    rel_of: dict[str, float] = {}
+    for tensor, where, producer, ops, cmd, inputs, value in produced:
+        if tensor not in ref:
+            continue
+        r = ref[tensor]
+        if r.size != value.size:
+            continue  # a view the device holds in another shape
+        max_abs, rel, cos, rng = compare(value, r.reshape(value.shape))
+        carried = max((rel_of[i] for i in inputs if i in rel_of), default=0.0)
+        rows.append(LayerError(len(rows), tensor, where, producer, list(ops), cmd,
+                               tuple(value.shape), max_abs, rel, cos, rng, list(inputs),
+                               rel - carried))
+        rel_of[tensor] = rel
+    if not rows:
+        raise ModelError("no tensor of the net exists in the reference model",
+                         field="reference", hint="is it the model this net.bin was compiled "
+                         "from?")
+    return rows
+
+
+def worst(rows: list[LayerError], n: int = 5) -> list[LayerError]:
+    """The ``n`` layers that *add* the most error: ``rel`` minus the largest ``rel`` of the
+    tensors they read, so the layer that introduces an error ranks above the ones that only
+    carry it on."""
+    return sorted(rows, key=lambda r: (-r.added, r.index))[:n]

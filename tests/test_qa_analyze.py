@@ -1,0 +1,99 @@
+"""dvsdk analyze: per-layer error of the device against the source model in float32.
+
+References are independent of the device path: onnxruntime (every compared tensor exposed
+as a graph output) for ONNX.  A net with one deliberately damaged layer must be blamed on
+that layer, not on the layers after it that merely carry the error."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+import dvsdk
+from dvsdk.qa.analyze import analyze, compare, worst
+
+from .conftest import ROOT
+from .onnx_models import NetBuilder
+
+MODELS = ROOT / "examples" / "models"
+
+
+def chain(perturb: float = 0.0):
+    """input → conv → relu → conv → relu → conv → relu → conv (8 channels, 12x12);
+    ``perturb`` adds that share of noise to the second conv's weights only."""
+    b = NetBuilder(31)
+    x = "x"
+    for i in range(4):
+        x = b.conv(x, 8 if i else 3, 8)
+        if i == 1 and perturb:
+            name = b.nodes[-1].input[1]
+            w = b.inits[name]
+            b.inits[name] = (w + perturb * np.abs(w).mean() * np.random.default_rng(9)
+                             .standard_normal(w.shape)).astype(np.float32)
+        if i < 3:
+            x = b.node("Relu", [x])
+    return b.model([("x", (1, 3, 12, 12))], [x], "chain")
+
+
+def test_digits_every_layer_within_fp16_error():
+    with dvsdk.load(MODELS / "digits.bin") as net:
+        x = np.random.default_rng(1).uniform(0, 1, (1, 1, 16, 16)).astype(np.float32)
+        rows = analyze(net, MODELS / "digits.onnx", x)
+    assert len(rows) >= 4
+    assert rows[-1].tensor == "probs" and rows[-1].where == "cpu"
+    assert {r.where for r in rows} == {"hw", "cpu"}
+    for r in rows:
+        assert r.rel < 5e-3 and r.cosine > 0.9999, r
+
+
+def test_the_damaged_layer_is_blamed_first():
+    good, bad = chain(), chain(perturb=0.3)
+    net = dvsdk.compile(bad.SerializeToString(), golden=False)
+    x = np.random.default_rng(2).uniform(0, 1, (1, 3, 12, 12)).astype(np.float32)
+    with dvsdk.load(net) as n:
+        rows = analyze(n, good.SerializeToString(), x)
+    convs = [r for r in rows if r.where == "hw"]
+    assert len(convs) == 4
+    first = worst(rows, 1)[0]
+    assert first.tensor == convs[1].tensor            # the perturbed conv (with its ReLU)
+    assert convs[0].rel < 5e-3                          # before it: FP16 error only
+    assert all(r.rel > 0.05 for r in convs[1:])         # after it: the error is carried
+    assert all(r.added < first.added / 3 for r in convs[2:])
+
+
+def test_compare_known_answers():
+    ref = np.array([0.0, 1.0, 2.0, 4.0])
+    max_abs, rel, cos, rng = compare(ref + [0, 0, 0.5, 0], ref)
+    assert (max_abs, rel, rng) == (0.5, 0.125, 4.0)
+    assert cos == pytest.approx(float((ref + [0, 0, .5, 0]) @ ref
+                                      / np.linalg.norm(ref + [0, 0, .5, 0])
+                                      / np.linalg.norm(ref)))
+    assert compare(np.array([np.inf, 1.0]), np.array([0.0, 1.0]))[0] == float("inf")
+
+
+def test_cli_table_json_and_plot(tmp_path, capsys):
+    from dvsdk.cli.main import run
+
+    net = MODELS / "digits.bin"
+    png = tmp_path / "err.png"
+    argv = ["analyze", str(net), "--reference", str(MODELS / "digits.onnx"), "--input",
+            str(MODELS / "samples" / "seven_1442.png")]
+    assert run(argv + ["--plot", str(png), "--top", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "<- worst" in out and "probs" in out and "tensors compared" in out
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert run(argv + ["--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert sum(r["worst"] for r in doc) == min(5, len(doc)) and all("cosine" in r for r in doc)
+
+
+def test_cli_wrong_reference_is_one_clear_error(tmp_path, capsys):
+    from dvsdk.cli.main import run
+
+    other = tmp_path / "other.onnx"
+    other.write_bytes(chain().SerializeToString())
+    code = run(["analyze", str(MODELS / "digits.bin"), "--reference", str(other)])
+    err = capsys.readouterr().err
+    assert code == 2 and "reference" in err
