@@ -168,11 +168,14 @@ def compile_graph(graph: Graph, options: Options, source: str = "") -> NetFile:
     def swapped(n: str) -> bool:  # transposed at the boundary (--transpose)
         return options.transpose and len(model_graph.shape(n) or ()) == 4
 
-    inputs = [{"name": n, "tensor": n, "shape": list(model_graph.shape(n)), "dtype": "float32",
+    def dtype(n: str) -> str:
+        return str(model_graph.tensors[n].dtype or "float32")
+
+    inputs = [{"name": n, "tensor": n, "shape": list(model_graph.shape(n)), "dtype": dtype(n),
                "layout": "NCHW", "preprocess": preprocess, "transpose": swapped(n)}
               for n in graph.inputs]
     outputs = [{"name": n, "tensor": n, "shape": list(model_graph.shape(n)),
-                "dtype": "float32", "transpose": swapped(n),
+                "dtype": dtype(n), "transpose": swapped(n),
                 "layout": "NCHW" if len(model_graph.shape(n) or ()) == 4 else "ND"}
                for n in graph.outputs]
     hw_ops = sum(1 for r in program.report if r["where"] == "hw")

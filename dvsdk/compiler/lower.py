@@ -75,7 +75,14 @@ class Lowering(OpLowerings, MultiRunLowerings):
         if d is None or self.g.is_const(name):
             raise NoMapping(f"{name} {self.shape(name)} cannot live on the device (batch 1, "
                             "rank 2 or 4 only)")
+        self.check_float(name)
         return d
+
+    def check_float(self, name: str) -> None:
+        """The DV700 computes in FP16: only float32 tensors may go to or come from it."""
+        dt = self.g.tensors[name].dtype
+        if dt != np.float32:
+            raise NoMapping(f"{name} is {dt}: the DV700 computes float (FP16) tensors only")
 
     def single_consumer(self, name: str) -> Op | None:
         users = self.cons.get(name, [])
@@ -162,6 +169,9 @@ class Lowering(OpLowerings, MultiRunLowerings):
         self.report.append(_entry(op, where, detail))
 
     def lower_op(self, op: Op) -> bool:
+        for name in op.inputs + op.outputs:
+            if name and not self.g.is_const(name):
+                self.check_float(name)
         t = op.type
         if t in ("Conv", "ConvTranspose"):
             return self.lower_conv(op)
