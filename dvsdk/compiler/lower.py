@@ -17,7 +17,7 @@ import numpy as np
 from ..driver.commands import BufferRef, ConvRun
 from ..driver.device import DeviceInfo
 from ..driver.validate import validate_conv
-from ..errors import InvalidCommand
+from ..errors import InvalidCommand, WeightError
 from ..hw.weights import pack_conv_weights, pack_dilated_weights, quantize_weights
 from . import hwmap
 from .hwmap import Act, NoMapping, hwc
@@ -93,14 +93,18 @@ class Lowering(OpLowerings, MultiRunLowerings):
     def _pack(self, w: np.ndarray, b: np.ndarray, prelu: np.ndarray | None = None,
               dilated: bool = False, quantizable: bool = True) -> tuple[bytes, int]:
         """Pack a run's weights; 8-bit when quantizing, except PReLU runs (§6.1 m) and
-        weights the model does not have (per-channel affine runs) which stay FP16."""
-        if self.quantize and prelu is None and quantizable:
-            table, idx = quantize_weights(w)
-            blob = (pack_dilated_weights(idx, b, table=table) if dilated
-                    else pack_conv_weights(idx, b, table=table))
-            return blob, 3
-        blob = (pack_dilated_weights(w, b) if dilated
-                else pack_conv_weights(w, b, prelu=prelu))
+        weights the model does not have (per-channel affine runs) which stay FP16.  Weights
+        FP16 cannot hold (beyond 65504) keep the op on the CPU."""
+        try:
+            if self.quantize and prelu is None and quantizable:
+                table, idx = quantize_weights(w)
+                blob = (pack_dilated_weights(idx, b, table=table) if dilated
+                        else pack_conv_weights(idx, b, table=table))
+                return blob, 3
+            blob = (pack_dilated_weights(w, b) if dilated
+                    else pack_conv_weights(w, b, prelu=prelu))
+        except WeightError as e:
+            raise NoMapping(f"weights cannot be packed for the DV700: {e}") from None
         return blob, 1
 
     def check(self, cmd: HwCmd) -> None:

@@ -303,8 +303,7 @@ class Net:
         got = self.run(feeds)
         worst, ok = 0.0, True
         for name, entry in gold["outputs"].items():
-            ref = self.file.array(entry, "GOLD").astype(np.float32)
-            err = float(np.max(np.abs(got[name] - ref))) if ref.size else 0.0
+            err = golden_error(got[name], self.file.array(entry, "GOLD"))
             worst = max(worst, err)
             ok &= err <= float(gold["tolerance"][name])
         return {"passed": bool(ok), "max_abs_error": worst, "tolerance": gold["tolerance"]}
@@ -324,6 +323,17 @@ class Net:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def golden_error(got: np.ndarray, ref: np.ndarray) -> float:
+    """Largest absolute difference of an output from its golden reference (in float64);
+    inf where NaN or +-inf are not exactly where the reference has them."""
+    g, r = np.asarray(got, np.float64), np.asarray(ref, np.float64)
+    fin = np.isfinite(r)
+    if not (np.array_equal(np.isnan(g), np.isnan(r))
+            and np.array_equal(g[np.isinf(r)], r[np.isinf(r)]) and np.isfinite(g[fin]).all()):
+        return float("inf")
+    return float(np.max(np.abs(g[fin] - r[fin]))) if fin.any() else 0.0
 
 
 def _to_hwc(value: np.ndarray, hwc: tuple[int, int, int]) -> np.ndarray:
