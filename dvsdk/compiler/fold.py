@@ -402,7 +402,7 @@ def _depth_to_space(c: _Ctx) -> Result:
 _UNARY = ("Relu LeakyRelu PRelu Sigmoid Tanh Elu Selu Clip HardSigmoid HardSwish Softplus "
           "Softsign Sqrt Exp Log Neg Abs Reciprocal Floor Ceil Round Sign Not Identity Dropout "
           "BatchNormalization InstanceNormalization LRN").split()
-_BINARY = "Add Sub Mul Div Pow Max Min Sum Mean".split()
+_BINARY = "Add Sub Mul Div Mod Pow Max Min Sum Mean".split()
 _COMPARE = "Equal Less LessOrEqual Greater GreaterOrEqual And Or Xor".split()
 
 #: ops that compute an empty (zero-size) input right: element-wise and data movement

@@ -66,7 +66,7 @@ DTYPE_RULES: dict[str, tuple[str, ...]] = {
         "GlobalAveragePool GlobalMaxPool LRN Sum Mean Dropout").split()},
     **{t: (_F, _F, _F, _F, _F) for t in
        "Conv ConvTranspose Gemm BatchNormalization InstanceNormalization".split()},
-    **{t: (_NUM,) for t in "Add Sub Mul Div Max Min Clip MatMul PRelu Abs Sign".split()},
+    **{t: (_NUM,) for t in "Add Sub Mul Div Mod Max Min Clip MatMul PRelu Abs Sign".split()},
     **{t: (_NUM, "") for t in "ArgMax ArgMin ReduceSum ReduceMean ReduceProd ReduceL2 "
                               "ReduceSumSquare".split()},
     **{t: (_ANY, "") for t in "ReduceMax ReduceMin".split()},
@@ -108,6 +108,9 @@ def refusal(op_type: str, dtypes: Sequence[np.dtype | None],
             return f"{op_type}[{_kind_name(dt)}]"
     if op_type == "Cast" and int(attrs.get("to", 1)) not in ONNX_DTYPES:
         return f"Cast[to={type_name(attrs['to'])}]"
+    if op_type == "Mod" and not attrs.get("fmod", 0) and dtypes and dtypes[0] is not None \
+            and np.dtype(dtypes[0]).kind == "f":
+        return f"Mod[fmod=0, {np.dtype(dtypes[0])}]"  # ONNX: floats need fmod=1
     if op_type == "Resize" and attrs.get("mode", "nearest") == "linear" and dtypes \
             and dtypes[0] is not None and np.dtype(dtypes[0]).kind != "f":
         return f"Resize[linear, {np.dtype(dtypes[0])}]"

@@ -78,6 +78,13 @@ def _pow(a: Arr, b: Arr) -> Arr:
     return np.power(a, b)
 
 
+def _mod(inputs: list, attrs: Attrs) -> list[Arr]:
+    """ONNX Mod: ``fmod=0`` (integers only) takes the divisor's sign like Python's %,
+    ``fmod=1`` the dividend's like C fmod."""
+    fn = np.fmod if attrs.get("fmod", 0) else np.mod
+    return _binary(fn)(inputs, attrs)
+
+
 def _sigmoid(x: Arr) -> Arr:
     e = np.exp(-np.abs(x))
     return np.where(x >= 0, 1.0 / (1.0 + e), e / (1.0 + e))
@@ -408,6 +415,7 @@ KERNELS: dict[str, Kernel] = {
     "Mul": _binary(np.multiply),
     "Div": _binary(_div),
     "Pow": _binary(_pow),
+    "Mod": _mod,
     "Max": _variadic(np.maximum),
     "Min": _variadic(np.minimum),
     "Sum": _variadic(np.add),
