@@ -16,7 +16,8 @@ self-test, and the compiler says so.
 
 Warnings (a :class:`PrecisionWarning` and an entry in ``META.warnings`` that the CLI prints):
 ``fp16_subnormal_output`` when a float output's largest magnitude is below FP16's smallest
-normal number 2**-14 (6.1e-5), where FP16 keeps few or no significant bits;
+normal number 2**-14 (6.1e-5), where FP16 keeps few or no significant bits (nets with an
+op on the DV700);
 ``golden_mismatch`` when the simulator's error exceeds the tolerance cap or its output is
 not finite where the reference is (FP16 overflow, 65504).
 """
@@ -24,7 +25,6 @@ not finite where the reference is (FP16 overflow, 65504).
 from __future__ import annotations
 
 import warnings
-from typing import Any
 
 import numpy as np
 
@@ -99,14 +99,14 @@ def _reference(graph: Graph) -> tuple[dict[str, np.ndarray], dict[str, np.ndarra
     raise AssertionError("unreachable")
 
 
-def add_golden(net: NetFile, graph: Graph, device: Any | None = None) -> None:
+def add_golden(net: NetFile, graph: Graph) -> None:
     """Add the golden pair to ``net`` (META.golden and the GOLD section) and the precision
     warnings; ``graph`` is the model graph the pair is computed on."""
     from ..runtime.net import Net, golden_error
 
     feeds, ref = _reference(graph)
     url = "sim://?coherence=error&dram_mb=" + str(_dram_mb(net))
-    with Net(net, device or url) as sim_net:
+    with Net(net, url) as sim_net:
         got = sim_net.run(feeds)
     blob = BlobBuilder(align=16)
     tol, errors = {}, {}
@@ -115,17 +115,17 @@ def add_golden(net: NetFile, graph: Graph, device: Any | None = None) -> None:
         err = golden_error(got[name], r)
         errors[name] = err if np.isfinite(err) else None
         tol[name] = tolerance(r, err)
-        if r.dtype.kind == "f":
-            peak = float(np.max(np.abs(r[np.isfinite(r)]), initial=0.0))
-            if 0 < peak < FP16_MIN_NORMAL:
-                _warn(net, "fp16_subnormal_output", name,
-                      f"output {name!r}: largest magnitude {peak:.3g} is below FP16's "
-                      f"smallest normal number {FP16_MIN_NORMAL:.3g}; the DV700 computes it "
-                      "with few or no significant bits (rescale the network's outputs)")
+        peak = float(np.max(np.abs(r[np.isfinite(r)]), initial=0.0)) if r.dtype.kind == "f" \
+            else 0.0
+        if 0 < peak < FP16_MIN_NORMAL and net.meta["stats"]["hw_ops"]:
+            _warn(net, "fp16_subnormal_output", name,
+                  f"output {name!r}: largest magnitude {peak:.3g} is below FP16's smallest "
+                  f"normal number {FP16_MIN_NORMAL:.3g}, where the DV700's FP16 keeps few or "
+                  "no significant bits (rescale the network's outputs)")
         if err > tol[name]:
             what = ("non-finite values (FP16 overflows above 65504)" if not np.isfinite(err)
-                    else f"an error of {err:.3g}, {err / max(_range(r), 1e-300):.1%} of the "
-                         "output's range")
+                    else f"an error of {err:.3g} ({err / max(_range(r), 1e-300):.1%} of the "
+                         "output's range)")
             _warn(net, "golden_mismatch", name,
                   f"output {name!r}: the simulator's FP16 result has {what} against the "
                   f"float32 reference (tolerance {tol[name]:.3g}); the self-test fails")
