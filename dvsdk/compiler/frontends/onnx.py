@@ -130,7 +130,8 @@ def _input_shape(vi: onnx.ValueInfoProto, given: Sequence[int] | None) -> tuple[
         dims = []
         for i, d in enumerate(tt.shape.dim):
             if d.HasField("dim_value") and d.dim_value <= 0:
-                raise ModelError(f"input {name!r} has a zero-size dimension at axis {i}",
+                size = "zero-size" if d.dim_value == 0 else "negative"
+                raise ModelError(f"input {name!r} has a {size} dimension at axis {i}",
                                  field=f"{name}[{i}]", value=int(d.dim_value), limit=">= 1",
                                  hint="an empty tensor carries no data to compute on")
             if d.HasField("dim_value"):
