@@ -9,7 +9,10 @@ element type outside its rule is refused by name (:func:`refusal`), at compile t
 :func:`dvsdk.cpu.ops.run_op`; it is never computed in another type.
 
 numpy dtype kinds: ``f`` float (float16/32/64), ``i`` signed int, ``u`` unsigned int,
-``b`` bool.  No onnx import here (the board has only numpy).
+``b`` bool.  Rules go by kind, not width: where ONNX narrows an op to some widths (int8
+MatMul, int16 ReduceSum are not valid ONNX) the kernel still computes numpy's integer
+arithmetic, wrapping like the valid widths do.  No onnx import here (the board has only
+numpy).
 """
 
 from __future__ import annotations
