@@ -256,7 +256,7 @@ def _normalize(b: _Builder, node: onnx.NodeProto, name: str, attrs: dict, inputs
     elif t == "Dropout":
         if not unused(1):
             b.unsupported.append(("Dropout[mask]", name))
-        if _training(b, inputs, attrs, opset):
+        if _training(b, inputs, opset):
             b.unsupported.append(("Dropout[training_mode]", name))
         del inputs[1:], outputs[1:]
         attrs = {}
@@ -315,18 +315,17 @@ def _normalize(b: _Builder, node: onnx.NodeProto, name: str, attrs: dict, inputs
     return t, attrs
 
 
-def _training(b: _Builder, inputs: list[str], attrs: dict, opset: int) -> bool:
+def _training(b: _Builder, inputs: list[str], opset: int) -> bool:
     """Whether a Dropout drops: ``training_mode`` (input 2, opset >= 12) true or not a
     constant, unless the ratio is a constant 0 (then it is the identity either way)."""
-    if opset < 12 or len(inputs) < 3 or not inputs[2]:
+    def value(i: int) -> float | None:  # a constant scalar input, else None
+        t = b.tensors.get(inputs[i]) if len(inputs) > i and inputs[i] else None
+        c = None if t is None or not t.is_const else np.asarray(t.const).reshape(-1)
+        return float(c[0]) if c is not None and c.size else None
+
+    if opset < 12 or len(inputs) < 3 or not inputs[2] or value(2) == 0.0:
         return False
-    mode = b.tensors.get(inputs[2])
-    if mode is not None and mode.is_const and not bool(np.asarray(mode.const).reshape(-1)[0]):
-        return False
-    ratio = b.tensors.get(inputs[1]) if len(inputs) > 1 and inputs[1] else None
-    if ratio is None:  # no ratio input: the default 0.5
-        return True
-    return not (ratio.is_const and float(np.asarray(ratio.const).reshape(-1)[0]) == 0.0)
+    return value(1) != 0.0  # no ratio input: the default 0.5
 
 
 def _constant_value(node: onnx.NodeProto, attrs: dict, b: _Builder, name: str) -> np.ndarray | None:
