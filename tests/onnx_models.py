@@ -188,6 +188,7 @@ def _single_cases() -> list[Case]:
         add(f"{op.lower()}_scalar_first", lambda op=op: single(op, [np.float32(1.5), X4]),
             positive=op == "Div")
     add("pow", lambda: single("Pow", [X4, _f(2.0)]), positive=True)
+    add("mod_fmod", lambda: single("Mod", [X4, w(32, 4, 1, 1) + 2], {"fmod": 1}))
     for op in ("Sum", "Max", "Min", "Mean"):
         add(op.lower(), lambda op=op: single(op, [X4, (1, 4, 1, 1), w(31, 7)]))
     add("relu", lambda: single("Relu", [X4]))

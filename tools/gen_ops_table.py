@@ -6,6 +6,7 @@ Sources (nothing is typed in by hand):
 * ``dvsdk.compiler.hwmap.HARDWARE_OPS``: how each op maps onto the DV700;
 * ``dvsdk.cpu.ops.KERNELS``: ops with a numpy kernel, which run on the CPU between
   hardware segments whenever the DV700 cannot take them;
+* ``dvsdk.cpu.dtypes.DTYPE_RULES``: the element types each kernel computes;
 * ``dvsdk.compiler.frontends.onnx.SUPPORTED_OPS``: everything the ONNX frontend accepts
   (needs the ``onnx`` package; without it the union of the two tables above is used).
 
@@ -49,6 +50,18 @@ def tables() -> tuple[dict[str, str], set[str], set[str], set[str]]:
     return hw, cpu, supported | set(hw), hw_claimed
 
 
+def _kinds(op: str) -> str | None:
+    """numpy dtype kinds the CPU kernel of ``op`` takes as its first input."""
+    from dvsdk.cpu.dtypes import DTYPE_RULES
+
+    if op == "ConstantOfShape":  # input 0 is the shape; the value has any type
+        return "fiub"
+    rule = DTYPE_RULES.get(op)
+    if not rule:
+        return None
+    return rule[1] if op == "Where" else rule[0]  # Where: the data, not the condition
+
+
 def _cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
@@ -66,6 +79,15 @@ def render() -> str:
     if other:
         lines += ["", "Rewritten by the ONNX frontend before lowering: "
                   + ", ".join(f"`{op}`" for op in other) + "."]
+    lines += ["", "Element types of the CPU kernels (of the data input; `Resize` linear: float "
+              "only). The DV700 takes float tensors only, FP16 inside. Any other type is "
+              "refused at compile time, naming the op and the type (e.g. `Sigmoid[int64]`):"]
+    for kinds, what in (("f", "float"), ("fi", "float, signed integers"),
+                        ("fiu", "float, integers"), ("fiub", "float, integers, bool"),
+                        ("b", "bool"), ("iu", "integers")):
+        ops = sorted((o for o in supported if _kinds(o) == kinds), key=str.lower)
+        if ops:
+            lines.append(f"- {what}: " + ", ".join(f"`{op}`" for op in ops))
     lines += ["", f"{len(supported)} op types in all. An op listed for the DV700 runs there "
               "when its conditions hold; otherwise it runs on the CPU and "
               "`dvsdk-compile --report` says why."]

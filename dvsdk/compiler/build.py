@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +21,7 @@ from ..driver.commands import BufferRef
 from ..driver.device import DeviceInfo
 from ..errors import InvalidCommand, ModelError
 from ..netfile import FORMAT_VERSION, REGIONS, BlobBuilder, NetFile, write
-from .interpret import run_graph
+from .golden import add_golden
 from .ir import Graph
 from .lower import lower
 from .memplan import Plan, plan
@@ -49,6 +49,42 @@ class Options:
     multirun: bool = True
     format: str | None = None  # the model format; None: from the file
     extra: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        """Refuse preprocessing the runtime could not apply: ``(x - mean) * scale / std``
+        needs finite means, a finite non-zero scale and finite positive stds."""
+        self.mean = _floats(self.mean, "mean")
+        if self.std is not None:
+            self.std = _floats(self.std, "std")
+            bad = [v for v in self.std if not v > 0]
+            if bad:
+                raise ModelError("std must be positive (the image is divided by it)",
+                                 field="std", value=list(self.std), limit="> 0")
+        try:
+            self.scale = float(self.scale)
+        except (TypeError, ValueError):
+            raise ModelError("scale is not a number", field="scale", value=self.scale) from None
+        if not np.isfinite(self.scale) or self.scale == 0:
+            raise ModelError("scale must be finite and non-zero", field="scale",
+                             value=self.scale, limit="finite, != 0")
+        if self.channel_order not in CHANNEL_ORDERS:
+            raise ModelError("unknown channel order", field="channel_order",
+                             value=self.channel_order, limit=CHANNEL_ORDERS)
+        if self.resize not in RESIZE_MODES:
+            raise ModelError("unknown resize mode", field="resize", value=self.resize,
+                             limit=RESIZE_MODES)
+
+
+def _floats(values: Any, name: str) -> tuple[float, ...]:
+    """A preprocessing vector as finite floats (ModelError naming the field otherwise)."""
+    try:
+        out = tuple(float(v) for v in np.atleast_1d(np.asarray(values, dtype=object)))
+    except (TypeError, ValueError):
+        raise ModelError(f"{name} is not a list of numbers", field=name, value=values) from None
+    if not out or not all(np.isfinite(out)):
+        raise ModelError(f"{name} must be finite numbers", field=name, value=list(out),
+                         limit="finite")
+    return out
 
 
 class _Region:
@@ -171,11 +207,14 @@ def compile_graph(graph: Graph, options: Options, source: str = "") -> NetFile:
     def swapped(n: str) -> bool:  # transposed at the boundary (--transpose)
         return options.transpose and len(model_graph.shape(n) or ()) == 4
 
-    inputs = [{"name": n, "tensor": n, "shape": list(model_graph.shape(n)), "dtype": "float32",
+    def dtype(n: str) -> str:
+        return str(model_graph.tensors[n].dtype or "float32")
+
+    inputs = [{"name": n, "tensor": n, "shape": list(model_graph.shape(n)), "dtype": dtype(n),
                "layout": "NCHW", "preprocess": preprocess, "transpose": swapped(n)}
               for n in graph.inputs]
     outputs = [{"name": n, "tensor": n, "shape": list(model_graph.shape(n)),
-                "dtype": "float32", "transpose": swapped(n),
+                "dtype": dtype(n), "transpose": swapped(n),
                 "layout": "NCHW" if len(model_graph.shape(n) or ()) == 4 else "ND"}
                for n in graph.outputs]
     hw_ops = sum(1 for r in program.report if r["where"] == "hw")
@@ -197,7 +236,7 @@ def compile_graph(graph: Graph, options: Options, source: str = "") -> NetFile:
     net = NetFile(meta=meta, commands=cmds, weights=weights, constants=constants.bytes())
     meta["transposed"] = options.transpose
     if options.golden:
-        _add_golden(net, model_graph)
+        add_golden(net, model_graph)
     meta["stats"]["compile_s"] = round(time.perf_counter() - t0, 3)
     return net
 
@@ -212,36 +251,6 @@ def _max_kernel(program: Program) -> int:
     return min(k, 7)
 
 
-def _add_golden(net: NetFile, graph: Graph) -> None:
-    """A deterministic input, the float32 reference output, and a tolerance set from the
-    error the simulator shows on it (FP16 arithmetic), so ``--selftest`` means something."""
-    from ..runtime.net import Net
-
-    rng = np.random.default_rng(20261122)
-    feeds = {n: rng.uniform(0, 1, graph.shape(n)).astype(np.float32) for n in graph.inputs}
-    ref = run_graph(graph, feeds)
-    with Net(net, "sim://?coherence=error&dram_mb=" + str(_dram_mb(net))) as sim_net:
-        got = sim_net.run(feeds)
-    blob = BlobBuilder(align=16)
-    tolerance, errors = {}, {}
-    for name, arr in ref.items():
-        err = float(np.max(np.abs(got[name] - arr))) if arr.size else 0.0
-        span = float(np.max(arr) - np.min(arr)) if arr.size else 0.0
-        errors[name] = err
-        tolerance[name] = max(4 * err, 1e-3 * max(span, 1.0))
-    net.meta["golden"] = {
-        "inputs": {n: blob.add_array(v) for n, v in feeds.items()},
-        "outputs": {n: blob.add_array(v.astype(np.float32)) for n, v in ref.items()},
-        "tolerance": tolerance, "sim_max_abs_error": errors,
-    }
-    net.golden = blob.bytes()
-
-
-def _dram_mb(net: NetFile) -> int:
-    need = net.meta["arena"]["size"] + len(net.weights) + (8 << 20)
-    return max(64, -(-need // (1 << 20)) * 2)
-
-
 def compile(model: Any, output: str | os.PathLike | None = None, *,
             progress: Any = None, **options: Any) -> NetFile:
     """Compile ``model`` (a model file or directory of any format :mod:`.frontends` reads,
@@ -252,13 +261,11 @@ def compile(model: Any, output: str | os.PathLike | None = None, *,
     labels = options.pop("labels", None)
     if isinstance(labels, (str, os.PathLike)):
         labels = [ln.strip() for ln in Path(labels).read_text().splitlines() if ln.strip()]
+    unknown = sorted(set(options) - {f.name for f in fields(Options)})
+    if unknown:
+        raise ModelError("unknown compile option", field=unknown[0],
+                         limit=sorted(f.name for f in fields(Options)))
     opts = Options(labels=labels, **options)
-    if opts.channel_order not in CHANNEL_ORDERS:
-        raise ModelError("unknown channel order", field="channel_order",
-                         value=opts.channel_order, limit=CHANNEL_ORDERS)
-    if opts.resize not in RESIZE_MODES:
-        raise ModelError("unknown resize mode", field="resize", value=opts.resize,
-                         limit=RESIZE_MODES)
     say("reading and optimizing the model")
     graph = load_model(model, opts)
     say("lowering, packing weights" + (", quantizing" if opts.quantize else "")

@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from ..cpu.dtypes import onnx_dtype, refusal
 from ..cpu.nn import (
     conv_output_shape,
     conv_transpose_output_shape,
@@ -30,11 +31,11 @@ from ..cpu.nn import (
     resolve_conv_transpose,
     resolve_pool,
 )
-from ..cpu.ops import KERNELS, full_pads, onnx_dtype, run_op, slice_index, split_sizes
-from ..errors import ModelError
+from ..cpu.ops import KERNELS, full_pads, run_op, slice_index, split_sizes
+from ..errors import ModelError, UnsupportedOps
 from .ir import Graph, Op
 
-__all__ = ["infer_shapes", "fold_constants", "infer_and_fold", "SHAPE_RULES"]
+__all__ = ["infer_shapes", "fold_constants", "infer_and_fold", "check_dtypes", "SHAPE_RULES"]
 
 Shape = tuple[int, ...]
 Result = list[tuple[Shape, np.dtype]] | None
@@ -401,8 +402,13 @@ def _depth_to_space(c: _Ctx) -> Result:
 _UNARY = ("Relu LeakyRelu PRelu Sigmoid Tanh Elu Selu Clip HardSigmoid HardSwish Softplus "
           "Softsign Sqrt Exp Log Neg Abs Reciprocal Floor Ceil Round Sign Not Identity Dropout "
           "BatchNormalization InstanceNormalization LRN").split()
-_BINARY = "Add Sub Mul Div Pow Max Min Sum Mean".split()
+_BINARY = "Add Sub Mul Div Mod Pow Max Min Sum Mean".split()
 _COMPARE = "Equal Less LessOrEqual Greater GreaterOrEqual And Or Xor".split()
+
+#: ops that compute an empty (zero-size) input right: element-wise and data movement
+_EMPTY_OK = frozenset(_UNARY[:_UNARY.index("BatchNormalization")] + _BINARY + _COMPARE + (
+    "Where Shape Size Cast Reshape Flatten Squeeze Unsqueeze Concat Split Transpose Slice "
+    "Gather Expand Tile").split())
 
 #: op type -> rule(ctx) returning [(shape, dtype)] per output, or None if not inferable yet.
 SHAPE_RULES: dict[str, Callable[[_Ctx], Result]] = {
@@ -515,7 +521,8 @@ def fold_constants(graph: Graph, *, max_elements: int = 1 << 24) -> Graph:
         if op.type in ("Shape", "Size") and g.shape(ins[0]) is not None:
             dummy = np.broadcast_to(np.zeros((), np.float32), g.shape(ins[0]))  # no memory
             value = run_op(op.type, [dummy], op.attrs)
-        elif ins and op.type in KERNELS and all(g.is_const(n) for n in ins):
+        elif ins and op.type in KERNELS and all(g.is_const(n) for n in ins) and refusal(
+                op.type, [g.tensors[n].dtype if n else None for n in op.inputs], op.attrs) is None:
             expect = [g.tensors[o].size for o in op.outputs if o]
             if all(e is not None and e <= max_elements for e in expect) or not any(
                     e is not None for e in expect):
@@ -560,4 +567,30 @@ def infer_and_fold(graph: Graph, *, max_iter: int = 50) -> Graph:
         if len(g.ops) == n_ops and sum(t.shape is not None for t in g.tensors.values()) == known:
             break
     g.dead_code_elimination()
-    return infer_shapes(g, strict=True)
+    g = infer_shapes(g, strict=True)
+    check_dtypes(g)
+    return g
+
+
+def check_dtypes(graph: Graph) -> None:
+    """Refuse what the CPU kernels would compute wrongly: every op whose inputs have an
+    element type its kernel does not handle (UnsupportedOps naming op and type, e.g.
+    ``Sigmoid[int64]``), and an empty (zero-size) tensor read by an op other than the
+    element-wise and data-movement ones, which compute it right (ModelError)."""
+    bad = []
+    for op in graph.ops:
+        why = refusal(op.type, [graph.tensors[n].dtype if n else None for n in op.inputs],
+                      op.attrs)
+        if why is not None:
+            bad.append((why, op.name))
+    if bad:
+        raise UnsupportedOps(bad)
+    for op in graph.ops:
+        if op.type in _EMPTY_OK:
+            continue
+        for n in op.inputs:
+            shape = graph.shape(n) if n and not graph.is_const(n) else None
+            if shape is not None and 0 in shape:
+                raise ModelError("op reads a zero-size tensor", field=f"{op.type} {op.name}",
+                                 value=(n, shape), limit="element-wise and data-movement "
+                                 "ops only take empty tensors")

@@ -31,7 +31,7 @@ class Act:
 
 def hwc(shape: tuple[int, ...] | None) -> tuple[int, int, int] | None:
     """Device tensor shape (H, W, C) of an IR shape, or None if it cannot live on the device."""
-    if shape is None:
+    if shape is None or 0 in shape:
         return None
     if len(shape) == 4 and shape[0] == 1:
         return int(shape[2]), int(shape[3]), int(shape[1])

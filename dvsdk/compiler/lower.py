@@ -17,7 +17,7 @@ import numpy as np
 from ..driver.commands import BufferRef, ConvRun
 from ..driver.device import DeviceInfo
 from ..driver.validate import validate_conv
-from ..errors import InvalidCommand
+from ..errors import InvalidCommand, WeightError
 from ..hw.weights import pack_conv_weights, pack_dilated_weights, quantize_weights
 from . import hwmap
 from .hwmap import Act, NoMapping, hwc
@@ -75,7 +75,14 @@ class Lowering(OpLowerings, MultiRunLowerings):
         if d is None or self.g.is_const(name):
             raise NoMapping(f"{name} {self.shape(name)} cannot live on the device (batch 1, "
                             "rank 2 or 4 only)")
+        self.check_float(name)
         return d
+
+    def check_float(self, name: str) -> None:
+        """The DV700 computes in FP16: only float32 tensors may go to or come from it."""
+        dt = self.g.tensors[name].dtype
+        if dt != np.float32:
+            raise NoMapping(f"{name} is {dt}: the DV700 computes float (FP16) tensors only")
 
     def single_consumer(self, name: str) -> Op | None:
         users = self.cons.get(name, [])
@@ -86,14 +93,18 @@ class Lowering(OpLowerings, MultiRunLowerings):
     def _pack(self, w: np.ndarray, b: np.ndarray, prelu: np.ndarray | None = None,
               dilated: bool = False, quantizable: bool = True) -> tuple[bytes, int]:
         """Pack a run's weights; 8-bit when quantizing, except PReLU runs (§6.1 m) and
-        weights the model does not have (per-channel affine runs) which stay FP16."""
-        if self.quantize and prelu is None and quantizable:
-            table, idx = quantize_weights(w)
-            blob = (pack_dilated_weights(idx, b, table=table) if dilated
-                    else pack_conv_weights(idx, b, table=table))
-            return blob, 3
-        blob = (pack_dilated_weights(w, b) if dilated
-                else pack_conv_weights(w, b, prelu=prelu))
+        weights the model does not have (per-channel affine runs) which stay FP16.  Weights
+        FP16 cannot hold (beyond 65504) keep the op on the CPU."""
+        try:
+            if self.quantize and prelu is None and quantizable:
+                table, idx = quantize_weights(w)
+                blob = (pack_dilated_weights(idx, b, table=table) if dilated
+                        else pack_conv_weights(idx, b, table=table))
+                return blob, 3
+            blob = (pack_dilated_weights(w, b) if dilated
+                    else pack_conv_weights(w, b, prelu=prelu))
+        except WeightError as e:
+            raise NoMapping(f"weights cannot be packed for the DV700: {e}") from None
         return blob, 1
 
     def check(self, cmd: HwCmd) -> None:
@@ -162,6 +173,9 @@ class Lowering(OpLowerings, MultiRunLowerings):
         self.report.append(_entry(op, where, detail))
 
     def lower_op(self, op: Op) -> bool:
+        for name in op.inputs + op.outputs:
+            if name and not self.g.is_const(name):
+                self.check_float(name)
         t = op.type
         if t in ("Conv", "ConvTranspose"):
             return self.lower_conv(op)

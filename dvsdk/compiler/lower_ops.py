@@ -32,7 +32,12 @@ class OpLowerings:
             raise NoMapping("Gemm is not in canonical A·Bᵀ form with constant B")
         wt = np.asarray(wt, np.float32)
         n_out, k = wt.shape
+        if op.input(2) and self.g.const(op.input(2)) is None:
+            raise NoMapping("Gemm bias C is not constant")
         cvec = self.g.const(op.input(2))
+        if cvec is not None and cvec.size not in (1, n_out):
+            # a 2-D C with one row per batch item: only a per-column bias is a run's bias
+            raise NoMapping(f"Gemm bias C {tuple(cvec.shape)} is not a per-column vector")
         b = np.zeros(n_out, np.float32) if cvec is None else np.broadcast_to(
             np.asarray(cvec, np.float32).reshape(-1), (n_out,)).copy()
         src, cols = a, None
@@ -112,7 +117,8 @@ class OpLowerings:
                 raise NoMapping("max-pool stage with a 1-wide window")
             last = i == n - 1
             oh, ow = h // b, w // a
-            dst = final if last else self.g.add_tensor(f"{final}_stage{i}", (1, c, oh, ow))
+            dst = final if last else self.g.add_tensor(f"{final}_stage{i}", (1, c, oh, ow),
+                                                           np.float32)
             run = ConvRun.make(c, pool="max", pool_size=(a, b), pool_stride=(a, b))
             cmd = HwCmd(src, dst, w, h, c, [run], [None], None, 1,
                              [op.name] if last else [], f"max-pool stage {a}x{b} of {kx}x{ky}")
@@ -184,8 +190,8 @@ class OpLowerings:
         cmds = []
         for i, ((kx, ky), (er, eb), (hh, ww)) in enumerate(stages):
             last = i == len(stages) - 1
-            dst = final if last else self.g.add_tensor(f"{final}_stage{i}", (1, c, -(-hh // ky),
-                                                                          -(-ww // kx)))
+            dst = final if last else self.g.add_tensor(
+                f"{final}_stage{i}", (1, c, -(-hh // ky), -(-ww // kx)), np.float32)
             if kind == "max":
                 run = ConvRun.make(c, pool="max", pool_size=(kx, ky), pool_stride=(kx, ky),
                                    pool_pads=(0, er, 0, eb))

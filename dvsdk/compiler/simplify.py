@@ -66,6 +66,11 @@ def _channel_vector(c: np.ndarray, out_shape: tuple[int, ...], axis: int = 1) ->
     return np.broadcast_to(v, (out_shape[axis],)).copy()
 
 
+def _is_float(g: Graph, name: str) -> bool:
+    dt = g.tensors[name].dtype if name in g.tensors else None
+    return dt is not None and dt.kind == "f"
+
+
 def _is_canonical_gemm(g: Graph, op: Op) -> bool:
     a = op.attrs
     return (g.is_const(op.inputs[1]) and a.get("transB", 0) == 1 and a.get("alpha", 1.0) == 1.0
@@ -73,7 +78,8 @@ def _is_canonical_gemm(g: Graph, op: Op) -> bool:
 
 
 def _foldable_producer(g: Graph, op: Op | None) -> bool:
-    if op is None or not g.is_const(op.inputs[1]):
+    if op is None or op.type not in ("Conv", "ConvTranspose", "Gemm") \
+            or not g.is_const(op.input(1)):
         return False
     if op.type in ("Conv", "ConvTranspose"):
         return not op.input(2) or g.is_const(op.input(2))
@@ -224,7 +230,8 @@ def matmul_to_gemm(graph: Graph) -> Graph:
     cons = g.consumers()
     for mm in [o for o in g.ops if o.type == "MatMul"]:
         a_shape, b = g.shape(mm.inputs[0]), g.const(mm.inputs[1])
-        if b is None or b.ndim != 2 or len(a_shape) != 2 or g.is_const(mm.inputs[0]):
+        if b is None or b.ndim != 2 or len(a_shape) != 2 or g.is_const(mm.inputs[0]) \
+                or not _is_float(g, mm.inputs[0]):
             continue
         mm.type = "Gemm"
         mm.inputs[1] = g.add_const(f"{mm.name}_weight", np.ascontiguousarray(b.T))
@@ -367,8 +374,8 @@ def normalize_clip(graph: Graph) -> Graph:
     g = infer_shapes(graph)
     for op in [o for o in g.ops if o.type == "Clip"]:
         bounds = [op.input(1), op.input(2)]
-        if any(n and not g.is_const(n) for n in bounds):
-            continue
+        if any(n and not g.is_const(n) for n in bounds) or not _is_float(g, op.inputs[0]):
+            continue  # integer Clip keeps its typed bounds (float ones would lose precision)
         lo = float(g.const(bounds[0]).ravel()[0]) if bounds[0] else op.attrs.get("min", -np.inf)
         hi = float(g.const(bounds[1]).ravel()[0]) if bounds[1] else op.attrs.get("max", np.inf)
         op.inputs = [op.inputs[0]]

@@ -356,10 +356,10 @@ def _source_coords(mode: str, n_out: int, n_in: int, scale: float) -> Arr:
         if n_out <= 1:
             return np.zeros(n_out, np.float32)
         return (x + np.float32(0.5)) / s - np.float32(0.5)
-    if mode == "align_corners":
+    if mode == "align_corners":  # the resized length is in * scale, unrounded (ONNX Resize)
         if n_out <= 1:
             return np.zeros(n_out, np.float32)
-        return x * np.float32(n_in - 1) / np.float32(n_out - 1)
+        return x * np.float32(n_in - 1) / (s * np.float32(n_in) - np.float32(1))
     if mode == "asymmetric":
         return x / s
     if mode == "tf_half_pixel_for_nn":

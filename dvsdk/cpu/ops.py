@@ -1,10 +1,11 @@
 """Numpy reference kernels for every op the compiler accepts.
 
 ``KERNELS`` maps an ONNX op type to ``kernel(inputs, attrs) -> list[np.ndarray]`` with ONNX
-semantics (NCHW, float32 in -> float32 out; shape subgraph ops on int64). ``inputs`` holds
-one array per op input, None for an absent optional input (``""`` in the IR). Attributes are
-the IR's normalized ones (see :mod:`dvsdk.compiler.ir`); kernels fall back to ONNX defaults
-for any that are missing, so they also run un-normalized graphs.
+semantics (NCHW; each output in the element type ONNX gives it, for the input types
+:mod:`.dtypes` allows). ``inputs`` holds one array per op input, None for an absent
+optional input (``""`` in the IR). Attributes are the IR's normalized ones (see
+:mod:`dvsdk.compiler.ir`); kernels fall back to ONNX defaults for any that are missing, so
+they also run un-normalized graphs.
 
 The compiler uses them for constant folding and, through its interpreter
 (:func:`dvsdk.compiler.interpret.run_graph`), for reference outputs; the runtime uses them
@@ -20,31 +21,14 @@ from typing import Any
 import numpy as np
 
 from ..errors import ModelError
+from .dtypes import onnx_dtype, refusal
 from .nn import NN_KERNELS
 
-__all__ = ["KERNELS", "Kernel", "run_op", "onnx_dtype", "ONNX_DTYPES"]
+__all__ = ["KERNELS", "Kernel", "run_op"]
 
 Arr = np.ndarray
 Attrs = dict[str, Any]
 Kernel = Callable[[list, Attrs], list]
-
-#: ONNX TensorProto.DataType code -> numpy dtype (our own table; no onnx import).
-ONNX_DTYPES: dict[int, np.dtype] = {
-    1: np.dtype(np.float32), 2: np.dtype(np.uint8), 3: np.dtype(np.int8),
-    4: np.dtype(np.uint16), 5: np.dtype(np.int16), 6: np.dtype(np.int32),
-    7: np.dtype(np.int64), 9: np.dtype(np.bool_), 10: np.dtype(np.float16),
-    11: np.dtype(np.float64), 12: np.dtype(np.uint32), 13: np.dtype(np.uint64),
-}
-
-
-def onnx_dtype(code: int) -> np.dtype:
-    """numpy dtype of an ONNX element-type code (ModelError if we do not handle it)."""
-    try:
-        return ONNX_DTYPES[int(code)]
-    except KeyError:
-        raise ModelError("unsupported tensor element type", field="dtype", value=int(code),
-                         limit=sorted(ONNX_DTYPES)) from None
-
 
 # --------------------------------------------------------------------------- helpers
 def _unary(fn: Callable[[Arr], Arr]) -> Kernel:
@@ -81,6 +65,24 @@ def _div(a: Arr, b: Arr) -> Arr:
         q = np.abs(a) // np.abs(b)
         return np.where((a < 0) ^ (b < 0), -q, q)
     return a / b
+
+
+def _pow(a: Arr, b: Arr) -> Arr:
+    """x ** y in x's type; an integer to a negative integer power truncates toward zero
+    (1 and -1 stay +-1, everything else is 0) instead of numpy's ValueError."""
+    if a.dtype.kind in "iu" and b.dtype.kind in "iu":
+        neg = b < 0
+        if np.any(neg):
+            small = np.where(a == 1, 1, np.where(a == -1, np.where(b % 2 == 0, 1, -1), 0))
+            return np.where(neg, small, np.power(a, np.where(neg, 0, b)))
+    return np.power(a, b)
+
+
+def _mod(inputs: list, attrs: Attrs) -> list[Arr]:
+    """ONNX Mod: ``fmod=0`` (integers only) takes the divisor's sign like Python's %,
+    ``fmod=1`` the dividend's like C fmod."""
+    fn = np.fmod if attrs.get("fmod", 0) else np.mod
+    return _binary(fn)(inputs, attrs)
 
 
 def _sigmoid(x: Arr) -> Arr:
@@ -146,10 +148,17 @@ def _clip(inputs: list, attrs: Attrs) -> list[Arr]:
     lo = lo if lo is not None else attrs.get("min")
     hi = hi if hi is not None else attrs.get("max")
     y = x
-    if lo is not None:
-        y = np.maximum(y, np.asarray(lo, dtype=x.dtype))
-    if hi is not None:
-        y = np.minimum(y, np.asarray(hi, dtype=x.dtype))
+    for bound, fn in ((lo, np.maximum), (hi, np.minimum)):
+        if bound is None or np.asarray(bound).size == 0:
+            continue
+        b = np.asarray(bound).reshape(-1)[0]
+        if x.dtype.kind in "iu" and np.asarray(b).dtype.kind == "f":
+            # float bounds (the attribute form, +-inf when absent) saturate to the type's range
+            info = np.iinfo(x.dtype)
+            if np.isnan(b):
+                continue
+            b = info.min if b <= info.min else info.max if b >= info.max else int(b)
+        y = fn(y, np.asarray(b).astype(x.dtype))
     return [y]
 
 
@@ -169,7 +178,8 @@ def _size(inputs: list, attrs: Attrs) -> list[Arr]:
 
 
 def _cast(inputs: list, attrs: Attrs) -> list[Arr]:
-    return [inputs[0].astype(onnx_dtype(attrs["to"]))]
+    with np.errstate(invalid="ignore", over="ignore"):  # NaN/inf to int: undefined in ONNX
+        return [inputs[0].astype(onnx_dtype(attrs["to"]))]
 
 
 def _constant_of_shape(inputs: list, attrs: Attrs) -> list[Arr]:
@@ -404,7 +414,8 @@ KERNELS: dict[str, Kernel] = {
     "Sub": _binary(np.subtract),
     "Mul": _binary(np.multiply),
     "Div": _binary(_div),
-    "Pow": _binary(np.power),
+    "Pow": _binary(_pow),
+    "Mod": _mod,
     "Max": _variadic(np.maximum),
     "Min": _variadic(np.minimum),
     "Sum": _variadic(np.add),
@@ -456,8 +467,13 @@ KERNELS: dict[str, Kernel] = {
 
 # --------------------------------------------------------------------------- interpreter
 def run_op(op_type: str, inputs: list, attrs: Mapping[str, Any]) -> list[Arr]:
-    """Run one kernel; ModelError if there is none."""
+    """Run one kernel; ModelError if there is none, or if it does not compute the inputs'
+    element types (:func:`dvsdk.cpu.dtypes.refusal`)."""
     kernel = KERNELS.get(op_type)
     if kernel is None:
         raise ModelError("no CPU kernel for op", field="op_type", value=op_type)
+    why = refusal(op_type, [None if x is None else np.asarray(x).dtype for x in inputs], attrs)
+    if why is not None:
+        raise ModelError("the CPU kernel does not support this element type", field=op_type,
+                         value=why)
     return kernel(inputs, dict(attrs))

@@ -16,6 +16,16 @@ import numpy as np
 
 from ..driver.cmdlist import CommandList
 from ..driver.commands import ConvCommand
+from ..errors import NetFileError
+
+
+def spec_dtype(spec: dict) -> np.dtype:
+    """The element type META records for an input or output (float32 if absent)."""
+    try:
+        return np.dtype(spec.get("dtype", "float32"))
+    except TypeError:
+        raise NetFileError("unknown element type", field=f"{spec.get('name')}.dtype",
+                           value=spec.get("dtype")) from None
 
 
 @dataclass
@@ -100,7 +110,7 @@ class RunHandle:
             self.advance(block=True)
             result = {}
             for spec in net.outputs:
-                val = np.asarray(net._value(self, spec["tensor"]), np.float32)
+                val = np.asarray(net._value(self, spec["tensor"]), spec_dtype(spec))
                 if spec.get("transpose"):
                     val = val.transpose(0, 1, 3, 2)
                 result[spec["name"]] = val.reshape(spec["shape"])

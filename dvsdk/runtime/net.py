@@ -4,9 +4,9 @@
 once, uploads the weights, rebuilds every command from its relocatable record
 and commits one command list per hardware segment.  ``net.run(x)`` takes the
 model's own inputs (NCHW float32 for an ONNX model, a dict for several) and
-returns ``{output name: float32 array}`` in the model's own shapes, so results
-compare directly with onnxruntime.  CPU ops run between segments; every
-CPU↔device hand-over is an explicit cache sync.
+returns ``{output name: array}`` in the model's own shapes and element types (META
+``dtype``: float32 for float tensors), so results compare directly with onnxruntime.
+CPU ops run between segments; every CPU↔device hand-over is an explicit cache sync.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from ..driver.device import Device, open_device
 from ..errors import DvsdkError, InvalidArgument, NetFileError
 from ..hw import layout
 from ..netfile import REGIONS, NetFile, check_hardware, read
-from .handle import RunContext, RunHandle, RunStats, SegmentStats
+from .handle import RunContext, RunHandle, RunStats, SegmentStats, spec_dtype
 
 
 def decode_attr(v: Any) -> Any:
@@ -165,7 +165,7 @@ class Net:
             if name not in feeds:
                 raise InvalidArgument("missing input", field="inputs", value=sorted(feeds),
                                       limit=name)
-            arr = np.asarray(feeds.pop(name), np.float32)
+            arr = np.asarray(feeds.pop(name), spec_dtype(spec))
             want = tuple(spec["shape"])
             if arr.shape != want:
                 if arr.size == int(np.prod(want)) and arr.ndim == len(want) - 1:
@@ -181,7 +181,7 @@ class Net:
         return out
 
     def run(self, x: Any, timeout: float = 10.0) -> dict[str, np.ndarray]:
-        """Run once; returns ``{output name: float32 array}`` in the model's shapes."""
+        """Run once; returns ``{output name: array}`` in the model's shapes and dtypes."""
         return self.run_async(x, timeout).wait()
 
     def run_async(self, x: Any, timeout: float = 10.0) -> RunHandle:
@@ -303,8 +303,7 @@ class Net:
         got = self.run(feeds)
         worst, ok = 0.0, True
         for name, entry in gold["outputs"].items():
-            ref = self.file.array(entry, "GOLD").astype(np.float32)
-            err = float(np.max(np.abs(got[name] - ref))) if ref.size else 0.0
+            err = golden_error(got[name], self.file.array(entry, "GOLD"))
             worst = max(worst, err)
             ok &= err <= float(gold["tolerance"][name])
         return {"passed": bool(ok), "max_abs_error": worst, "tolerance": gold["tolerance"]}
@@ -324,6 +323,17 @@ class Net:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def golden_error(got: np.ndarray, ref: np.ndarray) -> float:
+    """Largest absolute difference of an output from its golden reference (in float64);
+    inf where NaN or +-inf are not exactly where the reference has them."""
+    g, r = np.asarray(got, np.float64), np.asarray(ref, np.float64)
+    fin = np.isfinite(r)
+    if not (np.array_equal(np.isnan(g), np.isnan(r))
+            and np.array_equal(g[np.isinf(r)], r[np.isinf(r)]) and np.isfinite(g[fin]).all()):
+        return float("inf")
+    return float(np.max(np.abs(g[fin] - r[fin]))) if fin.any() else 0.0
 
 
 def _to_hwc(value: np.ndarray, hwc: tuple[int, int, int]) -> np.ndarray:

@@ -24,6 +24,7 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
+from ...cpu.dtypes import ONNX_DTYPES, type_name
 from ...cpu.ops import KERNELS
 from ...errors import ModelError, UnsupportedOps
 from ..hwmap import HARDWARE_OPS
@@ -103,18 +104,40 @@ def _attr_value(a: onnx.AttributeProto, node: str) -> Any:
 
 
 # --------------------------------------------------------------------------- inputs
+def _input_type(vi: onnx.ValueInfoProto) -> np.dtype:
+    """The numpy element type of a graph input; ModelError for anything but a tensor of a
+    type the kernels handle (sequences, optionals, maps, strings, bfloat16, float8 ...)."""
+    kind = vi.type.WhichOneof("value")
+    if kind != "tensor_type":
+        what = {"sequence_type": "a sequence", "optional_type": "an optional",
+                "map_type": "a map", "sparse_tensor_type": "a sparse tensor"}.get(
+            kind or "", "of no type")
+        raise ModelError(f"input {vi.name!r} is {what}, not a tensor", field=vi.name,
+                         value=kind, limit="tensor inputs only")
+    elem = vi.type.tensor_type.elem_type
+    if elem not in ONNX_DTYPES:
+        raise ModelError(f"input {vi.name!r} has an element type the SDK does not handle",
+                         field=vi.name, value=type_name(elem),
+                         limit=[type_name(c) for c in sorted(ONNX_DTYPES)])
+    return ONNX_DTYPES[elem]
+
+
 def _input_shape(vi: onnx.ValueInfoProto, given: Sequence[int] | None) -> tuple[int, ...]:
     name = vi.name
     tt = vi.type.tensor_type
     dims: list[tuple[int | None, str]] | None = None
     if tt.HasField("shape"):
         dims = []
-        for d in tt.shape.dim:
-            if d.HasField("dim_value") and d.dim_value > 0:
+        for i, d in enumerate(tt.shape.dim):
+            if d.HasField("dim_value") and d.dim_value <= 0:
+                size = "zero-size" if d.dim_value == 0 else "negative"
+                raise ModelError(f"input {name!r} has a {size} dimension at axis {i}",
+                                 field=f"{name}[{i}]", value=int(d.dim_value), limit=">= 1",
+                                 hint="an empty tensor carries no data to compute on")
+            if d.HasField("dim_value"):
                 dims.append((int(d.dim_value), ""))
             else:
-                label = d.dim_param or (str(d.dim_value) if d.HasField("dim_value") else "?")
-                dims.append((None, label))
+                dims.append((None, d.dim_param or "?"))
     if given is not None:
         given = [int(v) for v in given]
         if dims is not None and len(dims) == 4 and len(given) == 2:  # H, W only
@@ -233,6 +256,8 @@ def _normalize(b: _Builder, node: onnx.NodeProto, name: str, attrs: dict, inputs
     elif t == "Dropout":
         if not unused(1):
             b.unsupported.append(("Dropout[mask]", name))
+        if _training(b, inputs, opset):
+            b.unsupported.append(("Dropout[training_mode]", name))
         del inputs[1:], outputs[1:]
         attrs = {}
     elif t == "MaxPool":
@@ -269,8 +294,11 @@ def _normalize(b: _Builder, node: onnx.NodeProto, name: str, attrs: dict, inputs
             b.unsupported.append(("Resize[tf_crop_and_resize]", name))
         if attrs.get("antialias", 0) and attrs["mode"] == "linear":
             b.unsupported.append(("Resize[antialias]", name))
-    elif t == "Cast" and isinstance(attrs.get("to"), str):
-        attrs["to"] = int(onnx.TensorProto.DataType.Value(attrs["to"].upper()))
+    elif t == "Cast":
+        if isinstance(attrs.get("to"), str):
+            attrs["to"] = int(onnx.TensorProto.DataType.Value(attrs["to"].upper()))
+        if int(attrs.get("to", 0)) not in ONNX_DTYPES:
+            b.unsupported.append((f"Cast[to={type_name(attrs.get('to', 0))}]", name))
     elif t in ("Add", "Sub", "Mul", "Div", "Gemm") and "broadcast" in attrs:
         if t != "Gemm" and "axis" in attrs:
             b.unsupported.append((f"{t}[legacy axis broadcast]", name))
@@ -285,6 +313,19 @@ def _normalize(b: _Builder, node: onnx.NodeProto, name: str, attrs: dict, inputs
     while inputs and not inputs[-1]:
         inputs.pop()
     return t, attrs
+
+
+def _training(b: _Builder, inputs: list[str], opset: int) -> bool:
+    """Whether a Dropout drops: ``training_mode`` (input 2, opset >= 12) true or not a
+    constant, unless the ratio is a constant 0 (then it is the identity either way)."""
+    def value(i: int) -> float | None:  # a constant scalar input, else None
+        t = b.tensors.get(inputs[i]) if len(inputs) > i and inputs[i] else None
+        c = None if t is None or not t.is_const else np.asarray(t.const).reshape(-1)
+        return float(c[0]) if c is not None and c.size else None
+
+    if opset < 12 or len(inputs) < 3 or not inputs[2] or value(2) == 0.0:
+        return False
+    return value(1) != 0.0  # no ratio input: the default 0.5
 
 
 def _constant_value(node: onnx.NodeProto, attrs: dict, b: _Builder, name: str) -> np.ndarray | None:
@@ -330,13 +371,8 @@ def load_onnx(model_or_path: str | os.PathLike | bytes | onnx.ModelProto,
                          field="input_sizes", value=unknown, limit=sorted(names))
     inputs: list[str] = []
     for vi in graph_inputs:
+        dtype = _input_type(vi)
         shape = _input_shape(vi, sizes.get(vi.name))
-        elem = vi.type.tensor_type.elem_type
-        try:
-            dtype = helper.tensor_dtype_to_np_dtype(elem)
-        except Exception:
-            raise ModelError("unsupported input element type", field=vi.name,
-                             value=elem) from None
         b.tensors[vi.name] = Tensor(vi.name, shape, dtype)
         inputs.append(vi.name)
 

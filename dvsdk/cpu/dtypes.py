@@ -1,0 +1,120 @@
+"""Element types: the ONNX type codes we handle and which types each CPU kernel computes right.
+
+The kernels in :mod:`dvsdk.cpu.ops` follow the ONNX type constraints of each op (ONNX
+Operators, "Type Constraints"), narrowed to what they compute exactly like the ONNX
+reference: integer ``Div`` truncates toward zero, integer ``Pow`` stays integer, ``Clip``
+bounds are clamped to the integer range, comparisons give bool.  An op asked to run on an
+element type outside its rule is refused by name (:func:`refusal`), at compile time by
+:func:`dvsdk.compiler.fold.check_dtypes` and again, as a safety net, by
+:func:`dvsdk.cpu.ops.run_op`; it is never computed in another type.
+
+numpy dtype kinds: ``f`` float (float16/32/64), ``i`` signed int, ``u`` unsigned int,
+``b`` bool.  Rules go by kind, not width: where ONNX narrows an op to some widths (int8
+MatMul, int16 ReduceSum are not valid ONNX) the kernel still computes numpy's integer
+arithmetic, wrapping like the valid widths do.  No onnx import here (the board has only
+numpy).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from ..errors import ModelError
+
+__all__ = ["ONNX_DTYPES", "ONNX_TYPE_NAMES", "onnx_dtype", "type_name", "refusal",
+           "DTYPE_RULES"]
+
+#: ONNX TensorProto.DataType code -> numpy dtype (our own table; no onnx import).
+ONNX_DTYPES: dict[int, np.dtype] = {
+    1: np.dtype(np.float32), 2: np.dtype(np.uint8), 3: np.dtype(np.int8),
+    4: np.dtype(np.uint16), 5: np.dtype(np.int16), 6: np.dtype(np.int32),
+    7: np.dtype(np.int64), 9: np.dtype(np.bool_), 10: np.dtype(np.float16),
+    11: np.dtype(np.float64), 12: np.dtype(np.uint32), 13: np.dtype(np.uint64),
+}
+
+#: ONNX TensorProto.DataType code -> its name (onnx.proto3), for messages.
+ONNX_TYPE_NAMES: dict[int, str] = dict(enumerate(
+    "UNDEFINED FLOAT UINT8 INT8 UINT16 INT16 INT32 INT64 STRING BOOL FLOAT16 DOUBLE UINT32 "
+    "UINT64 COMPLEX64 COMPLEX128 BFLOAT16 FLOAT8E4M3FN FLOAT8E4M3FNUZ FLOAT8E5M2 "
+    "FLOAT8E5M2FNUZ UINT4 INT4 FLOAT4E2M1 FLOAT8E8M0 UINT2 INT2".split()))
+
+
+def type_name(code: int) -> str:
+    """``FLOAT``, ``INT64`` ... for an ONNX type code (the number if unknown)."""
+    return ONNX_TYPE_NAMES.get(int(code), str(int(code)))
+
+
+def onnx_dtype(code: int) -> np.dtype:
+    """numpy dtype of an ONNX element-type code (ModelError if we do not handle it)."""
+    try:
+        return ONNX_DTYPES[int(code)]
+    except KeyError:
+        raise ModelError("unsupported tensor element type", field="dtype",
+                         value=type_name(code),
+                         limit=[type_name(c) for c in sorted(ONNX_DTYPES)]) from None
+
+
+_F, _FI, _NUM, _ANY, _B, _INT = "f", "fi", "fiu", "fiub", "b", "iu"
+
+#: op type -> allowed dtype kinds per input position ("" = not checked: shape parameters,
+#: axes and the like, which the kernels read as integers whatever their type).  The last
+#: entry repeats for further inputs (variadic ops).
+DTYPE_RULES: dict[str, tuple[str, ...]] = {
+    **{t: (_F,) for t in (
+        "Sigmoid Tanh Elu Selu HardSigmoid HardSwish Softplus Softsign Sqrt Exp Log "
+        "Reciprocal Floor Ceil Round LeakyRelu Softmax LogSoftmax AveragePool "
+        "GlobalAveragePool GlobalMaxPool LRN Sum Mean Dropout").split()},
+    **{t: (_F, _F, _F, _F, _F) for t in
+       "Conv ConvTranspose Gemm BatchNormalization InstanceNormalization".split()},
+    **{t: (_NUM,) for t in "Add Sub Mul Div Mod Max Min Clip MatMul PRelu Abs Sign".split()},
+    **{t: (_NUM, "") for t in "ArgMax ArgMin ReduceSum ReduceMean ReduceProd ReduceL2 "
+                              "ReduceSumSquare".split()},
+    **{t: (_ANY, "") for t in "ReduceMax ReduceMin".split()},
+    **{t: (_NUM,) for t in "Less LessOrEqual Greater GreaterOrEqual MaxPool".split()},
+    **{t: (_B,) for t in "Not And Or Xor".split()},
+    "Equal": (_ANY,),
+    "Relu": (_FI,),
+    "Neg": (_FI,),
+    "Pow": (_FI, _NUM),
+    "Where": (_B, _ANY),
+    "Range": (_FI,),
+    "Resize": (_ANY, ""),  # linear mode: float only (see refusal)
+    **{t: (_ANY, "") for t in (
+        "Identity Shape Size Cast Reshape Flatten Squeeze Unsqueeze Split Transpose "
+        "Slice Gather GatherElements Pad Expand Tile DepthToSpace SpaceToDepth").split()},
+    "Concat": (_ANY,),
+    "ConstantOfShape": (_INT,),
+}
+
+
+def _kind_name(dt: np.dtype) -> str:
+    return str(dt) if dt.kind in "fiub" else f"{dt} ({dt.kind!r})"
+
+
+def refusal(op_type: str, dtypes: Sequence[np.dtype | None],
+            attrs: Mapping[str, Any] | None = None) -> str | None:
+    """Why the CPU kernel of ``op_type`` cannot run on inputs of ``dtypes`` (one per input,
+    None for absent or unknown), as an op label like ``Div[bool]``; None if it can."""
+    attrs = attrs or {}
+    rule = DTYPE_RULES.get(op_type)
+    if rule is None:
+        return None
+    for i, dt in enumerate(dtypes):
+        if dt is None:
+            continue
+        dt = np.dtype(dt)
+        allowed = rule[min(i, len(rule) - 1)]
+        if allowed and (dt.kind not in allowed or dt not in ONNX_DTYPES.values()):
+            return f"{op_type}[{_kind_name(dt)}]"
+    if op_type == "Cast" and int(attrs.get("to", 1)) not in ONNX_DTYPES:
+        return f"Cast[to={type_name(attrs['to'])}]"
+    if op_type == "Mod" and not attrs.get("fmod", 0) and dtypes and dtypes[0] is not None \
+            and np.dtype(dtypes[0]).kind == "f":
+        return f"Mod[fmod=0, {np.dtype(dtypes[0])}]"  # ONNX: floats need fmod=1
+    if op_type == "Resize" and attrs.get("mode", "nearest") == "linear" and dtypes \
+            and dtypes[0] is not None and np.dtype(dtypes[0]).kind != "f":
+        return f"Resize[linear, {np.dtype(dtypes[0])}]"
+    return None
