@@ -28,7 +28,7 @@ ALLOWED = {
     "compiler": {"errors", "hw", "cpu", "driver", "netfile", "runtime", "__init__"},
     "runtime": {"errors", "fsutil", "hw", "cpu", "driver", "netfile"},
     "cli": {"errors", "fsutil", "native", "hw", "cpu", "driver", "netfile", "runtime",
-            "compiler", "link", "sim", "__init__"},
+            "compiler", "link", "sim", "qa", "__init__"},
     "qa": {"errors", "fsutil", "hw", "cpu", "driver", "netfile", "runtime", "compiler",
            "link", "sim", "__init__"},
     "__init__": {"driver", "runtime", "compiler"},
