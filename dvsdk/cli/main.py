@@ -5,15 +5,19 @@ from __future__ import annotations
 import argparse
 import sys
 
-from . import entry
+from . import Parser, entry
 
-EPILOG = """commands:
-  doctor [--device URL] [net.bin]   check device nodes, permissions, DMA memory, registers
-  info [--device URL]               print what the device reports (sysfs keys)
+#: every subcommand and what it does (``dvsdk --help`` lists them all)
+COMMANDS = {
+    "doctor": "check device nodes, permissions, DMA memory, registers; with a net.bin, "
+              "that it fits the device",
+    "info": "print what the device reports (sysfs keys)",
+}
 
-examples:
+EPILOG = """examples:
   dvsdk --version --device sim://
   dvsdk doctor --device uio:// model.bin
+  dvsdk info --device sim://?ub_size=655360
 """
 
 
@@ -33,18 +37,27 @@ def _version(device_url: str | None) -> str:
     return line
 
 
-def main(argv: list[str]) -> int:
-    if argv and argv[0] == "doctor":
-        from .doctor import main as doctor_main
-
-        return doctor_main([a for a in argv[1:] if a != "--debug"])
-    p = argparse.ArgumentParser(prog="dvsdk", epilog=EPILOG,
-                                formatter_class=argparse.RawDescriptionHelpFormatter,
-                                description="The DMP DV700 SDK.")
-    p.add_argument("command", nargs="?", choices=("info",), help="see below")
+def build_parser() -> Parser:
+    p = Parser(prog="dvsdk", epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
+               description="The DMP DV700 SDK.")
     p.add_argument("--version", action="store_true", help="SDK, net.bin and hardware versions")
     p.add_argument("--device", default=None, help="device URL (connects for --version/info)")
-    p.add_argument("--debug", action="store_true")
+    p.add_argument("--debug", action="store_true", help="show tracebacks")
+    sub = p.add_subparsers(dest="command", title="commands", metavar="COMMAND")
+    for name, text in COMMANDS.items():
+        sp = sub.add_parser(name, help=text, description=text, add_help=name != "doctor")
+        if name == "info":
+            sp.add_argument("--device", default=argparse.SUPPRESS, help="device URL")
+    return p
+
+
+def main(argv: list[str]) -> int:
+    rest = [a for a in argv if a != "--debug"]
+    if rest and rest[0] == "doctor":  # doctor has its own parser (and --help)
+        from .doctor import main as doctor_main
+
+        return doctor_main(rest[1:])
+    p = build_parser()
     args = p.parse_args(argv)
     if args.version:
         print(_version(args.device))
