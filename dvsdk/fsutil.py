@@ -25,8 +25,9 @@ TMP_SUFFIX = ".tmp"
 
 
 def _host() -> str:
-    """This host's name as it may appear in a file name (no '/' and no '-' ambiguity)."""
-    return socket.gethostname().replace("/", "_").replace("-", "_") or "localhost"
+    """This host's name as it appears in a temporary name: no '/', no '-' (the field
+    separator), at most 32 characters (the whole name must stay under NAME_MAX)."""
+    return (socket.gethostname().replace("/", "_").replace("-", "_") or "localhost")[:32]
 
 
 def temp_name(target: Path) -> Path:

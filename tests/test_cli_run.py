@@ -127,21 +127,33 @@ def _both_on_a_tty(argv: list[str]) -> tuple[int, str]:
     return rc, b"".join(chunks).decode(errors="replace")
 
 
-def test_progress_bar_and_results_never_share_a_line(nets):
-    rc, raw = _both_on_a_tty([str(BIN / "dvsdk-run"), str(DIGITS), str(nets["imgs"])])
-    assert rc == 2                                      # bad.png failed, the rest ran
-    assert "[#" in raw and "5/5" in raw                 # the bar was drawn
+def _results_on_their_own_lines(raw: str, folder: Path, n: int) -> list[str]:
+    assert "[#" in raw and f"{n}/{n}" in raw             # the bar was drawn
     lines = [ln for ln in _screen(raw) if ln.strip()]
     results = [ln for ln in lines if "(device" in ln]
-    assert len(results) == 4
     for ln in results:
-        assert ln.startswith(str(nets["imgs"])), ln
+        assert ln.startswith(str(folder)), ln            # nothing of the bar before it
+    assert not any("[#" in ln or "[." in ln for ln in lines)  # erased at the end
+    scores = [ln for ln in lines if "%" in ln]
+    assert len(scores) == 5 * len(results)
+    assert all(re.fullmatch(r"\s+\d+\.\d\d%\s+\w+", s) for s in scores)
+    return lines
+
+
+def test_progress_bar_and_results_never_share_a_line(nets, tmp_path):
+    good = tmp_path / "good"
+    shutil.copytree(nets["imgs"], good, ignore=shutil.ignore_patterns("bad.png"))
+    rc, raw = _both_on_a_tty([str(BIN / "dvsdk-run"), str(DIGITS), str(good)])
+    assert rc == 0
+    lines = _results_on_their_own_lines(raw, good, 4)
+    assert sum("(device" in ln for ln in lines) == 4
+    rc, raw = _both_on_a_tty([str(BIN / "dvsdk-run"), str(DIGITS), str(nets["imgs"])])
+    assert rc == 2                                      # bad.png failed, the rest ran
+    lines = _results_on_their_own_lines(raw, nets["imgs"], 5)
+    assert sum("(device" in ln for ln in lines) == 4
     errors = [ln for ln in lines if "error" in ln]
     assert len(errors) == 1 and errors[0].startswith("dvsdk-run: error:")
     assert "bad.png" in errors[0]
-    assert not any("[#" in ln or "[." in ln for ln in lines)  # the bar was erased at the end
-    scores = [ln for ln in lines if "%" in ln]
-    assert len(scores) == 4 * 5 and all(re.fullmatch(r"\s+\d+\.\d\d%\s+\w+", s) for s in scores)
 
 
 def test_a_corrupt_image_is_reported_and_the_others_still_run(nets, capsys):

@@ -86,7 +86,7 @@ def test_killed_save_is_cleaned_by_the_next_dvsdk_run(tmp_path, monkeypatch, cap
 
 def test_live_writers_and_other_files_are_left_alone(tmp_path):
     target = tmp_path / "out.bin"
-    host = socket.gethostname().replace("/", "_").replace("-", "_")
+    host = socket.gethostname().replace("/", "_").replace("-", "_")[:32]
     mine = tmp_path / f".out.bin.{host}-{os.getpid()}-abcd.tmp"      # this process: alive
     parent = tmp_path / f".out.bin.{host}-{os.getppid()}-abcd.tmp"   # alive too
     remote = tmp_path / ".out.bin.otherhost-1-abcd.tmp"              # another machine's
