@@ -202,7 +202,8 @@ def test_compile_quantized_and_quiet(files, tmp_path):
     out = tmp_path / "q.bin"
     assert cli("dvsdk-compile", str(files["model"]), "-o", str(out), "--quantize",
                "-q").stdout == ""
-    said = cli("dvsdk-compile", str(files["model"]), "-o", str(out), "--quantize").stdout
+    said = cli("dvsdk-compile", str(files["model"]), "-o", str(out), "--quantize",
+               "--force").stdout
     assert "quantized" in said and "relative RMS error" in said
     assert cli("dvsdk-run", str(out), "--selftest").stdout.startswith("selftest PASS")
 

@@ -401,11 +401,13 @@ CASES: list[E2E] = [
     E2E("clip_relu", clip_relu, commands=1),
     E2E("clip_general_cpu", S("clip_attrs_opset6"), cpu=("Clip",)),
     E2E("clip_general_between_convs", clip_between_convs, cpu=("Clip",), commands=2),
-    *[E2E(f"conv_{act.lower()}_fused", conv_act(act, **kw), fused=(("Conv", act),),
-          commands=1, detail=(("Conv", f"+act{code}"),), quant=act == "PRelu")
-      for act, code, kw in (("Relu", 2, {}), ("LeakyRelu", 2, {"alpha": 0.1}),
-                            ("PRelu", 4, {}), ("Sigmoid", 3, {}), ("Tanh", 1, {}),
-                            ("Elu", 5, {"alpha": 1.0}), ("Clip", 6, {}))],
+    *[E2E(f"conv_{act.lower()}{kw.get('alpha', '')}_fused", conv_act(act, **kw),
+          fused=(("Conv", act),),
+          commands=1, detail=(("Conv", f"+{word}"),), quant=act == "PRelu")
+      for act, word, kw in (("Relu", "relu", {}), ("LeakyRelu", "leaky_relu 0.1", {"alpha": 0.1}),
+                            ("PRelu", "prelu", {}), ("Sigmoid", "sigmoid", {}),
+                            ("Tanh", "tanh", {}), ("Elu", "elu", {"alpha": 1.0}),
+                            ("Elu", "elu 0.5", {"alpha": 0.5}), ("Clip", "relu6", {}))],
     # -- pools -----------------------------------------------------------------------------
     E2E("maxpool_k3s2p1", S("maxpool_k3s2p1"), commands=1),
     E2E("maxpool_ceil", S("maxpool_ceil"), detail=(("MaxPool", "max-pool 3x3"),)),
@@ -414,7 +416,7 @@ CASES: list[E2E] = [
     E2E("maxpool_dilated_cpu", S("maxpool_dilation"), cpu=("MaxPool",)),
     E2E("conv_relu_maxpool_fused", lambda: conv_pool_order("relu"),
         fused=(("Conv", "Relu", "MaxPool"),), commands=1,
-        detail=(("Conv", "+maxpool 3x3 +act2"),), quant=True),
+        detail=(("Conv", "+maxpool 3x3 +relu"),), quant=True),
     E2E("conv_maxpool_relu_fused", lambda: conv_pool_order("pool"),
         fused=(("Conv", "MaxPool", "Relu"),), commands=1),
     E2E("avgpool_pads_cip1", S("avgpool_pads_cip1"), detail=(("AveragePool", "avg-pool 3x3"),)),

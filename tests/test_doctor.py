@@ -124,10 +124,6 @@ def test_dma_size_against_the_network(board, tmp_path, monkeypatch):
     assert "[ OK ] hw version" in out  # the rest of the board was still checked
     net = tmp_path / "net.bin"
     net.write_bytes(b"\0" * 64)
-    seen = []
-    rc, out = run(["--device", board.url, str(net)],
-                  required_dma=lambda p: seen.append(p) or 1 << 20)
-    assert rc == 0 and seen == [str(net)] and "needs 1.0 MiB of 64.0 MiB" in out
     rc, out = run(["--device", board.url, str(net)])  # not a net.bin: one clear line
     assert rc == 2 and "not a dvsdk net.bin" in out
     from dvsdk.compiler.build import compile as compile_model
@@ -136,6 +132,10 @@ def test_dma_size_against_the_network(board, tmp_path, monkeypatch):
 
     real = tmp_path / "real.bin"
     compile_model(conv_bn_relu(), real, golden=False)
+    seen = []
+    rc, out = run(["--device", board.url, str(real)],
+                  required_dma=lambda p: seen.append(p) or 1 << 20)
+    assert rc == 0 and seen == [str(real)] and "needs 1.0 MiB of 64.0 MiB" in out
     rc, out = run(["--device", board.url, str(real)])  # sized from the file itself
     assert rc == 0 and re.search(r"\[ OK \] dma size: the network needs \d+ B of 64.0 MiB", out)
     monkeypatch.setattr("dvsdk.netfile.dma_bytes", lambda f: 128 << 20)
@@ -229,3 +229,47 @@ def test_permission_and_group_problems_are_explained():
     finally:
         b.close()
         shutil.rmtree(root, ignore_errors=True)
+
+
+# -- a net.bin against the device it would run on --------------------------------------------
+def test_the_network_must_fit_the_device(tmp_path):
+    """The doctor applies the runtime's own check: what it passes, ``dvsdk.load`` loads."""
+    pytest.importorskip("dvsdk.sim.device")
+    import dvsdk
+    from dvsdk.errors import NetFileError
+
+    from .onnx_models import conv_bn_relu
+
+    net = tmp_path / "net.bin"
+    dvsdk.compile(conv_bn_relu(), net, golden=False)     # for a 512 KiB unified buffer
+    small = "sim://?ub_size=65536"
+    rc, out = run(["--device", small, str(net)])
+    assert rc == 3 and "All checks passed" not in out
+    assert ("[FAIL] net.bin: net.bin does not fit this device: net.bin needs a unified "
+            "buffer of 524288 bytes") in out
+    assert "fix: recompile with --ub-size for this device" in out
+    with pytest.raises(NetFileError, match="unified buffer of 524288"):
+        dvsdk.load(net, small)                            # what dvsdk-run then refuses
+    rc, out = run(["--device", "sim://", str(net)])
+    assert rc == 0 and "[ OK ] net.bin: net.bin fits this device" in out
+    with dvsdk.load(net, "sim://"):
+        pass
+
+
+def test_the_network_is_checked_against_a_board(tmp_path):
+    import dvsdk
+
+    from .onnx_models import conv_bn_relu
+
+    net = tmp_path / "net.bin"
+    dvsdk.compile(conv_bn_relu(), net, golden=False)
+    b = make_fake_board(tmp_path / "board", core="stub", ubuf_size=256 * 1024)
+    try:
+        rc, out = run(["--device", b.url, str(net)])
+        assert rc == 3 and "[ OK ] ubuf: 262144 bytes" in out
+        assert ("[FAIL] net.bin: net.bin does not fit this device: net.bin needs a unified "
+                "buffer of 524288 bytes; the device has 262144") in out
+    finally:
+        b.close()
+    rc, out = run(["--device", empty_root(tmp_path), str(net)])   # no board: said, not faked
+    assert rc == 3 and "[INFO] net.bin: net.bin not checked against the device" in out

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import numpy as np
 
+from . import Parser
+
 EPILOG = """examples:
   dvsdk analyze digits.bin --reference digits.onnx --input seven.png
   dvsdk analyze det.bin --reference det.xml --device socket://board:7000 --json
@@ -17,8 +19,8 @@ EPILOG = """examples:
 """
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="dvsdk analyze", epilog=EPILOG,
+def build_parser() -> Parser:
+    p = Parser(prog="dvsdk analyze", epilog=EPILOG,
                                 formatter_class=argparse.RawDescriptionHelpFormatter,
                                 description="Per-layer accuracy of a net.bin against its "
                                             "source model.")

@@ -1,50 +1,125 @@
-"""``dvsdk-compile model.onnx -o net.bin``: a model to a self-describing net.bin."""
+"""``dvsdk-compile model.onnx -o net.bin``: a model to a self-describing net.bin.
+
+The output defaults to the model's name with ``.bin``; an existing file is never replaced
+unless ``--force`` says so (the default name beside a shipped model would otherwise
+overwrite a net.bin compiled with other preprocessing and labels).
+"""
 
 from __future__ import annotations
 
-import argparse
 import sys
 import time
 from pathlib import Path
 
-from . import entry, parse_floats, parse_hw
+from . import Parser, entry, nonzero_number, parse_floats, parse_hw, positive_int
 
 EPILOG = """examples:
   dvsdk-compile mobilenet.onnx -o mobilenet.bin --mean 123.7,116.3,103.5 --std 58.4,57.1,57.4
   dvsdk-compile detector.onnx -o det.bin --input-size 288x576 --quantize --report
-  dvsdk-compile digits.onnx -o digits.bin --labels labels.txt --scale 0.0625
+  dvsdk-compile digits.onnx -o digits.bin --labels digits_labels.txt --scale 1/255
+
+numbers may be written as fractions: --scale 1/255, --mean 255/2
+an existing output file is replaced only with --force
 """
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="dvsdk-compile", epilog=EPILOG,
-                                formatter_class=argparse.RawDescriptionHelpFormatter,
-                                description="Compile a model for the DMP DV700.")
+def build_parser() -> Parser:
+    import argparse
+
+    p = Parser(prog="dvsdk-compile", epilog=EPILOG,
+               formatter_class=argparse.RawDescriptionHelpFormatter,
+               description="Compile a model for the DMP DV700.")
     p.add_argument("model", help="model file or directory (the format from its name)")
     p.add_argument("--format", help="the model format, if its name does not say it")
-    p.add_argument("-o", "--output", help="net.bin to write (default: MODEL with .bin)")
+    p.add_argument("-o", "--output",
+                   help="net.bin to write (default: MODEL with .bin; never replaces an "
+                        "existing file without --force)")
+    p.add_argument("-f", "--force", action="store_true",
+                   help="replace the output file if it exists")
     p.add_argument("--quantize", action="store_true", help="8-bit weight tables (k-means)")
     p.add_argument("--transpose", action="store_true", help="DHWC input layout")
     p.add_argument("--input-size", metavar="HxW", help="fix free spatial dimensions")
     p.add_argument("--mean", default="0", help="per-channel mean subtracted (R,G,B)")
-    p.add_argument("--scale", type=float, default=None, help="multiply after the mean")
+    p.add_argument("--scale", type=nonzero_number, default=None,
+                   help="multiply after the mean (e.g. 1/255)")
     p.add_argument("--std", default=None, help="per-channel std to divide by (R,G,B)")
     p.add_argument("--channel-order", choices=("RGB", "BGR"), default="RGB")
     p.add_argument("--resize", choices=("stretch", "letterbox"), default="stretch")
-    p.add_argument("--labels", help="text file with one class label per line")
-    p.add_argument("--ub-size", type=int, default=524288, help="unified buffer bytes")
+    p.add_argument("--labels", help="text file with one class label per line (as many as "
+                                    "the model has classes)")
+    p.add_argument("--ub-size", type=positive_int, default=524288, help="unified buffer bytes")
     p.add_argument("--report", action="store_true", help="print where every op runs")
     p.add_argument("--no-golden", action="store_true", help="skip the self-test pair")
     p.add_argument("-q", "--quiet", action="store_true")
     p.add_argument("--debug", action="store_true", help="show tracebacks")
+    p.add_version()
     return p
+
+
+def read_labels(path: str) -> list[str]:
+    """One label a line (blank lines ignored); every error names the file."""
+    from ..errors import InvalidArgument
+
+    p = Path(path)
+    try:
+        data = p.read_bytes()
+    except FileNotFoundError:
+        raise InvalidArgument("labels file not found", field="labels", value=path) from None
+    except IsADirectoryError:
+        raise InvalidArgument("labels file is a directory", field="labels",
+                              value=path) from None
+    except OSError as e:
+        raise InvalidArgument(f"cannot read the labels file: {e.strerror}", field="labels",
+                              value=path) from None
+    try:
+        if b"\0" in data:
+            raise UnicodeDecodeError("utf-8", data, data.index(b"\0"), data.index(b"\0") + 1,
+                                     "NUL byte")
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError:
+        raise InvalidArgument("labels file is not a text file (UTF-8, one label a line)",
+                              field="labels", value=path) from None
+    return [ln.strip() for ln in text.splitlines() if ln.strip()]
+
+
+def classes(meta: dict) -> int | None:
+    """How many classes a single-output model scores: the channel axis of (1, K[, H, W])."""
+    outs = meta["outputs"]
+    if len(outs) != 1:
+        return None
+    shape = outs[0]["shape"]
+    return int(shape[1]) if len(shape) >= 2 and shape[0] == 1 else None
+
+
+def _output_path(args) -> Path:
+    from ..errors import InvalidArgument
+
+    model = Path(args.model)
+    out = Path(args.output) if args.output else model.with_suffix(".bin")
+    if out.exists() and model.exists() and out.resolve() == model.resolve():
+        raise InvalidArgument("the output would replace the model itself", field="output",
+                              value=str(out))
+    if out.is_dir():
+        raise InvalidArgument("the output is a directory; name a file", field="output",
+                              value=str(out))
+    if out.exists() and not args.force:
+        raise InvalidArgument("the output file already exists: not replaced", field="output",
+                              value=str(out),
+                              hint="pass --force to replace it, or -o another name")
+    return out
 
 
 def main(argv: list[str]) -> int:
     from ..compiler.build import compile as compile_model
+    from ..errors import InvalidArgument
+    from ..netfile import write
 
     args = build_parser().parse_args(argv)
-    out = Path(args.output or Path(args.model).with_suffix(".bin"))
+    input_size = parse_hw(args.input_size) if args.input_size else None
+    mean = parse_floats(args.mean, 3, "mean")
+    std = parse_floats(args.std, 3, "std", nonzero=True) if args.std else None
+    labels = read_labels(args.labels) if args.labels else None
+    out = _output_path(args)
     t0 = time.perf_counter()
     tty = sys.stderr.isatty() and not args.quiet
 
@@ -53,18 +128,26 @@ def main(argv: list[str]) -> int:
             sys.stderr.write(f"\r\x1b[K[{time.perf_counter() - t0:5.1f}s] {stage}...")
             sys.stderr.flush()
 
-    net = compile_model(
-        args.model, out, quantize=args.quantize, transpose=args.transpose,
-        input_size=parse_hw(args.input_size) if args.input_size else None,
-        mean=parse_floats(args.mean, 3, "mean"),
-        scale=args.scale if args.scale is not None else 1.0,
-        std=parse_floats(args.std, 3, "std") if args.std else None,
-        channel_order=args.channel_order, resize=args.resize, labels=args.labels,
-        ub_size=args.ub_size, golden=not args.no_golden, format=args.format,
-        progress=progress)
-    if tty:
-        sys.stderr.write("\r\x1b[K")
-    meta = net.meta
+    try:
+        net = compile_model(
+            args.model, None, quantize=args.quantize, transpose=args.transpose,
+            input_size=input_size,
+            mean=mean, scale=args.scale if args.scale is not None else 1.0, std=std,
+            channel_order=args.channel_order, resize=args.resize, labels=labels,
+            ub_size=args.ub_size, golden=not args.no_golden, format=args.format,
+            progress=progress)
+        meta = net.meta
+        k = classes(meta)
+        if labels is not None and k is not None and len(labels) != k:
+            raise InvalidArgument(f"the labels file has {len(labels)} labels, the model "
+                                  f"scores {k} classes", field="labels", value=args.labels,
+                                  limit=k)
+        progress(f"writing {out}")
+        write(net, out)
+    finally:
+        if tty:
+            sys.stderr.write("\r\x1b[K")
+            sys.stderr.flush()
     if args.report:
         print_report(meta)
     if not args.quiet and meta.get("quantization"):

@@ -19,7 +19,10 @@ Exit status: 0 when nothing failed (warnings allowed), 3 for device problems
 (including "no board on this machine"), 2 for bad arguments.
 
 With a net.bin argument the DMA size is checked against what the network needs (from
-its META, :func:`dvsdk.netfile.dma_bytes`); callers may also pass ``required_dma``.
+its META, :func:`dvsdk.netfile.dma_bytes`; callers may also pass ``required_dma``), and
+the network against the device it would run on, with the runtime's own check
+(:func:`dvsdk.netfile.check_hardware`, which ``dvsdk.load`` applies): unified buffer
+size, kernel size, hardware revision and units.
 """
 
 from __future__ import annotations
@@ -79,13 +82,6 @@ class Finding:
         return text
 
 
-def required_dma_for_net(path: str) -> int:
-    """DMA bytes a net.bin needs (arena, weights, command streams: its META sizes)."""
-    from ..netfile import dma_bytes, read
-
-    return dma_bytes(read(path))
-
-
 def _mib(n: int) -> str:
     return f"{n / (1 << 20):.1f} MiB" if n >= 1 << 20 else f"{n} B"
 
@@ -93,9 +89,11 @@ def _mib(n: int) -> str:
 class Doctor:
     """Runs the checks for one device URL and collects :class:`Finding` s."""
 
-    def __init__(self, url: str, required_dma: int | None = None) -> None:
+    def __init__(self, url: str, required_dma: int | None = None, net: object = None,
+                 net_name: str = "net.bin") -> None:
         self.url = url
         self.required_dma = required_dma
+        self.net, self.net_name, self.net_checked = net, net_name, False
         self.findings: list[Finding] = []
         self.no_board = False
 
@@ -111,6 +109,7 @@ class Doctor:
         parsed = parse_url(self.url)
         if parsed.scheme != "uio":
             self._check_generic()
+            self._net_unchecked()
             return self.findings
         opts = parsed.options
         sysfs = opts.get("sysfs") or None
@@ -126,7 +125,34 @@ class Doctor:
         self._check_group(access_ok or not nodes_ok)
         if nodes_ok and pl_ok and access_ok and dma_ok:
             self._check_device()
+        self._net_unchecked()
         return self.findings
+
+    # -- the network against the device ---------------------------------------------
+    def _check_net(self, info) -> None:
+        """The runtime's own check (what ``dvsdk.load`` refuses), not a copy of it."""
+        if self.net is None:
+            return
+        from ..netfile import check_hardware
+
+        self.net_checked = True
+        try:
+            check_hardware(self.net, info)
+        except DvsdkError as e:
+            detail = str(e).removesuffix(f"; {e.hint}") if e.hint else str(e)
+            self.add(FAIL, "net.bin", f"{self.net_name} does not fit this device: {detail}",
+                     e.hint or "")
+            return
+        hw = self.net.meta.get("hardware", {})
+        self.add(OK, "net.bin", f"{self.net_name} fits this device (needs unified buffer "
+                 f"{hw.get('ub_size_min', 0)} of {info.ub_size} bytes, kernels up to "
+                 f"{hw.get('max_kernel_size', 1)}x{hw.get('max_kernel_size', 1)}, units "
+                 f"{', '.join(hw.get('units', ['conv']))})")
+
+    def _net_unchecked(self) -> None:
+        if self.net is not None and not self.net_checked:
+            self.add(INFO, "net.bin", f"{self.net_name} not checked against the device: it "
+                     "could not be opened (see above)")
 
     # -- non-board URLs --------------------------------------------------------------
     def _check_generic(self) -> None:
@@ -138,6 +164,7 @@ class Doctor:
             return
         self.add(OK, "device", f"{info.backend} opened: ub_size={info.ub_size} "
                  f"mac_num={info.mac_num} conv_freq={info.conv_freq} MHz")
+        self._check_net(info)
         self.add(INFO, "device", "not a board URL: the UIO/DMA checks do not apply "
                  "(use --device uio://)")
         if info.backend == "sim":
@@ -339,6 +366,7 @@ class Doctor:
                 self.add(OK, "mac", f"{info.mac_num} MACs ({info.mac_num // 72} x 72)")
             self._check_clock(info.conv_freq, info.extra.get("clock_source", "unknown"),
                               dev.inventory)
+            self._check_net(info)
             for node in dev.board.nodes:  # type: ignore[attr-defined]
                 self.add(INFO, "irq", f"{node.sys_name}: {node.event_count() or 0} interrupts "
                          "so far")
@@ -381,7 +409,8 @@ def build_parser() -> argparse.ArgumentParser:
                                 description="Check that this machine can run the DV700.")
     p.add_argument("--device", default=None,
                    help="device URL (default $DVSDK_DEVICE if it is a uio:// URL, else uio://)")
-    p.add_argument("net", nargs="?", default=None, help="net.bin to size the DMA memory for")
+    p.add_argument("net", nargs="?", default=None,
+                   help="net.bin to check: DMA memory size, and that it fits the device")
     return p
 
 
@@ -402,21 +431,25 @@ def main(argv: list[str] | None = None, *,
         env = default_url()
         url = env if env.startswith("uio:") else "uio://"
     need: int | None = None
+    net = None
     if args.net is not None:
         if not os.path.isfile(args.net):
             print(f"dvsdk doctor: cannot read {args.net}", file=out)
             return 2
         try:
+            from .. import netfile
+
+            net = netfile.read(args.net)
             if callable(required_dma):
                 need = int(required_dma(args.net))
             elif required_dma is None:
-                need = required_dma_for_net(args.net)
+                need = netfile.dma_bytes(net)
         except DvsdkError as e:
             print(f"dvsdk doctor: {args.net}: {e}", file=out)
             return e.exit_code
     if isinstance(required_dma, int):
         need = required_dma
-    doc = Doctor(url, need)
+    doc = Doctor(url, need, net, os.path.basename(args.net or "net.bin"))
     try:
         doc.run()
     except InvalidURL as e:

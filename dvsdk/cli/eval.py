@@ -6,6 +6,8 @@ import argparse
 import json
 import sys
 
+from . import Parser
+
 EPILOG = """datasets:
   DIR/<class>/<image>          classification, one folder per class (names = the net's labels)
   DIR/images/ + DIR/masks/     segmentation, image and mask (class indices) with the same stem
@@ -19,8 +21,8 @@ examples:
 """
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="dvsdk eval", epilog=EPILOG,
+def build_parser() -> Parser:
+    p = Parser(prog="dvsdk eval", epilog=EPILOG,
                                 formatter_class=argparse.RawDescriptionHelpFormatter,
                                 description="Evaluate a net.bin on a dataset.")
     p.add_argument("net", help="the net.bin")

@@ -1,22 +1,28 @@
-"""``dvsdk``: ``dvsdk --version``, ``dvsdk doctor``, ``dvsdk info``, ``dvsdk eval``,
-``dvsdk analyze``."""
+"""``dvsdk``: ``dvsdk --version``, ``dvsdk doctor``, ``dvsdk info``."""
 
 from __future__ import annotations
 
 import argparse
 import sys
 
-from . import entry
+from . import Parser, entry
 
-EPILOG = """commands:
-  doctor [--device URL] [net.bin]   check device nodes, permissions, DMA memory, registers
-  info [--device URL]               print what the device reports (sysfs keys)
-  eval net.bin DATASET              accuracy on a dataset (top-1/top-5, mIoU); --help for more
-  analyze net.bin --reference MODEL per-layer error against the source model; --help for more
+#: every subcommand and what it does (``dvsdk --help`` lists them all)
+COMMANDS = {
+    "doctor": "check device nodes, permissions, DMA memory, registers; with a net.bin, "
+              "that it fits the device",
+    "info": "print what the device reports (sysfs keys)",
+    "eval": "accuracy on a dataset (top-1/top-5, mIoU), locally, on boards or a cluster",
+    "analyze": "per-layer error of a net.bin against its source model",
+}
 
-examples:
+#: subcommands with their own parser (and --help): module name under dvsdk.cli
+OWN_PARSER = {"doctor": "doctor", "eval": "eval", "analyze": "analyze"}
+
+EPILOG = """examples:
   dvsdk --version --device sim://
   dvsdk doctor --device uio:// model.bin
+  dvsdk info --device sim://?ub_size=655360
 """
 
 
@@ -36,26 +42,28 @@ def _version(device_url: str | None) -> str:
     return line
 
 
-def main(argv: list[str]) -> int:
-    if argv and argv[0] == "doctor":
-        from .doctor import main as doctor_main
-
-        return doctor_main([a for a in argv[1:] if a != "--debug"])
-    if argv and argv[0] == "analyze":
-        from .analyze import main as analyze_main
-
-        return analyze_main(argv[1:])
-    if argv and argv[0] == "eval":
-        from .eval import main as eval_main
-
-        return eval_main(argv[1:])
-    p = argparse.ArgumentParser(prog="dvsdk", epilog=EPILOG,
-                                formatter_class=argparse.RawDescriptionHelpFormatter,
-                                description="The DMP DV700 SDK.")
-    p.add_argument("command", nargs="?", choices=("info",), help="see below")
+def build_parser() -> Parser:
+    p = Parser(prog="dvsdk", epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
+               description="The DMP DV700 SDK.")
     p.add_argument("--version", action="store_true", help="SDK, net.bin and hardware versions")
     p.add_argument("--device", default=None, help="device URL (connects for --version/info)")
-    p.add_argument("--debug", action="store_true")
+    p.add_argument("--debug", action="store_true", help="show tracebacks")
+    sub = p.add_subparsers(dest="command", title="commands", metavar="COMMAND")
+    for name, text in COMMANDS.items():
+        sp = sub.add_parser(name, help=text, description=text, add_help=name not in OWN_PARSER)
+        if name == "info":
+            sp.add_argument("--device", default=argparse.SUPPRESS, help="device URL")
+    return p
+
+
+def main(argv: list[str]) -> int:
+    rest = [a for a in argv if a != "--debug"]
+    if rest and rest[0] in OWN_PARSER:  # they have their own parser (and --help)
+        import importlib
+
+        module = importlib.import_module(f"{__package__}.{OWN_PARSER[rest[0]]}")
+        return module.main(rest[1:])
+    p = build_parser()
     args = p.parse_args(argv)
     if args.version:
         print(_version(args.device))

@@ -1,45 +1,69 @@
-"""``dvsdk-run net.bin image.png``: run a compiled network on images or tensors."""
+"""``dvsdk-run net.bin image.png``: run a compiled network on images or tensors.
+
+Each input runs on its own: one that cannot be read (a corrupt image) or whose outputs
+are not finite is reported on stderr and in ``--json``, the others still run, and the
+exit status says that something failed (that of the first failure).
+"""
 
 from __future__ import annotations
 
 import argparse
 import json
 import os
-import statistics
 import sys
-import time
-from pathlib import Path
 
 import numpy as np
 
-from . import entry
+from . import (
+    EXIT_BAD_INPUT,
+    EXIT_NONFINITE,
+    Parser,
+    entry,
+    positive_float,
+    positive_int,
+)
 
 EPILOG = """examples:
   dvsdk-run digits.bin seven.png                 classify one image (top-5 with labels)
   dvsdk-run digits.bin samples/ --json           a directory as a batch, JSON output
   dvsdk-run net.bin --input x.npy --save y.npz   raw tensors in and out
-  dvsdk-run net.bin img.png --bench 50           stage timings and FPS
+  dvsdk-run net.bin --input a=a.npy --input b=b.npy   a network with inputs a and b
+  dvsdk-run net.bin --input feeds.npz            the same, arrays keyed by input name
+  dvsdk-run net.bin --bench 50                   stage timings and FPS on random input
+  dvsdk-run net.bin img.png -t 10                the same for 10 seconds, on img.png
   dvsdk-run net.bin --selftest                   the golden pair stored in net.bin
   dvsdk-run net.bin img.png --profile            per-command cycles and MAC utilization
   dvsdk-run seg.bin street.png --save-mask m.png per-pixel classes as a colored PNG
   DVSDK_DEVICE=uio:// dvsdk-run net.bin img.png  on the board (default: the simulator)
+
+exit status:
+  0 all ran, 1 internal error, 2 bad input (an argument, or an input that could not be
+  read: the others still run), 3 device problem, 4 a run produced non-finite outputs
+  (NaN or inf: values beyond FP16's +-65504 on the device; check the input scaling the
+  net.bin was compiled with)
 """
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="dvsdk-run", epilog=EPILOG,
-                                formatter_class=argparse.RawDescriptionHelpFormatter,
-                                description="Run a compiled network (net.bin) on the DV700.")
+def build_parser() -> Parser:
+    p = Parser(prog="dvsdk-run", epilog=EPILOG,
+               formatter_class=argparse.RawDescriptionHelpFormatter,
+               description="Run a compiled network (net.bin) on the DV700.")
     p.add_argument("net", help="compiled network (net.bin)")
     p.add_argument("images", nargs="*", help="image files or directories (a batch)")
-    p.add_argument("--input", action="append", default=[], metavar="X.npy",
-                   help="raw input tensor (.npy, the model's own layout); repeatable")
+    p.add_argument("--input", action="append", default=[], metavar="[NAME=]X.npy|X.npz",
+                   help="raw input tensor (the model's own layout): X.npy for a single-input "
+                        "network, NAME=X.npy per input, or an .npz keyed by input name; "
+                        "repeatable")
     p.add_argument("--device", default=None, help="device URL (default $DVSDK_DEVICE or sim://)")
-    p.add_argument("-k", "--top-k", type=int, default=5, help="classes to show")
-    p.add_argument("--timeout", type=float, default=10.0, help="seconds to wait per run")
+    p.add_argument("-k", "--top-k", type=positive_int, default=5, help="classes to show")
+    p.add_argument("--timeout", type=positive_float, default=10.0,
+                   help="seconds to wait per run")
     p.add_argument("--json", action="store_true", help="machine-readable results")
     p.add_argument("--save", metavar="OUT.npz", help="save every output")
-    p.add_argument("--bench", type=int, metavar="N", help="time N runs per stage")
+    p.add_argument("--bench", type=positive_int, metavar="N",
+                   help="time N runs per stage (random input if none is given)")
+    p.add_argument("-t", "--time", type=positive_float, metavar="SECONDS",
+                   help="benchmark for SECONDS (with --bench: whichever limit comes first)")
     p.add_argument("--selftest", action="store_true", help="run the stored golden pair")
     p.add_argument("--profile", action="store_true", help="per-command cycles, MACs, bytes")
     p.add_argument("--trace", metavar="OUT.json", help="Chrome/Perfetto trace of the runs")
@@ -50,27 +74,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-q", "--quiet", action="store_true")
     p.add_argument("-v", "--verbose", action="store_true")
     p.add_argument("--debug", action="store_true", help="show tracebacks")
+    p.add_version()
     return p
-
-
-def _collect_images(items: list[str]) -> list[Path]:
-    from ..errors import ImageError
-    from ..runtime.images import IMAGE_SUFFIXES
-
-    paths: list[Path] = []
-    for item in items:
-        p = Path(item)
-        if p.is_dir():
-            found = sorted(q for q in p.iterdir() if q.suffix.lower() in IMAGE_SUFFIXES)
-            if not found:
-                raise ImageError("directory has no images", field="images", value=item,
-                                 limit=IMAGE_SUFFIXES)
-            paths += found
-        elif p.exists():
-            paths.append(p)
-        else:
-            raise ImageError("no such image file or directory", field="images", value=item)
-    return paths
 
 
 def _probabilities(v: np.ndarray) -> np.ndarray:
@@ -95,13 +100,34 @@ def _classification(net, outputs: dict[str, np.ndarray], k: int) -> list[dict] |
              "probability": float(probs[i])} for i in top]
 
 
-def main(argv: list[str]) -> int:
-    from ..errors import InvalidArgument
-    from ..runtime.net import load
+def nonfinite(outputs: dict[str, np.ndarray]) -> str | None:
+    """Which outputs hold NaN or inf, as a sentence; None when all are finite."""
+    bad = [(k, int(np.count_nonzero(~np.isfinite(v))), v.size) for k, v in outputs.items()
+           if not np.isfinite(v).all()]
+    if not bad:
+        return None
+    which = ", ".join(f"{k!r} {n} of {size}" for k, n, size in bad)
+    return (f"non-finite outputs (NaN/inf): {which}; the values overflowed FP16 (+-65504) "
+            "on the device: check the input scaling the net.bin was compiled with "
+            "(--mean/--scale/--std)")
 
+
+def main(argv: list[str]) -> int:
     args = build_parser().parse_intermixed_args(argv)  # images may follow options
+    # Overflowing values are reported per input (exit 4), never as numpy warnings.
+    with np.errstate(all="ignore"):
+        return _main(args)
+
+
+def _main(args) -> int:
+    from ..errors import ImageError, InvalidArgument
+    from ..runtime.net import load
+    from .inputs import check_image_input, image_jobs, random_job, tensor_jobs
+    from .term import Console
+
     if not os.path.exists(args.net):
         raise InvalidArgument("net.bin not found", field="net", value=args.net)
+    benching = args.bench is not None or args.time is not None
     with load(args.net, args.device) as net:
         if args.selftest:
             res = net.selftest()
@@ -112,74 +138,98 @@ def main(argv: list[str]) -> int:
                       f"{res['max_abs_error']:.3g} (tolerance "
                       f"{max(res['tolerance'].values()):.3g})")
             return 0 if res["passed"] else 1
-        jobs: list[tuple[str, object]] = []
-        for path in _collect_images(args.images):
-            jobs.append((str(path), ("image", path)))
-        for path in args.input:
-            jobs.append((path, ("tensor", _load_npy(path))))
-        if not jobs:
-            raise InvalidArgument("give an image, a directory, --input X.npy or --selftest",
-                                  field="inputs", value=None)
-        results, saved, traces = [], {}, []
+        jobs = image_jobs(args.images)
+        if jobs:
+            check_image_input(net)
+        if args.input and args.ipu:
+            raise InvalidArgument("--ipu needs an image input", field="--ipu")
+        jobs += tensor_jobs(net, args.input)
+        if not jobs and not benching and not args.profile:
+            raise InvalidArgument("give an image, a directory, --input X.npy, --bench N or "
+                                  "--selftest", field="inputs", value=None)
+        chatty = not args.quiet and not args.json
+        console = Console("dvsdk-run", len(jobs), bar=chatty)
+        results: list[dict] = []
         report: dict = {"results": results}
-        progress = Progress(len(jobs), enabled=not args.quiet and not args.json and
-                            len(jobs) > 1)
-        for name, (kind, payload) in jobs:
-            if kind == "image":
-                outs = net.run_image(payload, timeout=args.timeout, ipu=args.ipu)
+        saved: dict[str, np.ndarray] = {}
+        traces: list = []
+        status = 0
+        for job in jobs:
+            try:
+                if job.kind == "image":
+                    outs = net.run_image(job.payload, timeout=args.timeout, ipu=args.ipu)
+                else:
+                    outs = net.run(job.payload, timeout=args.timeout)
+            except ImageError as e:  # this input only: report it and go on
+                console.step(job.name)
+                console.error(str(e))
+                results.append({"input": job.name, "error": str(e),
+                                "exit_code": EXIT_BAD_INPUT})
+                status = status or EXIT_BAD_INPUT
+                continue
+            traces.append((job.name, net.last_run))
+            console.step(job.name)
+            st = net.last_run
+            item = {"input": job.name, "device_us": st.device_us, "cycles": st.cycles,
+                    "wall_us": st.total_us}
+            bad = nonfinite(outs)
+            if bad is not None:
+                item.update(error=bad, exit_code=EXIT_NONFINITE,
+                            outputs={k: list(v.shape) for k, v in outs.items()})
+                console.error(f"{job.name}: {bad}")
+                status = status or EXIT_NONFINITE
             else:
-                if args.ipu:
-                    raise InvalidArgument("--ipu needs an image input", field="--ipu")
-                outs = net.run(payload, timeout=args.timeout)
-            traces.append((name, net.last_run))
-            progress.step(name)
-            entry_ = {"input": name, "device_us": net.last_run.device_us,
-                      "cycles": net.last_run.cycles, "wall_us": net.last_run.total_us}
-            top = _classification(net, outs, args.top_k)
-            if top is not None:
-                entry_["top"] = top
-            else:
-                entry_["outputs"] = {k: list(v.shape) for k, v in outs.items()}
-            results.append(entry_)
+                top = _classification(net, outs, args.top_k)
+                if top is not None:
+                    item["top"] = top
+                else:
+                    item["outputs"] = {k: list(v.shape) for k, v in outs.items()}
+                if chatty:
+                    _print_result(console, item, args.verbose, st)
+            results.append(item)
             for k, v in outs.items():
-                saved[k if len(jobs) == 1 else f"{Path(name).stem}/{k}"] = v
-            if not args.json and not args.quiet:
-                _print_result(entry_, args.verbose, net.last_run)
-        progress.close()
-        if args.save_mask:
+                saved[k if len(jobs) == 1 else f"{job.stem}/{k}"] = v
+        console.close()
+        if args.save_mask and traces:
             save_mask(args.save_mask, net.class_map())
-            if not args.quiet and not args.json:
+            if chatty:
                 print(f"saved class map to {args.save_mask}")
-        if args.save:
+        if args.save and saved:
             _save_npz(args.save, saved)
+        profile_rows = None
+        if args.profile or args.trace:
+            from .inputs import preprocessed
+
+            ok = [j for j in jobs if any(t[0] == j.name for t in traces)]
+            profile_rows = net.profile(preprocessed(net, ok[0]) if ok else None)
         if args.profile:
             from ..runtime.profile import format_profile
 
-            rows = net.profile(_first_input(net, jobs))
             if args.json:
-                report["profile"] = rows
+                report["profile"] = profile_rows
             else:
-                print(format_profile(rows, net.device.info().mac_num))
+                print(format_profile(profile_rows, net.device.info().mac_num))
+        if benching:
+            from .bench import bench, format_bench
+
+            ok = [j for j in jobs if any(t[0] == j.name for t in traces)]
+            job = ok[0] if ok else random_job(net)
+            console.restart(args.bench or 0, bar=chatty)
+            res, bench_stats = bench(net, job, args.bench, args.time, console)
+            console.close()
+            if not traces:
+                traces = [(f"{job.name} {i}", s) for i, s in enumerate(bench_stats)]
+            if args.json:
+                report["bench"] = res
+            else:  # -q silences the per-input results, not what --bench was asked for
+                print(format_bench(res))
         if args.trace:
-            write_trace(args.trace, traces)
-        if args.bench:
-            name, (kind, payload) = jobs[0]
-            bench = _bench(net, kind, payload, args.bench, args.json,
-                           not args.quiet and not args.json)
-            if bench is not None:
-                report["bench"] = bench
+            from .trace import write_trace
+
+            write_trace(args.trace, traces, profile_rows, net.device.info().simulated)
         if args.json:
             print(json.dumps(report, default=_jsonable))
-    return 0
-
-
-def _load_npy(path: str) -> np.ndarray:
-    from ..errors import InvalidArgument
-
-    try:
-        return np.load(path, allow_pickle=False)
-    except (OSError, ValueError) as e:
-        raise InvalidArgument(f"cannot read tensor: {e}", field="input", value=path) from None
+    return status
 
 
 def _save_npz(path: str, arrays: dict[str, np.ndarray]) -> None:
@@ -189,86 +239,19 @@ def _save_npz(path: str, arrays: dict[str, np.ndarray]) -> None:
                                                 for k, v in arrays.items()}))
 
 
-def _print_result(entry_: dict, verbose: bool = False, stats=None) -> None:
-    print(f"{entry_['input']}:  (device {entry_['device_us']:.0f} us)")
+def _print_result(console, item: dict, verbose: bool = False, stats=None) -> None:
+    lines = [f"{item['input']}:  (device {item['device_us']:.0f} us)"]
     if verbose and stats is not None:
         for seg in stats.segments:
-            print(f"    {seg.name}: {seg.commands} commands, {seg.device_us:.1f} us device, "
-                  f"{seg.cycles} cycles")
-        print(f"    cpu ops {stats.cpu_us:.0f} us, pack {stats.pack_us:.0f} us, sync "
-              f"{stats.sync_us:.0f} us, unpack {stats.unpack_us:.0f} us")
-    for t in entry_.get("top", []):
-        print(f"  {t['probability']:7.2%}  {t['label']}")
-    for k, shape in entry_.get("outputs", {}).items():
-        print(f"  {k}: {tuple(shape)}")
-
-
-def _bench(net, kind: str, payload, n: int, as_json: bool, progress_ok: bool) -> dict | None:
-    """Stage table (mean, p50, p99) and FPS; on the simulator the device column is the
-    predicted time at the configured clock."""
-    from ..runtime.images import preprocess
-
-    names = ("preprocess", "pack", "sync", "device", "unpack", "cpu ops", "total")
-    stages: dict[str, list[float]] = {k: [] for k in names}
-    spec = net.inputs[0]
-    progress = Progress(n, enabled=progress_ok)
-    for _ in range(n):
-        t0 = time.perf_counter()
-        x = preprocess(payload, spec["shape"], spec["preprocess"]) if kind == "image" \
-            else payload
-        t1 = time.perf_counter()
-        net.run(x)
-        st = net.last_run
-        host = st.total_us - sum(s.wall_us for s in st.segments)
-        for key, val in (("preprocess", (t1 - t0) * 1e6), ("pack", st.pack_us),
-                         ("sync", st.sync_us), ("device", st.device_us),
-                         ("unpack", st.unpack_us), ("cpu ops", st.cpu_us),
-                         ("total", (t1 - t0) * 1e6 + host + st.device_us)):
-            stages[key].append(val)
-        progress.step("bench")
-    progress.close()
-    rows = {k: {"mean": statistics.fmean(v), "p50": _pct(v, 50), "p99": _pct(v, 99)}
-            for k, v in stages.items()}
-    dev = rows["device"]["mean"]
-    cpu = rows["total"]["mean"] - dev
-    fps = 1e6 / rows["total"]["mean"]
-    fps_pipe = 1e6 / max(cpu, dev, 1e-9)
-    simulated = net.device.info().simulated
-    if as_json:
-        return {"stages": rows, "fps": fps, "fps_double_buffered": fps_pipe, "runs": n,
-                "device_time": "predicted" if simulated else "measured"}
-    print(f"{'stage':12s} {'mean us':>10s} {'p50 us':>10s} {'p99 us':>10s}")
-    for k, r in rows.items():
-        print(f"{k:12s} {r['mean']:10.1f} {r['p50']:10.1f} {r['p99']:10.1f}")
-    note = (" (device time predicted by the simulator at "
-            f"{net.device.info().conv_freq} MHz; host stages measured)") if simulated else ""
-    print(f"{fps:.1f} FPS sequential, {fps_pipe:.1f} FPS with double buffering "
-          f"(x{fps_pipe / fps:.2f}) over {n} runs{note}")
-    return None
-
-
-class Progress:
-    """A one-line progress bar on a terminal (stderr); silent in pipes and with -q."""
-
-    def __init__(self, total: int, enabled: bool = True) -> None:
-        self.total, self.done = total, 0
-        self.on = enabled and total > 1 and sys.stderr.isatty()
-        self.t0 = time.perf_counter()
-
-    def step(self, label: str = "") -> None:
-        self.done += 1
-        if self.on:
-            width = 30
-            fill = int(width * self.done / self.total)
-            rate = self.done / max(time.perf_counter() - self.t0, 1e-9)
-            sys.stderr.write(f"\r[{'#' * fill}{'.' * (width - fill)}] {self.done}/{self.total}"
-                             f" {rate:.1f}/s {label[-30:]:30s}")
-            sys.stderr.flush()
-
-    def close(self) -> None:
-        if self.on:
-            sys.stderr.write("\r" + " " * 80 + "\r")
-            sys.stderr.flush()
+            lines.append(f"    {seg.name}: {seg.commands} commands, {seg.device_us:.1f} us "
+                         f"device, {seg.cycles} cycles")
+        lines.append(f"    cpu ops {stats.cpu_us:.0f} us, pack {stats.pack_us:.0f} us, sync "
+                     f"{stats.sync_us:.0f} us, unpack {stats.unpack_us:.0f} us")
+    for t in item.get("top", []):
+        lines.append(f"  {t['probability']:7.2%}  {t['label']}")
+    for k, shape in item.get("outputs", {}).items():
+        lines.append(f"  {k}: {tuple(shape)}")
+    console.say("\n".join(lines))
 
 
 PALETTE = np.array([[0, 0, 0], [230, 25, 75], [60, 180, 75], [255, 225, 25], [0, 130, 200],
@@ -287,46 +270,12 @@ def save_mask(path: str, classes: np.ndarray) -> None:
     atomic_write(path, lambda f: Image.fromarray(rgb).save(f, format="PNG"))
 
 
-def write_trace(path: str, runs: list) -> None:
-    """Chrome/Perfetto trace (JSON array format) of every run's stages and commands."""
-    events = []
-    offset = 0.0
-    for name, st in runs:
-        events.append({"name": f"run {name}", "ph": "X", "pid": 1, "tid": 0, "ts": offset,
-                       "dur": st.total_us, "cat": "run"})
-        for kind, label, start, dur, extra in st.events:
-            tid = 2 if kind == "device" else 1
-            events.append({"name": label, "cat": kind, "ph": "X", "pid": 1, "tid": tid,
-                           "ts": offset + start, "dur": dur, "args": extra})
-        offset += st.total_us + 10.0
-    events += [{"name": "thread_name", "ph": "M", "pid": 1, "tid": t, "args": {"name": n}}
-               for t, n in ((0, "runs"), (1, "host"), (2, "device"))]
-    from ..fsutil import atomic_write
-
-    doc = json.dumps({"traceEvents": events, "displayTimeUnit": "ms"}).encode()
-    atomic_write(path, lambda f: f.write(doc))
-
-
-def _first_input(net, jobs):
-    from ..runtime.images import preprocess
-
-    name, (kind, payload) = jobs[0]
-    if kind == "image":
-        spec = net.inputs[0]
-        return preprocess(payload, spec["shape"], spec["preprocess"])
-    return payload
-
-
 def _jsonable(v):
     if isinstance(v, (np.integer, np.floating)):
         return v.item()
     if isinstance(v, tuple):
         return list(v)
     return str(v)
-
-
-def _pct(values: list[float], q: float) -> float:
-    return float(np.percentile(np.asarray(values), q))
 
 
 def run(argv: list[str] | None = None) -> int:

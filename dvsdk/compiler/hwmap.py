@@ -13,7 +13,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..hw.fp16 import fp16_bits
+from ..hw.fp16 import fp16_bits, fp16_value
+from ..hw.spec import SPEC
 from .ir import Graph, Op
 
 
@@ -131,6 +132,19 @@ def extra_pad(in_size: int, k_eff: int, pa: int, pb: int, stride: int, want: int
 
 def fp16_param(v: float) -> int:
     return fp16_bits(v)
+
+
+def act_words(code: int, param: int = 0) -> str:
+    """A fused activation as ``--report`` shows it: the §4.5 ``actfunc`` name from
+    ``firmware_spec/commands.yaml``, ``relu`` for a leaky ReLU of slope 0, and the FP16
+    parameter where it matters (leaky ReLU slope, ELU alpha other than 1)."""
+    name = SPEC.enum("actfunc").name_of(code)
+    value = fp16_value(param)
+    if name == "leaky_relu":
+        return "relu" if value == 0 else f"leaky_relu {value:.3g}"
+    if name == "elu" and value not in (0.0, 1.0):
+        return f"elu {value:.3g}"
+    return name
 
 
 # -- the compiler's tables (also used to generate the README's supported-ops table) --------

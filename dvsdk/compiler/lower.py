@@ -354,7 +354,7 @@ class Lowering(OpLowerings, MultiRunLowerings):
         if run.pool_enable == 1:
             parts.append(f"+maxpool {run.pool_kernel[0]}x{run.pool_kernel[1]}")
         if run.actfunc:
-            parts.append(f"+act{run.actfunc}")
+            parts.append("+" + hwmap.act_words(run.actfunc, run.actfunc_param))
         return " ".join(parts)
 
 

@@ -64,8 +64,9 @@ class OpLowerings:
         run = replace(run, m=n_out, conv_enable=1, p=0x0101, pz=1, conv_stride=0x0101,
                       weight_fmt=fmt)
         kind = f"fc {k}->{n_out}" + (" (reads flattened conv output in place)" if cols
-                                     is not None else "") + (f" +act{run.actfunc}"
-                                                             if run.actfunc else "")
+                                     is not None else "")
+        if run.actfunc:
+            kind += " +" + hwmap.act_words(run.actfunc, run.actfunc_param)
         cmd = HwCmd(src, out, 1, 1, k, [run], [blob], None, 1, [op.name, *fused], kind)
         if src == a and a in self.deferred:
             raise NoMapping("the flattened input cannot be read in place")
@@ -83,7 +84,9 @@ class OpLowerings:
                                                  self.order[op.name])
         kx, ky = run.pool_kernel
         cmd = HwCmd(x, out, w, h, c, [run], [None], None, 1, [op.name, *fused],
-                    f"max-pool {kx}x{ky}" + (f" +act{run.actfunc}" if run.actfunc else ""))
+                    f"max-pool {kx}x{ky}" + (" +" + hwmap.act_words(run.actfunc,
+                                                                    run.actfunc_param)
+                                               if run.actfunc else ""))
         return self._finish(cmd, act)
 
     def _staged_maxpool(self, op: Op, shape: tuple[int, int, int]) -> bool:
@@ -164,7 +167,7 @@ class OpLowerings:
                                                  cmd.c, False, False, 1 << 30)
         if fused and (act is None or act.prelu is None):
             cmd = replace(cmd, runs=[run], output=out, sources=cmd.sources + fused,
-                          kind=cmd.kind + f" +act{run.actfunc}")
+                          kind=f"{cmd.kind} +{hwmap.act_words(run.actfunc, run.actfunc_param)}")
         return self._finish(cmd, None)
 
     def _global_pool(self, op: Op, shape: tuple[int, int, int], kind: str, kmax: int) -> bool:

@@ -106,19 +106,50 @@ def profile_net(net: Any, x: Any | None = None) -> list[dict[str, Any]]:
     return rows
 
 
+def short_names(names: list[str], width: int = 32) -> list[str]:
+    """Op names short enough for a table column, still telling the rows apart.
+
+    Framework exports name ops by scope path, each scope repeating its parent's name
+    (torch: ``/blocks/blocks.0/block/block.3/Conv``).  A scope that the next one
+    extends (``blocks`` before ``blocks.0``) is dropped, then the leading scopes all
+    names share; what is still longer than ``width`` keeps its first scope and its tail
+    (``net/...block.3/Conv``): ``blocks.0/block.3/Conv``."""
+    split = []
+    for name in names:
+        parts = [p for p in name.split("/") if p]
+        split.append([p for i, p in enumerate(parts)
+                      if not (i + 1 < len(parts) and parts[i + 1].startswith(p + "."))])
+    common = 0
+    if split and all(len(p) > 1 for p in split):
+        shortest = min(len(p) for p in split) - 1
+        while common < shortest and len({tuple(p[: common + 1]) for p in split}) == 1:
+            common += 1
+    out = []
+    for parts in split:
+        short = "/".join(parts[common:])
+        if len(short) > width:
+            head = parts[common] + "/" if len(parts) - common > 1 else ""
+            head = head if len(head) <= width // 2 else ""
+            short = head + "..." + short[-(width - 3 - len(head)):]
+        out.append(short)
+    return out
+
+
 def format_profile(rows: list[dict[str, Any]], peak_macs: int) -> str:
-    lines = [f"{'#':>3s} {'where':5s} {'op / run':38s} {'in HxWxC':>13s} {'out HxWxC':>13s} "
+    names = short_names([r["sources"][0] if r["sources"] else "" for r in rows])
+    labels = [f"{n} {r['kind']}".strip() for n, r in zip(names, rows)]
+    w = min(max([len("op / run"), *map(len, labels)]), 64)
+    lines = [f"{'#':>3s} {'where':5s} {'op / run':{w}s} {'in HxWxC':>13s} {'out HxWxC':>13s} "
              f"{'cycles':>9s} {'us':>9s} {'MAC util':>8s} {'bytes':>9s} {'tiles':>5s}"]
-    for r in rows:
-        src = ",".join(r["sources"])[:18]
-        label = f"{src} {r['kind']}"[:38]
+    for r, label in zip(rows, labels):
+        label = label if len(label) <= w else label[: w - 3] + "..."
         if r["where"] == "cpu":
-            lines.append(f"{r['index']:3d} cpu   {label:38s} {'':>13s} {'':>13s} {'':>9s} "
+            lines.append(f"{r['index']:3d} cpu   {label:{w}s} {'':>13s} {'':>13s} {'':>9s} "
                          f"{r['us']:9.1f}")
             continue
         fmt = "x".join
         util = f"{r['mac_util']:.0%}" if r["mac_util"] is not None else "-"
-        lines.append(f"{r['index']:3d} hw    {label:38s} {fmt(map(str, r['input'])):>13s} "
+        lines.append(f"{r['index']:3d} hw    {label:{w}s} {fmt(map(str, r['input'])):>13s} "
                      f"{fmt(map(str, r['output'])):>13s} {r['cycles'] or 0:9d} "
                      f"{r['us']:9.1f} {util:>8s} {r['bytes']:9d} {r['tiles']:5d}")
     hw = [r for r in rows if r["where"] == "hw"]

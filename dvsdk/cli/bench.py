@@ -1,0 +1,86 @@
+"""``dvsdk-run --bench N`` / ``-t SECONDS``: where the time of a run goes, stage by stage.
+
+One warm-up run comes first and is not counted.  Each stage (preprocess, pack, sync,
+device, unpack, CPU ops, total) is summarized by its mean, min, median, 99th percentile
+and max over the runs.  On the simulator the device column is the time predicted at the
+configured clock (the simulator's own wall time is not the device's); the host stages
+are measured.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from typing import Any
+
+import numpy as np
+
+from .inputs import Job, preprocessed
+from .term import Console
+
+STAGES = ("preprocess", "pack", "sync", "device", "unpack", "cpu ops", "total")
+COLUMNS = ("mean", "min", "median", "p99", "max")
+
+
+def summarize(values: list[float]) -> dict[str, float]:
+    v = np.asarray(values, np.float64)
+    return {"mean": statistics.fmean(values), "min": float(v.min()),
+            "median": float(np.median(v)), "p99": float(np.percentile(v, 99)),
+            "max": float(v.max())}
+
+
+def bench(net: Any, job: Job, runs: int | None, seconds: float | None,
+          console: Console | None = None) -> tuple[dict[str, Any], list]:
+    """Run ``job`` ``runs`` times, or for ``seconds``, or until either limit (whichever
+    comes first); returns the summary and every run's ``RunStats``."""
+    stages: dict[str, list[float]] = {k: [] for k in STAGES}
+    stats = []
+    t0 = time.perf_counter()
+    net.run(preprocessed(net, job))  # warm-up (first-use imports and caches): not counted
+    warmup_us = (time.perf_counter() - t0) * 1e6
+    start = time.perf_counter()
+    while True:
+        done = len(stats)
+        if runs is not None and done >= runs:
+            break
+        if seconds is not None and done and time.perf_counter() - start >= seconds:
+            break
+        t0 = time.perf_counter()
+        x = preprocessed(net, job)
+        t1 = time.perf_counter()
+        net.run(x)
+        st = net.last_run
+        stats.append(st)
+        host = st.total_us - sum(s.wall_us for s in st.segments)
+        pre = (t1 - t0) * 1e6 if job.kind == "image" else 0.0
+        for key, val in (("preprocess", pre), ("pack", st.pack_us), ("sync", st.sync_us),
+                         ("device", st.device_us), ("unpack", st.unpack_us),
+                         ("cpu ops", st.cpu_us), ("total", pre + host + st.device_us)):
+            stages[key].append(val)
+        if console is not None:
+            console.step("bench")
+    wall = time.perf_counter() - start
+    rows = {k: summarize(v) for k, v in stages.items()}
+    dev = rows["device"]["mean"]
+    fps = 1e6 / max(rows["total"]["mean"], 1e-9)
+    fps_pipe = 1e6 / max(rows["total"]["mean"] - dev, dev, 1e-9)
+    info = net.device.info()
+    return {"input": job.name, "runs": len(stats), "seconds": wall, "warmup_us": warmup_us,
+            "stages": rows,
+            "fps": fps, "fps_double_buffered": fps_pipe,
+            "device_time": "predicted" if info.simulated else "measured",
+            "clock_mhz": info.conv_freq}, stats
+
+
+def format_bench(res: dict[str, Any]) -> str:
+    head = f"{'stage':12s}" + "".join(f" {c + ' us':>10s}" for c in COLUMNS)
+    lines = [f"benchmark: {res['input']}, {res['runs']} runs in {res['seconds']:.2f} s after "
+             f"one warm-up run ({res['warmup_us'] / 1e3:.1f} ms, not counted)", head]
+    for k, r in res["stages"].items():
+        lines.append(f"{k:12s}" + "".join(f" {r[c]:10.1f}" for c in COLUMNS))
+    note = (f" (device time predicted by the simulator at {res['clock_mhz']} MHz; host "
+            "stages measured)") if res["device_time"] == "predicted" else ""
+    fps, pipe = res["fps"], res["fps_double_buffered"]
+    lines.append(f"{fps:.1f} FPS sequential, {pipe:.1f} FPS with double buffering "
+                 f"(x{pipe / fps:.2f}) over {res['runs']} runs{note}")
+    return "\n".join(lines)

@@ -1,0 +1,87 @@
+"""``dvsdk-run --trace OUT.json``: the runs as a Chrome trace (JSON object format), which
+Perfetto (ui.perfetto.dev) and chrome://tracing open.
+
+Three tracks in one process:
+
+* ``runs``: each run, its wall time;
+* ``host``: pack, sync, unpack and CPU ops as measured, and the wait for each hardware
+  segment (on the simulator that wait is the simulation, not the device);
+* ``device``: each hardware segment for its device time (on the simulator: predicted
+  from its cycles at the configured clock, not the simulator's wall time), starting at
+  its kick, with its commands nested inside.  The segment runs as one command list, so
+  the device reports no per-command time: each command gets the share of the segment's
+  time that its own time has when it runs alone (``net.profile``), and carries that
+  time in its arguments.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from typing import Any
+
+from ..runtime.profile import short_names
+
+RUNS, HOST, DEVICE = 0, 1, 2
+
+
+def _commands_by_segment(rows: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    hw = [r for r in rows if r["where"] == "hw"]
+    names = short_names([r["sources"][0] if r["sources"] else "" for r in hw])
+    by_seg: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for r, name in zip(hw, names):
+        by_seg[r.get("segment") or ""].append({**r, "short": name})
+    return by_seg
+
+
+def trace_events(runs: list[tuple[str, Any]], profile_rows: list[dict[str, Any]] | None,
+                 simulated: bool) -> list[dict[str, Any]]:
+    """Chrome trace events for ``runs`` (name, RunStats) laid end to end."""
+    by_seg = _commands_by_segment(profile_rows or [])
+    dev_name = "device (predicted by the simulator)" if simulated else "device"
+    events: list[dict[str, Any]] = []
+    offset = 0.0
+    for name, st in runs:
+        events.append({"name": f"run {name}", "cat": "run", "ph": "X", "pid": 1,
+                       "tid": RUNS, "ts": offset, "dur": st.total_us})
+        for kind, label, start, dur, extra in st.events:
+            ts = offset + start
+            if kind != "device":
+                events.append({"name": label, "cat": kind, "ph": "X", "pid": 1, "tid": HOST,
+                               "ts": ts, "dur": dur, "args": extra})
+                continue
+            predicted = float(extra.get("predicted_us", dur))
+            wait = f"wait for {label}" + (" (simulating)" if simulated else "")
+            events.append({"name": wait, "cat": "wait", "ph": "X", "pid": 1, "tid": HOST,
+                           "ts": ts, "dur": dur, "args": {"wall_us": dur}})
+            events.append({"name": label, "cat": "device", "ph": "X", "pid": 1, "tid": DEVICE,
+                           "ts": ts, "dur": predicted,
+                           "args": {**extra, "device_us": predicted, "wall_us": dur}})
+            cmds = by_seg.get(label, [])
+            alone = sum(c["us"] for c in cmds)
+            t = ts
+            for c in cmds:
+                share = predicted * (c["us"] / alone if alone > 0 else 1 / len(cmds))
+                events.append({"name": f"{c['short']} {c['kind']}".strip(), "cat": "command",
+                               "ph": "X", "pid": 1, "tid": DEVICE, "ts": t, "dur": share,
+                               "args": {"sources": c["sources"], "kind": c["kind"],
+                                        "us_alone": c["us"], "cycles_alone": c["cycles"],
+                                        "macs": c["macs"]}})
+                t += share
+        offset += st.total_us + 10.0
+    events += [{"name": "process_name", "ph": "M", "pid": 1, "args": {"name": "dvsdk-run"}}]
+    events += [{"name": "thread_name", "ph": "M", "pid": 1, "tid": t, "args": {"name": n}}
+               for t, n in ((RUNS, "runs"), (HOST, "host"), (DEVICE, dev_name))]
+    events += [{"name": "thread_sort_index", "ph": "M", "pid": 1, "tid": t,
+                "args": {"sort_index": t}} for t in (RUNS, HOST, DEVICE)]
+    return events
+
+
+def write_trace(path: str, runs: list[tuple[str, Any]],
+                profile_rows: list[dict[str, Any]] | None = None,
+                simulated: bool = False) -> None:
+    from ..fsutil import atomic_write
+
+    doc = json.dumps({"traceEvents": trace_events(runs, profile_rows, simulated),
+                      "displayTimeUnit": "ms"}).encode()
+    atomic_write(path, lambda f: f.write(doc))
