@@ -1,364 +1,30 @@
 """NNEF operations -> IR ops (ONNX types, NCHW): the NNEF frontend's op table.
 
-Each entry of :data:`OPS` converts one NNEF operation (S1 chapter 4; ``formats.md`` §4.2-4.3)
-into IR ops with the same numbers; :data:`LOWERED` lists the standard compound fragments
-that the Khronos parser expands into their defining primitives instead (so the op set stays
-small and each conversion is exact); anything else is refused by name.  The table is the one
-the README's NNEF section is generated from (``tools/gen_ops_table.py``).
+Each entry of :data:`OPS` converts one NNEF operation (S1 chapter 4; ``formats.md`` §4.2)
+into IR ops with the same numbers: element-wise, reduce, shape, matrix, activation and
+normalization operations here, the sliding-window ones in :mod:`.nnef_window`.
+:data:`LOWERED` lists the standard compound fragments that the Khronos parser expands into
+their defining primitives instead (so the op set stays small and each conversion exact);
+every other operation (:data:`REFUSED` names the standard ones) is refused by name.  The
+README's NNEF table is generated from these tables (``tools/gen_ops_table.py``).
 
-Semantics that differ from ONNX and are handled here:
-
-* broadcasting aligns shapes on the *left* (trailing singleton dimensions are implicit), so a
-  ``[1, C]`` bias against ``[N, C, H, W]`` means ``[1, C, 1, 1]``: lower-rank operands get
-  trailing singleton axes;
-* empty ``padding`` is automatic (§4.3: ``x = ceil(X/s)``, the odd cell at the end), pooling
-  ``size``/``padding``/``stride`` cover batch and channel too, ``groups = 0`` is depth-wise;
-* ``border``: ``'constant'`` pads with zeros (also for ``max_pool``), ``'ignore'`` leaves
-  padded cells out, ``'replicate'``/``'reflect'`` become an explicit ``Pad`` (edge / reflect,
-  on the CPU) before the window op; ``'reflect-even'`` has no IR form and is refused by name;
-* ``round`` is ``floor(x + 0.5)``; ``elu`` has ``alpha``; ``local_response_normalization``
-  normalizes the box (alpha is per element, as ONNX LRN's ``alpha / size``).
+NNEF meanings kept here: broadcasting aligns on the left (:meth:`Converter.aligned`),
+``round`` is ``floor(x + 0.5)``, ``elu`` has ``alpha``, ``softmax`` may cover several axes,
+``batch_normalization`` takes ``[1, C]`` parameters, ``prelu`` a ``[1, C]`` alpha.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from ...errors import ModelError
-from ..ir import Op, Tensor
+from . import nnef_window as W
+from .nnef_convert import Converter, Refused, with_bias
 
 __all__ = ["OPS", "LOWERED", "REFUSED", "NnefOp", "Converter", "Refused"]
-
-
-class Refused(Exception):
-    """This op (with these attributes) has no IR form: ``reason`` names the attribute."""
-
-    def __init__(self, reason: str) -> None:
-        super().__init__(reason)
-        self.reason = reason
-
-
-_DTYPES = {"scalar": np.float32, "integer": np.int64, "logical": np.bool_}
-_PAD_MODE = {"constant": "constant", "replicate": "edge", "reflect": "reflect"}
-
-
-def _ident(v: Any) -> bool:
-    """A tensor identifier (tensor arguments are identifiers or literals, never strings)."""
-    return isinstance(v, str)
-
-
-class Converter:
-    """Builds IR tensors and ops from parsed NNEF operations.
-
-    ``shapes`` are the NNEF-inferred shapes of every identifier, ``consts`` the constant
-    arrays (variables and ``constant`` ops) already placed in ``tensors``.
-    """
-
-    def __init__(self, shapes: dict[str, tuple[int, ...]], tensors: dict[str, Tensor]) -> None:
-        self.shapes = shapes
-        self.tensors = tensors
-        self.ops: list[Op] = []
-        self.used: set[str] = set(tensors)
-        self.op_names: set[str] = set()
-        self.origin = ""
-        self.base = ""
-
-    # ------------------------------------------------------------------ helpers
-    def fresh(self, hint: str) -> str:
-        name, i = hint, 1
-        while name in self.used:
-            name, i = f"{hint}_{i}", i + 1
-        self.used.add(name)
-        return name
-
-    def const(self, value: Any, dtype: Any = np.float32, hint: str = "") -> str:
-        name = self.fresh(f"{hint or self.base}_c")
-        self.tensors[name] = Tensor(name, const=np.asarray(value, dtype=dtype))
-        return name
-
-    def value(self, v: Any) -> np.ndarray | None:
-        """The constant value of an argument (literal or constant tensor), else None."""
-        if _ident(v):
-            t = self.tensors.get(str(v))
-            return None if t is None else t.const
-        if isinstance(v, (bool, int, float, np.number)):
-            return np.asarray(v)
-        return None
-
-    def shape(self, v: Any) -> tuple[int, ...]:
-        if _ident(v):
-            return tuple(self.shapes[str(v)])
-        return ()
-
-    def tensor(self, v: Any, dtype: Any = np.float32) -> str:
-        """The IR tensor of an argument: an identifier, or a literal as a 0-d constant."""
-        if _ident(v):
-            return str(v)
-        if isinstance(v, bool):
-            dtype = np.bool_
-        return self.const(v, dtype)
-
-    def emit(self, op_type: str, inputs: Sequence[str], outputs: Sequence[str] | None = None,
-             **attrs: Any) -> str:
-        """Append an op; fresh output tensors unless ``outputs`` names them. Returns output 0."""
-        outs = list(outputs) if outputs is not None else [self.fresh(f"{self.base}_t")]
-        for o in outs:
-            self.used.add(o)
-            self.tensors.setdefault(o, Tensor(o))
-        name, i = self.base, 1
-        while name in self.op_names:
-            name, i = f"{self.base}_{i}", i + 1
-        self.op_names.add(name)
-        self.ops.append(Op(op_type, name, list(inputs), outs, attrs, self.origin))
-        return outs[0]
-
-    def aligned(self, v: Any, rank: int, dtype: Any = np.float32) -> str:
-        """Argument ``v`` with trailing singleton axes up to ``rank`` (NNEF broadcasting)."""
-        c = self.value(v)
-        if c is not None and not _ident(v):
-            return self.tensor(v, dtype)
-        r = len(self.shape(v))
-        if r >= rank or r == 0:
-            return self.tensor(v, dtype)
-        if c is not None:
-            return self.const(c.reshape(c.shape + (1,) * (rank - r)), c.dtype)
-        return self.emit("Unsqueeze", [str(v), self.const(list(range(r, rank)), np.int64)])
-
-    def channel_vector(self, v: Any, channels: int, what: str) -> np.ndarray | None:
-        """A per-channel parameter (``[1, C]``, ``[C]`` or a scalar) as a length-C vector."""
-        c = self.value(v)
-        if c is None:
-            return None
-        flat = np.asarray(c, dtype=np.float32).reshape(-1)
-        if flat.size == 1:
-            return np.full(channels, flat[0], np.float32)
-        if flat.size != channels:
-            raise ModelError(f"{what} does not have one value per channel", field=self.origin,
-                             value=list(np.shape(c)), limit=channels)
-        return flat
-
-
-# ---------------------------------------------------------------------- window geometry
-def auto_padding(extents: Sequence[int], kernel: Sequence[int], stride: Sequence[int],
-                 dilation: Sequence[int]) -> list[tuple[int, int]]:
-    """NNEF automatic padding (§4.3): ``x = ceil(X/s)``, total ``t`` split floor/ceil."""
-    out = []
-    for X, f, s, d in zip(extents, kernel, stride, dilation):
-        x = -(-X // s)
-        t = max((x - 1) * s + (f - 1) * d + 1 - X, 0)
-        out.append((t // 2, t - t // 2))
-    return out
-
-
-def _window(cv: Converter, op: Any, spatial_only: bool) -> tuple[list, list, list, list]:
-    """(kernel, stride, dilation, padding) over the dims the attributes cover."""
-    x = cv.shape(op.inputs["input"])
-    a = op.attribs
-    if spatial_only:
-        kernel = list(cv.shape(op.inputs["filter"])[2:])
-        dims = x[2:]
-    else:
-        kernel = list(a["size"])
-        dims = x
-    n = len(kernel)
-    stride = list(a.get("stride") or [1] * n)
-    dilation = list(a.get("dilation") or [1] * n)
-    padding = [tuple(p) for p in a.get("padding") or auto_padding(dims, kernel, stride, dilation)]
-    return kernel, stride, dilation, padding
-
-
-def _border_pad(cv: Converter, x: str, border: str, padding: list, full: bool,
-                rank: int, value: float = 0.0, out: str | None = None) -> str:
-    """An explicit pad for a border mode the window op itself cannot do: ONNX Pad for
-    constant/replicate/reflect, a Gather of mirrored indices per axis for reflect-even."""
-    lead = [] if full else [(0, 0), (0, 0)]
-    pads = lead + [tuple(int(v) for v in p) for p in padding]
-    pads += [(0, 0)] * (rank - len(pads))
-    if border == "reflect-even":
-        if any(p < 0 or q < 0 for p, q in pads):
-            raise Refused("border=reflect-even with negative padding")
-        shape = cv.shape(x)
-        todo = [(a, p, q) for a, (p, q) in enumerate(pads) if p or q]
-        for i, (axis, p, q) in enumerate(todo):
-            idx = np.pad(np.arange(shape[axis]), (p, q), mode="symmetric")
-            x = cv.emit("Gather", [x, cv.const(idx, np.int64)],
-                        [out] if out and i == len(todo) - 1 else None, axis=axis)
-        return x
-    if border not in _PAD_MODE:
-        raise Refused(f"border={border}")
-    flat = [p for p, _ in pads] + [q for _, q in pads]
-    return cv.emit("Pad", [x, cv.const(flat, np.int64), cv.const(value)],
-                   [out] if out else None, mode=_PAD_MODE[border])
-
-
-def _onnx_pads(padding: Sequence[tuple[int, int]]) -> list[int]:
-    return [int(p) for p, _ in padding] + [int(q) for _, q in padding]
-
-
-def _check_shape(cv: Converter, out: str, expected: Sequence[int]) -> None:
-    got = tuple(cv.shapes[out])
-    if got != tuple(expected):
-        raise ModelError("internal: converted op disagrees with NNEF shape inference",
-                         field=cv.origin, value=tuple(expected), limit=got)
-
-
-# ---------------------------------------------------------------------- converters
-def _conv(cv: Converter, op: Any) -> None:
-    x, w = str(op.inputs["input"]), op.inputs["filter"]
-    xs, ws = cv.shape(x), cv.shape(w)
-    a = op.attribs
-    kernel, stride, dilation, padding = _window(cv, op, spatial_only=True)
-    groups = int(a["groups"]) or xs[1]
-    border = a.get("border", "constant")
-    if any(p < 0 or q < 0 for p, q in padding) or (border != "constant" and
-                                                   any(p or q for p, q in padding)):
-        x = _border_pad(cv, x, border, padding, False, len(xs))
-        padding = [(0, 0)] * len(padding)
-    bias = _bias(cv, op.inputs.get("bias", 0.0), ws[0])
-    ins = [x, cv.tensor(w)] + ([bias] if isinstance(bias, str) and bias else [])
-    out = str(op.outputs["output"])
-    res = cv.emit("Conv", ins, None if isinstance(bias, tuple) else [out],
-                  kernel_shape=kernel, strides=stride, dilations=dilation,
-                  pads=_onnx_pads(padding), group=groups)
-    if isinstance(bias, tuple):  # a computed bias tensor: add it after the conv
-        cv.emit("Add", [res, cv.aligned(bias[0], len(xs))], [out])
-
-
-def _bias(cv: Converter, b: Any, channels: int) -> str | tuple:
-    """'' (no bias), a constant [C] tensor name, or (identifier,) for a tensor bias."""
-    vec = cv.channel_vector(b, channels, "bias")
-    if vec is None:
-        return (b,)
-    if not vec.any():
-        return ""
-    return cv.const(vec, hint=f"{cv.base}_bias")
-
-
-def _deconv(cv: Converter, op: Any) -> None:
-    x, w = str(op.inputs["input"]), op.inputs["filter"]
-    xs, ws = cv.shape(x), cv.shape(w)
-    a = op.attribs
-    out = str(op.outputs["output"])
-    os_ = cv.shapes[out]
-    if a.get("border", "constant") != "constant":
-        raise Refused(f"border={a['border']}")
-    n = len(xs) - 2
-    kernel, stride = list(ws[2:]), list(a.get("stride") or [1] * n)
-    dilation = list(a.get("dilation") or [1] * n)
-    groups = int(a["groups"]) or xs[1]
-    padding = [tuple(p) for p in a.get("padding") or []]
-    if not padding:
-        padding = []
-        for xi, X, f, s, d in zip(xs[2:], os_[2:], kernel, stride, dilation):
-            t = max((xi - 1) * s + (f - 1) * d + 1 - X, 0)
-            padding.append((t // 2, t - t // 2))
-    if any(p < 0 or q < 0 for p, q in padding):
-        raise Refused("negative padding")
-    extra = []
-    for xi, X, f, s, d, (p, q) in zip(xs[2:], os_[2:], kernel, stride, dilation, padding):
-        e = X - ((xi - 1) * s + (f - 1) * d + 1 - p - q)
-        if not 0 <= e < max(s, d):
-            raise Refused(f"output_shape={list(os_)}")
-        extra.append(e)
-    bias = _bias(cv, op.inputs.get("bias", 0.0), ws[1] * groups)
-    ins = [x, cv.tensor(w)] + ([bias] if isinstance(bias, str) and bias else [])
-    attrs = dict(kernel_shape=kernel, strides=stride, dilations=dilation,
-                 pads=_onnx_pads(padding), group=groups)
-    if any(extra):
-        attrs["output_padding"] = extra
-    res = cv.emit("ConvTranspose", ins, None if isinstance(bias, tuple) else [out], **attrs)
-    if isinstance(bias, tuple):
-        cv.emit("Add", [res, cv.aligned(bias[0], len(xs))], [out])
-
-
-def _pool_geometry(cv: Converter, op: Any) -> tuple[list, list, list, list]:
-    kernel, stride, dilation, padding = _window(cv, op, spatial_only=False)
-    if kernel[:2] != [1, 1] or stride[:2] != [1, 1] or list(padding[:2]) != [(0, 0), (0, 0)]:
-        raise Refused(f"window over batch/channel size={kernel}")
-    return kernel[2:], stride[2:], dilation[2:], padding[2:]
-
-
-def _pool(cv: Converter, op: Any, kind: str) -> None:
-    """max_pool, avg_pool and box (normalize false: a depth-wise conv of ones)."""
-    x = str(op.inputs["input"])
-    xs = cv.shape(x)
-    kernel, stride, dilation, padding = _pool_geometry(cv, op)
-    border = op.attribs.get("border", "constant")
-    out = str(op.outputs["output"])
-    padded = any(p or q for p, q in padding)
-    if padded and any(p < 0 or q < 0 for p, q in padding):
-        raise Refused("negative padding")
-    if kind == "sum":  # box without normalization: 'ignore' and 'constant' both add zeros
-        if padded and border not in ("constant", "ignore"):
-            x = _border_pad(cv, x, border, padding, False, len(xs))
-            padding = [(0, 0)] * len(padding)
-        ones = np.ones((xs[1], 1, *kernel), np.float32)
-        cv.emit("Conv", [x, cv.const(ones, hint=f"{cv.base}_ones")], [out], kernel_shape=kernel,
-                strides=stride, dilations=dilation, pads=_onnx_pads(padding), group=xs[1])
-        return
-    attrs: dict[str, Any] = {"dilations": dilation} if any(d != 1 for d in dilation) else {}
-    if padded and (border not in ("constant", "ignore") or (kind == "max" and
-                                                             border == "constant")):
-        x = _border_pad(cv, x, border, padding, False, len(xs))
-        padding = [(0, 0)] * len(padding)
-    elif kind == "avg" and padded:
-        attrs["count_include_pad"] = int(border == "constant")
-    cv.emit("MaxPool" if kind == "max" else "AveragePool", [x], [out], kernel_shape=kernel,
-            strides=stride, pads=_onnx_pads(padding), **attrs)
-
-
-def _box(cv: Converter, op: Any) -> None:
-    _pool(cv, op, "avg" if op.attribs.get("normalize", False) else "sum")
-
-
-def _downsample(cv: Converter, op: Any, area: bool) -> None:
-    f = [int(v) for v in op.attribs["factor"]]
-    cv.emit("AveragePool", [str(op.inputs["input"])], [str(op.outputs["output"])],
-            kernel_shape=f if area else [1] * len(f), strides=f, pads=[0] * (2 * len(f)))
-
-
-def _nearest_upsample(cv: Converter, op: Any) -> None:
-    f = [float(v) for v in op.attribs["factor"]]
-    cv.emit("Resize", [str(op.inputs["input"]), "", cv.const([1.0, 1.0] + f)],
-            [str(op.outputs["output"])], mode="nearest",
-            coordinate_transformation_mode="asymmetric", nearest_mode="floor")
-
-
-#: factor-2 multilinear kernels as depth-wise deconvolutions (S1, multilinear_upsample).
-#: S1's illustrative asymmetric fragment pads (0, 1), which would make output[0] =
-#: 0.5 input[0]; the definition (output[2j] = input[j]) needs (1, 0), as the Khronos runtime
-#: computes.
-_UP2 = {"symmetric": (np.array([0.25, 0.75, 0.75, 0.25]), (1, 1)),
-        "asymmetric": (np.array([0.5, 1.0, 0.5]), (1, 0))}
-_CTM = {"symmetric": "half_pixel", "asymmetric": "asymmetric", "aligned": "align_corners"}
-
-
-def _multilinear_upsample(cv: Converter, op: Any) -> None:
-    x = str(op.inputs["input"])
-    xs = cv.shape(x)
-    out = str(op.outputs["output"])
-    f = [int(v) for v in op.attribs["factor"]]
-    method = op.attribs.get("method", "symmetric")
-    border = op.attribs.get("border", "replicate")
-    if method not in _CTM:
-        raise Refused(f"method={method}")
-    if method == "aligned" or border == "replicate":  # edges clamp: ONNX linear Resize
-        cv.emit("Resize", [x, "", cv.const([1.0, 1.0] + [float(v) for v in f])], [out],
-                mode="linear", coordinate_transformation_mode=_CTM[method])
-        return
-    if border != "constant" or f != [2] * len(f) or len(f) != 2:
-        raise Refused(f"border={border} factor={f}" if border == "constant" else
-                      f"border={border}")
-    k1, pad = _UP2[method]
-    k = np.outer(k1, k1).astype(np.float32)
-    w = np.broadcast_to(k, (xs[1], 1, *k.shape)).copy()
-    cv.emit("ConvTranspose", [x, cv.const(w, hint=f"{cv.base}_kernel")], [out],
-            kernel_shape=list(k.shape), strides=[2, 2], dilations=[1, 1],
-            pads=[pad[0], pad[0], pad[1], pad[1]], group=xs[1])
 
 
 def _reduce(cv: Converter, op: Any, kind: str) -> None:
@@ -472,27 +138,6 @@ def _batch_norm(cv: Converter, op: Any) -> None:
             epsilon=float(op.attribs["epsilon"]))
 
 
-def _lrn(cv: Converter, op: Any) -> None:
-    x = str(op.inputs["input"])
-    xs = cv.shape(x)
-    a = op.attribs
-    size = [int(s) for s in a["size"]]
-    alpha, beta, bias = float(a["alpha"]), float(a["beta"]), float(a["bias"])
-    out = str(op.outputs["output"])
-    if len(size) == len(xs) and size[0] == 1 and all(s == 1 for s in size[2:]):
-        cv.emit("LRN", [x], [out], size=size[1], alpha=alpha, beta=beta, bias=bias)
-        return
-    if len(size) != len(xs) or size[:2] != [1, 1]:
-        raise Refused(f"size={size}")
-    k = size[2:]
-    pads = auto_padding(xs[2:], k, [1] * len(k), [1] * len(k))
-    sq = cv.emit("Mul", [x, x])
-    avg = cv.emit("AveragePool", [sq], kernel_shape=k, strides=[1] * len(k),
-                  pads=_onnx_pads(pads), count_include_pad=1)
-    sigma = cv.emit("Add", [cv.emit("Mul", [avg, cv.const(alpha)]), cv.const(bias)])
-    cv.emit("Div", [x, cv.emit("Pow", [sigma, cv.const(beta)])], [out])
-
-
 def _reshape(cv: Converter, op: Any) -> None:
     out = str(op.outputs["output"])
     cv.emit("Reshape", [str(op.inputs["input"]), cv.const(cv.shapes[out], np.int64)], [out])
@@ -542,17 +187,6 @@ def _slice(cv: Converter, op: Any) -> None:
                       cv.const(axes, np.int64), cv.const(steps, np.int64)], [out])
 
 
-def _pad(cv: Converter, op: Any) -> None:
-    x = str(op.inputs["input"])
-    border = op.attribs.get("border", "constant")
-    out = str(op.outputs["output"])
-    if not any(p or q for p, q in op.attribs["padding"]):
-        cv.emit("Identity", [x], [out])
-        return
-    _border_pad(cv, x, border, list(op.attribs["padding"]), True, len(cv.shape(x)),
-                float(op.attribs.get("value", 0.0)), out)
-
-
 def _tile(cv: Converter, op: Any) -> None:
     cv.emit("Tile", [str(op.inputs["input"]), cv.const(op.attribs["repeats"], np.int64)],
             [str(op.outputs["output"])])
@@ -585,7 +219,7 @@ def _operand_t(cv: Converter, v: Any, transpose: bool) -> str:
         return cv.tensor(v)
     c = cv.value(v)
     r = len(cv.shape(v))
-    if c is not None and _ident(v):
+    if c is not None and isinstance(v, str):
         return cv.const(np.swapaxes(c, -1, -2), c.dtype, hint=f"{v}_T")
     perm = list(range(r - 2)) + [r - 1, r - 2]
     return cv.emit("Transpose", [str(v)], perm=perm)
@@ -602,11 +236,8 @@ def _linear(cv: Converter, op: Any) -> None:
     if len(cv.shape(x)) != 2:
         raise Refused(f"input rank {len(cv.shape(x))}")
     out = str(op.outputs["output"])
-    bias = _bias(cv, op.inputs.get("bias", 0.0), cv.shape(w)[0])
-    ins = [x, cv.tensor(w)] + ([bias] if isinstance(bias, str) and bias else [])
-    res = cv.emit("Gemm", ins, None if isinstance(bias, tuple) else [out], transB=1)
-    if isinstance(bias, tuple):
-        cv.emit("Add", [res, cv.aligned(bias[0], 2)], [out])
+    with_bias(cv, "Gemm", [x, cv.tensor(w)], op.inputs.get("bias", 0.0), cv.shape(w)[0], out, 2,
+              transB=1)
 
 
 def _attr_unary(ir: str, **names: str) -> Callable[[Converter, Any], None]:
@@ -669,21 +300,21 @@ OPS: dict[str, NnefOp] = {
     "select": NnefOp(_select, _t("Where")),
     "clamp": NnefOp(_clamp, _t("Clip", "Min", "Max"),
                     "scalar bounds: Clip (ReLU6 on the DV700); tensor bounds: Min + Max"),
-    "conv": NnefOp(_conv, _t("Conv", "Pad", "Gather"), "groups 0 = depth-wise; border "
+    "conv": NnefOp(W.conv, _t("Conv", "Pad", "Gather"), "groups 0 = depth-wise; border "
                    "replicate/reflect(-even): an explicit pad first, on the CPU"),
-    "deconv": NnefOp(_deconv, _t("ConvTranspose"), "output_shape via output_padding; border "
+    "deconv": NnefOp(W.deconv, _t("ConvTranspose"), "output_shape via output_padding; border "
                      "constant only"),
-    "box": NnefOp(_box, _t("AveragePool", "Conv"), "normalize: AveragePool; else a depth-wise "
+    "box": NnefOp(W.box, _t("AveragePool", "Conv"), "normalize: AveragePool; else a depth-wise "
                   "conv of ones"),
-    "max_pool": NnefOp(lambda cv, op: _pool(cv, op, "max"), _t("MaxPool", "Pad"),
+    "max_pool": NnefOp(W.max_pool, _t("MaxPool", "Pad"),
                        "border constant with padding: a zero Pad first"),
-    "avg_pool": NnefOp(lambda cv, op: _pool(cv, op, "avg"), _t("AveragePool", "Pad"),
+    "avg_pool": NnefOp(W.avg_pool, _t("AveragePool", "Pad"),
                        "border ignore: count_include_pad 0"),
-    "nearest_downsample": NnefOp(lambda cv, op: _downsample(cv, op, False), _t("AveragePool"),
+    "nearest_downsample": NnefOp(W.nearest_downsample, _t("AveragePool"),
                                  "1x1 window, stride = factor"),
-    "area_downsample": NnefOp(lambda cv, op: _downsample(cv, op, True), _t("AveragePool")),
-    "nearest_upsample": NnefOp(_nearest_upsample, _t("Resize"), "2x: the upsample run"),
-    "multilinear_upsample": NnefOp(_multilinear_upsample, _t("ConvTranspose", "Resize"),
+    "area_downsample": NnefOp(W.area_downsample, _t("AveragePool")),
+    "nearest_upsample": NnefOp(W.nearest_upsample, _t("Resize"), "2x: the upsample run"),
+    "multilinear_upsample": NnefOp(W.multilinear_upsample, _t("ConvTranspose", "Resize"),
                                    "border constant, factor 2: depth-wise deconv; replicate "
                                    "or aligned: linear Resize"),
     "sum_reduce": NnefOp(lambda cv, op: _reduce(cv, op, "sum"), _t("ReduceSum", "ReduceMean")),
@@ -703,7 +334,7 @@ OPS: dict[str, NnefOp] = {
     "concat": NnefOp(_concat, _t("Concat")),
     "split": NnefOp(_split, _t("Split")),
     "slice": NnefOp(_slice, _t("Slice"), "positive strides"),
-    "pad": NnefOp(_pad, _t("Pad", "Gather"), "constant, replicate (edge), reflect; "
+    "pad": NnefOp(W.pad, _t("Pad", "Gather"), "constant, replicate (edge), reflect; "
                   "reflect-even: a Gather of mirrored indices"),
     "tile": NnefOp(_tile, _t("Tile")),
     "stack": NnefOp(_stack, _t("Unsqueeze", "Concat")),
@@ -716,7 +347,7 @@ OPS: dict[str, NnefOp] = {
     "batch_normalization": NnefOp(_batch_norm, _t("BatchNormalization"),
                                   "constant parameters"),
     "local_response_normalization": NnefOp(
-        _lrn, _t("LRN", "AveragePool"), "size [1, n, 1, 1]: LRN; spatial sizes: "
+        W.lrn, _t("LRN", "AveragePool"), "size [1, n, 1, 1]: LRN; spatial sizes: "
         "x / (bias + alpha * avg_pool(x^2))^beta"),
 }
 
