@@ -298,10 +298,10 @@ def load_dir(root: Path, graph_file: Path | None = None,
             break
         lowered += more
         g = _parse(nnef, text, quant, lowered)
-    unsupported = [(op.name, _outputs(op)[0]) for op in g.operations
-                   if op.name not in OPS and op.name not in _TENSOR_OPS]
-    if unsupported:
-        raise UnsupportedOps(unsupported)
+    unknown = [(op.name, _outputs(op)[0]) for op in g.operations
+               if op.name not in OPS and op.name not in _TENSOR_OPS]
+    if any(name not in nnef.StandardOperations for name, _ in unknown):
+        raise UnsupportedOps(unknown)  # custom fragments: no shapes to go on with
 
     externals: dict[str, list[int]] = {}
     for op in g.operations:
@@ -345,6 +345,9 @@ def load_dir(root: Path, graph_file: Path | None = None,
         if op.name in _TENSOR_OPS:
             continue
         cv.origin, cv.base = origin, _outputs(op)[0]
+        if op.name not in OPS:
+            refused.append((op.name, cv.base))
+            continue
         try:
             OPS[op.name].convert(cv, op)
         except Refused as r:
