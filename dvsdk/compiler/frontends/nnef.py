@@ -316,7 +316,10 @@ def load_dir(root: Path, graph_file: Path | None = None,
                          limit={k: tuple(v) for k, v in externals.items()})
     try:
         nnef.infer_shapes(g, external_shapes=externals)
-    except (nnef.Error, AssertionError, ValueError, TypeError, IndexError) as exc:
+    except AssertionError as exc:  # the parser's only bare assert: graph.quant array shapes
+        raise ModelError("a graph.quant parameter does not fit its tensor's shape",
+                         field="graph.quant", value=str(exc) or None) from None
+    except (nnef.Error, ValueError, TypeError, IndexError) as exc:
         raise ModelError(f"NNEF shape inference failed: {exc}", field="graph.nnef") from None
     shapes = {n: tuple(int(d) for d in t.shape) for n, t in g.tensors.items()
               if t.shape is not None}

@@ -41,6 +41,7 @@ CODE_FLOAT, CODE_INT, CODE_LINEAR, CODE_LOG = 0x00, 0x01, 0x10, 0x11
 T_FLOAT, T_UINT, T_QUINT, T_QINT, T_INT, T_BOOL = 0, 1, 2, 3, 4, 5
 _KINDS = {T_FLOAT: "float", T_UINT: "uint", T_QUINT: "quint", T_QINT: "qint", T_INT: "int",
           T_BOOL: "bool", CODE_LINEAR: "linear", CODE_LOG: "log"}
+_INT_BITS = (*range(1, 33), 64)  # sub-byte and odd widths are bit-packed
 _KNOWN_CODES = "0 float, 1 uint (int if param 0 != 0), 2 quint, 3 qint, 4 int, 5 bool, " \
                "0x10 linear-quantized, 0x11 log-quantized"
 
@@ -96,10 +97,11 @@ def parse_header(raw: bytes, name: str, file_size: int) -> DatHeader:
         kind = "int"
     if kind is None:
         raise _fail(name, "item_type", "unknown item type", hex(code), _KNOWN_CODES)
-    allowed = {"float": (16, 32, 64), "bool": (1, 8), "uint": (1, 8, 16, 32, 64),
-               "int": (8, 16, 32, 64)}.get(kind, tuple(range(1, 33)))
+    allowed = {"float": (16, 32, 64), "bool": (1, 8), "uint": _INT_BITS,
+               "int": _INT_BITS}.get(kind, _INT_BITS[:-1])
     if bits not in allowed:
-        lim = ", ".join(map(str, allowed)) if len(allowed) < 8 else "1..32"
+        lim = ", ".join(map(str, allowed)) if len(allowed) < 8 else \
+            "1..32" + (", 64" if 64 in allowed else "")
         raise _fail(name, "bits", f"bits per item not valid for {kind} items", bits, lim)
     volume = int(np.prod(shape, dtype=np.int64)) if shape else 1
     expected = (volume * bits + 7) // 8
