@@ -333,6 +333,20 @@ def test_hand_written_graph_equals_the_khronos_runtime(tmp_path, case):
         np.testing.assert_allclose(a.astype(np.float64), r, rtol=2e-5, atol=2e-6, err_msg=case)
 
 
+def test_round_sends_halves_up(tmp_path):
+    """S1 4.2.1: round(x) = floor(x + 0.5), not numpy's or ONNX's round-half-to-even.  (The
+    Khronos C++ runtime rounds negative halves away from zero instead: it agrees elsewhere.)"""
+    d = _write(tmp_path, "    y = round(x);\n", shape=(1, 2, 2, 3))
+    x = np.array([-2.5, -1.5, -0.5, 0.5, 1.5, 2.5, -0.49, 0.49, 3.0, -3.0, 1e6 + 0.5, 7.25],
+                 np.float32).reshape(1, 2, 2, 3)
+    (got,) = _ir(d, {"x": x})
+    np.testing.assert_array_equal(got, np.floor(x + np.float32(0.5)))
+    runtime = _session(d, x)[0]
+    negative_half = (x < 0) & (x % 1 == 0.5)
+    assert negative_half.sum() == 3
+    np.testing.assert_array_equal(got[~negative_half], runtime[~negative_half])
+
+
 def _np_pool(xp: np.ndarray, k: tuple[int, int], s: tuple[int, int], red) -> np.ndarray:
     n, c, h, w = xp.shape
     oh, ow = (h - k[0]) // s[0] + 1, (w - k[1]) // s[1] + 1
