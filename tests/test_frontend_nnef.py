@@ -208,11 +208,14 @@ def _write(tmp_path: Path, body: str, shape=(1, 2, 6, 6), outputs=("y",),
 
 
 #: the compounds the Khronos runtime only runs expanded
-RUNTIME_LOWERED = ["clamp", "rms_pool", "l2_normalization", "l1_normalization", "softmax",
-                   "local_response_normalization", "local_mean_normalization", "moments",
-                   "nearest_downsample", "area_downsample", "nearest_upsample", "add_n",
-                   "separable_conv", "selu", "gelu", "silu", "rsqrt", "batch_normalization",
-                   "prelu", "leaky_relu"]
+RUNTIME_LOWERED = [
+    "clamp", "rsqr", "log2", "softabs", "local_variance_normalization",
+    "local_contrast_normalization", "linear_quantize", "min_max_linear_quantize",
+    "logarithmic_quantize", "separable_deconv", "copy_n", "rms_pool", "l2_normalization",
+    "l1_normalization", "softmax", "local_response_normalization", "local_mean_normalization",
+    "moments", "nearest_downsample", "area_downsample", "nearest_upsample", "add_n",
+    "separable_conv", "selu", "gelu", "silu", "rsqrt", "batch_normalization", "prelu",
+    "leaky_relu"]
 
 def _c(*shape: int, seed: int = 0) -> str:
     """An NNEF ``constant`` with seeded random values."""
@@ -305,6 +308,18 @@ HAND = {
                        " (2, 1), (1, 2)], border = 'replicate');\nd = pad(x, padding = [(0, 0), "
                        "(0, 0), (2, 1), (1, 2)], value = 0.5);\ny = add(a, add(b, add(c, d)));",
     "copy_add_n": "y = add_n([copy(x), x, x]);",
+    "copy_n": "[a, b] = copy_n(x, times = 2);\ny = sub(a, mul(b, 2.0));",
+    "rsqr_log2_softabs": "y = add(rsqr(add(abs(x), 1.0)), add(log2(add(abs(x), 1.0)), "
+                         "softabs(x, epsilon = 0.1)));",
+    "local_variance_contrast": "y = add(local_variance_normalization(x, size = [1, 1, 3, 3], "
+                               "bias = 1.0, epsilon = 0.1), local_contrast_normalization(x, "
+                               "size = [1, 1, 3, 3], epsilon = 0.1));",
+    "linear_and_log_quantize": "y = add(linear_quantize(x, min = -1.0, max = 1.0, bits = 4), "
+                               "add(min_max_linear_quantize(x, min = -1.0, max = 1.0, bits = 4, "
+                               "signed = true, symmetric = true), logarithmic_quantize(x, "
+                               "max = 4.0, bits = 3)));",
+    "separable_deconv": f"y = separable_deconv(x, {_c(3, 1, 3, 3, seed=8)}, "
+                        f"{_c(2, 3, 1, 1, seed=9)}, stride = [2, 2]);",
 }
 
 
@@ -345,6 +360,24 @@ def test_round_sends_halves_up(tmp_path):
     negative_half = (x < 0) & (x % 1 == 0.5)
     assert negative_half.sum() == 3
     np.testing.assert_array_equal(got[~negative_half], runtime[~negative_half])
+
+
+@pytest.mark.parametrize("signed,symmetric", [(True, False), (True, True), (False, False)])
+def test_zero_point_quantize_as_s1_defines_it(tmp_path, signed, symmetric):
+    """S1 zero_point_linear_quantize, from the formula (the Khronos parser's own expansion
+    clamps signed non-symmetric codes at 126 instead of -128)."""
+    flags = f"signed = {str(signed).lower()}, symmetric = {str(symmetric).lower()}"
+    d = _write(tmp_path, "    z = constant<integer>(shape = [1, 2], value = [3, -5]);\n"
+               f"    y = zero_point_linear_quantize(x, zero_point = z, scale = constant(shape = "
+               f"[1, 2], value = [0.02, 0.05]), bits = 8, {flags});\n")
+    x = np.random.default_rng(11).standard_normal((1, 2, 6, 6)).astype(np.float32) * 4
+    (got,) = _ir(d, {"x": x})
+    z, s = np.array([3, -5]).reshape(1, 2, 1, 1), np.array([0.02, 0.05]).reshape(1, 2, 1, 1)
+    r = 127 if signed else 255
+    lo = (-r if symmetric else -r - 1) if signed else 0
+    q = np.clip(np.floor(x.astype(np.float64) / s + 0.5) + z, lo, r)
+    np.testing.assert_allclose(got, (q - z) * s, rtol=1e-6, atol=1e-6)
+    assert (q == lo).any() and (q == r).any()  # both bounds matter
 
 
 def _np_pool(xp: np.ndarray, k: tuple[int, int], s: tuple[int, int], red) -> np.ndarray:
@@ -541,3 +574,25 @@ def test_detection_of_directories_and_files(tmp_path):
     with pytest.raises(ModelError, match="not an NNEF model"):
         load(notnnef)
     assert os.path.isdir(d)
+
+
+def test_the_op_table_classifies_every_standard_operation():
+    """Each operation the Khronos parser knows is converted, expanded or refused, once; the
+    README's NNEF section is generated from this table (tools/gen_ops_table.py)."""
+    from dvsdk.compiler.frontends.nnef_ops import LOWERED, OPS, REFUSED
+
+    groups = [set(OPS), set(LOWERED), set(REFUSED), {"external", "variable", "constant"}]
+    assert sum(len(g) for g in groups) == len(set().union(*groups))
+    provisional = {"planewise_conv", "planewise_deconv"}
+    assert set().union(*groups) - provisional == set(nnef.StandardOperations)
+    sys.path.insert(0, str(ROOT / "tools"))
+    try:
+        import gen_ops_table
+    finally:
+        sys.path.remove(str(ROOT / "tools"))
+    block = gen_ops_table.render_nnef()
+    for name in OPS:
+        assert f"| `{name}` |" in block
+    for name in (*LOWERED, *REFUSED):
+        assert f"`{name}`" in block
+

@@ -98,6 +98,35 @@ def _round(cv: Converter, op: Any) -> None:  # NNEF round: floor(x + 0.5), halve
             [str(op.outputs["y"])])
 
 
+def _cast(cv: Converter, op: Any) -> None:
+    to = {"scalar": 1, "integer": 7, "logical": 9}.get(str(op.dtype))  # ONNX FLOAT/INT64/BOOL
+    if to is None:
+        raise Refused(f"type={op.dtype}")
+    cv.emit("Cast", [cv.tensor(op.inputs["input"])], [str(op.outputs["output"])], to=to)
+
+
+def _zero_point_quantize(cv: Converter, op: Any) -> None:
+    """S1 zero_point_linear_quantize, from its definition (the Khronos parser's expansion
+    gets the lower bound of signed, non-symmetric ranges wrong): q = clamp(round(x / scale)
+    + z, lo, r), y = (q - z) * scale."""
+    x, out = str(op.inputs["x"]), str(op.outputs["y"])
+    bits, signed = int(op.attribs["bits"]), bool(op.attribs["signed"])
+    r = 2 ** (bits - 1) - 1 if signed else 2 ** bits - 1
+    lo = (-r if op.attribs["symmetric"] else -r - 1) if signed else 0
+    rank = len(cv.shape(x))
+    z, scale = op.inputs["zero_point"], op.inputs["scale"]
+    zv = cv.value(z)
+    if zv is not None:
+        zt = cv.const(zv.reshape(zv.shape + (1,) * (rank - zv.ndim)) if zv.ndim else zv,
+                      hint=f"{cv.base}_zero_point")
+    else:
+        zt = cv.emit("Cast", [cv.aligned(z, rank, np.int64)], to=1)
+    st = cv.aligned(scale, rank)
+    q = cv.emit("Floor", [cv.emit("Add", [cv.emit("Div", [x, st]), cv.const(0.5)])])
+    q = cv.emit("Clip", [cv.emit("Add", [q, zt]), cv.const(float(lo)), cv.const(float(r))])
+    cv.emit("Mul", [cv.emit("Sub", [q, zt]), st], [out])
+
+
 def _prelu(cv: Converter, op: Any) -> None:
     x, alpha = str(op.inputs["x"]), op.inputs["alpha"]
     out = str(op.outputs["y"])
@@ -254,6 +283,7 @@ class NnefOp:
     convert: Callable[[Converter, Any], None]
     ir: tuple[str, ...]    # the IR op types it becomes (the main one first)
     note: str = ""
+    cpu_only: tuple[str, ...] = ()  # of those, ones always emitted in a CPU-only form
 
 
 def _t(*ir: str) -> tuple[str, ...]:
@@ -272,7 +302,7 @@ OPS: dict[str, NnefOp] = {
     "ceil": NnefOp(_unary("Ceil"), _t("Ceil")),
     "round": NnefOp(_round, _t("Add", "Floor"), "floor(x + 0.5)"),
     "not": NnefOp(_unary("Not"), _t("Not")),
-    "sqr": NnefOp(_sqr, _t("Mul"), "x * x"),
+    "sqr": NnefOp(_sqr, _t("Mul"), "x * x", cpu_only=_t("Mul")),
     "sqrt": NnefOp(_unary("Sqrt"), _t("Sqrt")),
     "relu": NnefOp(_unary("Relu"), _t("Relu")),
     "sigmoid": NnefOp(_unary("Sigmoid"), _t("Sigmoid")),
@@ -281,6 +311,11 @@ OPS: dict[str, NnefOp] = {
     "elu": NnefOp(_attr_unary("Elu", alpha="alpha"), _t("Elu")),
     "selu": NnefOp(_attr_unary("Selu", alpha="alpha", gamma="lambda"), _t("Selu")),
     "leaky_relu": NnefOp(_attr_unary("LeakyRelu", alpha="alpha"), _t("LeakyRelu")),
+    "cast": NnefOp(_cast, _t("Cast")),
+    "zero_point_linear_quantize": NnefOp(
+        _zero_point_quantize, _t("Div", "Add", "Floor", "Clip", "Sub", "Mul"),
+        "fake quantization in the graph: clamp(round(x / scale) + z, lo, r)",
+        cpu_only=_t("Floor", "Clip")),
     "prelu": NnefOp(_prelu, _t("PRelu"), "a scalar alpha becomes LeakyRelu"),
     "add": NnefOp(_binary("Add"), _t("Add")),
     "sub": NnefOp(_binary("Sub"), _t("Sub")),
@@ -343,12 +378,12 @@ OPS: dict[str, NnefOp] = {
     "matmul": NnefOp(_matmul, _t("MatMul", "Transpose"), "constant B: the FC command"),
     "linear": NnefOp(_linear, _t("Gemm"), "rank-2 input"),
     "softmax": NnefOp(_softmax, _t("Softmax", "ReduceMax", "Sub", "Exp", "ReduceSum", "Div"),
-                      "several axes: exp(x - max) / sum"),
+                      "several axes: exp(x - max) / sum", cpu_only=_t("Sub", "Div")),
     "batch_normalization": NnefOp(_batch_norm, _t("BatchNormalization"),
                                   "constant parameters"),
     "local_response_normalization": NnefOp(
-        W.lrn, _t("LRN", "AveragePool"), "size [1, n, 1, 1]: LRN; spatial sizes: "
-        "x / (bias + alpha * avg_pool(x^2))^beta"),
+        W.lrn, _t("LRN", "AveragePool", "Pow", "Div"), "size [1, n, 1, 1]: LRN; spatial "
+        "sizes: x / (bias + alpha * avg_pool(x^2))^beta", cpu_only=_t("Div")),
 }
 
 #: standard compound fragments the parser expands into their definitions (S1 chapter 4)
@@ -356,12 +391,12 @@ LOWERED = frozenset({
     "rsqr", "rsqrt", "log2", "softabs", "silu", "gelu", "rms_pool", "separable_conv",
     "separable_deconv", "local_mean_normalization", "local_variance_normalization",
     "local_contrast_normalization", "l1_normalization", "l2_normalization", "moments",
-    "add_n", "copy_n", "linear_quantize", "min_max_linear_quantize",
-    "zero_point_linear_quantize", "planewise_conv", "planewise_deconv",
+    "add_n", "copy_n", "linear_quantize", "min_max_linear_quantize", "logarithmic_quantize",
+    "planewise_conv", "planewise_deconv",
 })
 
 #: standard operations with no IR form (UnsupportedOps names each use)
 REFUSED = ("sin", "cos", "tan", "sinh", "cosh", "asin", "acos", "atan", "asinh", "acosh",
            "atanh", "debox", "argmax_pool", "sample", "desample", "max_pool_with_index",
            "any_reduce", "all_reduce", "avg_roi_pool", "max_roi_pool", "roi_resample",
-           "avg_roi_align", "max_roi_align", "logarithmic_quantize", "update", "cast")
+           "avg_roi_align", "max_roi_align", "update", "avg_unpool", "max_unpool")
