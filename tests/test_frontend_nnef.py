@@ -497,6 +497,8 @@ def test_input_size_replaces_the_external_extents(tmp_path):
     x = np.random.default_rng(1).standard_normal((1, 2, 9, 7)).astype(np.float32)
     (y,) = _ir_sized(d, x, (9, 7))
     assert y.shape == (1, 3, 7, 5)
+    with pytest.raises(ModelError, match="positive"):
+        load(d, input_size=(0, 7))
     with pytest.raises(ModelError, match="4-D inputs"):
         load(_write(tmp_path, "    y = copy(x);\n", shape=(1, 5), name="flat"), input_size=(3, 3))
 

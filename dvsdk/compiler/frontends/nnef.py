@@ -303,6 +303,9 @@ def load_dir(root: Path, graph_file: Path | None = None,
     if any(name not in nnef.StandardOperations for name, _ in unknown):
         raise UnsupportedOps(unknown)  # custom fragments: no shapes to go on with
 
+    if input_size is not None and (len(input_size) != 2 or min(input_size) <= 0):
+        raise ModelError("input size must be two positive extents", field="input_size",
+                         value=tuple(input_size), limit="(H, W) > 0")
     externals: dict[str, list[int]] = {}
     for op in g.operations:
         if op.name == "external":
@@ -355,8 +358,9 @@ def load_dir(root: Path, graph_file: Path | None = None,
             OPS[op.name].convert(cv, op)
         except Refused as r:
             refused.append((f"{op.name}[{r.reason}]", cv.base))
-        except KeyError as exc:
-            raise ModelError(f"op lacks argument {exc}", field=origin) from None
+        except (KeyError, IndexError, ValueError, TypeError) as exc:  # malformed arguments
+            raise ModelError(f"cannot convert the op ({type(exc).__name__}: {exc})",
+                             field=origin) from None
     if refused:
         raise UnsupportedOps(refused)
 
