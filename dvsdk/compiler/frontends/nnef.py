@@ -21,6 +21,7 @@ it.  Every unsupported op is listed, with its output name, in one UnsupportedOps
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import shutil
@@ -271,7 +272,7 @@ def _variable(root: Path, op: Any, quant: dict, cache: dict) -> np.ndarray:
 def _constant(op: Any) -> np.ndarray:
     shape = tuple(int(v) for v in op.attribs["shape"])
     value = np.asarray(op.attribs["value"], dtype=_DTYPES.get(str(op.dtype), np.float32))
-    volume = int(np.prod(shape, dtype=np.int64))
+    volume = math.prod(shape)
     if value.size == 1:
         return np.full(shape, value.reshape(-1)[0], value.dtype)
     if value.size != volume:

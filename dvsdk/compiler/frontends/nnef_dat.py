@@ -21,6 +21,7 @@ leaves the bit order open).  numpy only, no per-item Python loops.
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -103,7 +104,7 @@ def parse_header(raw: bytes, name: str, file_size: int) -> DatHeader:
         lim = ", ".join(map(str, allowed)) if len(allowed) < 8 else \
             "1..32" + (", 64" if 64 in allowed else "")
         raise _fail(name, "bits", f"bits per item not valid for {kind} items", bits, lim)
-    volume = int(np.prod(shape, dtype=np.int64)) if shape else 1
+    volume = math.prod(shape)  # Python ints: 8 extents of 2^32 must not wrap
     expected = (volume * bits + 7) // 8
     if data_length != expected:
         raise _fail(name, "data_length", "data length does not match extents x bits",
@@ -135,7 +136,7 @@ def _unpack(data: np.ndarray, count: int, bits: int, signed: bool) -> np.ndarray
 
 def _items(data: np.ndarray, h: DatHeader) -> np.ndarray:
     """Raw items (floats, ints, bools or integer codes) in the tensor's shape."""
-    count = int(np.prod(h.shape, dtype=np.int64)) if h.shape else 1
+    count = math.prod(h.shape)
     if h.kind == "float":
         arr = data.view(f"<f{h.bits // 8}")
     elif h.kind == "bool":
