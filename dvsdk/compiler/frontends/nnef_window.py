@@ -118,7 +118,7 @@ def deconv(cv: Converter, op: Any) -> None:
     n = len(xs) - 2
     kernel, stride = list(ws[2:]), list(a.get("stride") or [1] * n)
     dilation = list(a.get("dilation") or [1] * n)
-    groups = int(a["groups"]) or xs[1]
+    groups = int(a["groups"]) or (os_[1] if a.get("output_shape") else xs[1])  # as S1 shapes
     padding = [tuple(p) for p in a.get("padding") or []]
     if not padding:
         padding = []
