@@ -8,7 +8,9 @@ Sources (nothing is typed in by hand):
   hardware segments whenever the DV700 cannot take them;
 * ``dvsdk.cpu.dtypes.DTYPE_RULES``: the element types each kernel computes;
 * ``dvsdk.compiler.frontends.onnx.SUPPORTED_OPS``: everything the ONNX frontend accepts
-  (needs the ``onnx`` package; without it the union of the two tables above is used).
+  (needs the ``onnx`` package; without it the union of the two tables above is used);
+* ``dvsdk.compiler.frontends.nnef_ops.OPS`` / ``LOWERED`` / ``REFUSED``: the NNEF frontend's
+  op table (the IR ops each NNEF op becomes), for the NNEF section.
 
 Usage::
 
@@ -16,7 +18,8 @@ Usage::
     python3 tools/gen_ops_table.py --check    # exit 1 if README.md's block is stale
     python3 tools/gen_ops_table.py --write    # rewrite README.md's block in place
 
-The block sits between ``<!-- ops-table:begin -->`` and ``<!-- ops-table:end -->``.
+The ONNX block sits between ``<!-- ops-table:begin -->`` and ``<!-- ops-table:end -->``;
+each further section (:data:`SECTIONS`) has its own pair of markers.
 """
 
 from __future__ import annotations
@@ -94,18 +97,59 @@ def render() -> str:
     return "\n".join(lines) + "\n"
 
 
+def render_nnef() -> str:
+    """The NNEF section: each NNEF op, the IR ops it becomes and where those can run."""
+    from dvsdk.compiler.frontends.nnef_ops import LOWERED, OPS, REFUSED
+    from dvsdk.compiler.hwmap import HARDWARE_OPS
+    from dvsdk.cpu.ops import KERNELS
+
+    lines = [NOTE, "", "| NNEF op | becomes (DV700 mapping) | becomes (CPU only) | notes |",
+             "|---|---|---|---|"]
+    for name in sorted(OPS):
+        spec = OPS[name]
+        on_hw = [t for t in spec.ir if t in HARDWARE_OPS and t not in spec.cpu_only]
+        hw = [f"`{t}`" for t in on_hw]
+        cpu = [f"`{t}`" for t in spec.ir if t not in on_hw and t in KERNELS]
+        lines.append(f"| `{name}` | {', '.join(hw) or '-'} | {', '.join(cpu) or '-'} | "
+                     f"{_cell(spec.note)} |")
+    lines += ["", "Inputs and constants: `external`, `variable` (its `.dat` file), `constant`.",
+              "", f"Expanded by the Khronos parser into the ops above ({len(LOWERED)}): "
+              + ", ".join(f"`{op}`" for op in sorted(LOWERED)) + " (`planewise_conv` and "
+              "`planewise_deconv`, of the provisional NNEF, defined as depth-wise conv/deconv).",
+              "", f"Refused, each use named in one error ({len(REFUSED)}): "
+              + ", ".join(f"`{op}`" for op in sorted(REFUSED)) + ".",
+              "", "An IR op with a DV700 mapping runs there when the conditions of the ONNX "
+              "table above hold; `dvsdk-compile --report` names the NNEF op and output of "
+              "every placement."]
+    return "\n".join(lines) + "\n"
+
+
+#: (begin marker, end marker, renderer) of every generated README block
+SECTIONS: list[tuple[str, str, object]] = [
+    (BEGIN, END, render),
+    ("<!-- ops-table-nnef:begin -->", "<!-- ops-table-nnef:end -->", render_nnef),
+]
+
+
 def mismatches() -> list[str]:
     """Ops the frontend calls hardware ops but HARDWARE_OPS does not describe."""
     hw, _, _, hw_claimed = tables()
     return sorted(hw_claimed - set(hw))
 
 
-def splice(text: str, block: str) -> str:
+def splice(text: str, block: str, begin: str = BEGIN, end_marker: str = END) -> str:
     """``text`` with the region between the markers replaced by ``block``."""
-    start, end = text.find(BEGIN), text.find(END)
+    start, end = text.find(begin), text.find(end_marker)
     if start < 0 or end < 0 or end < start:
-        raise ValueError(f"README has no {BEGIN} ... {END} region")
-    return text[: start + len(BEGIN)] + "\n" + block + text[end:]
+        raise ValueError(f"README has no {begin} ... {end_marker} region")
+    return text[: start + len(begin)] + "\n" + block + text[end:]
+
+
+def splice_all(text: str) -> str:
+    """``text`` with every generated section (:data:`SECTIONS`) brought up to date."""
+    for begin, end, make in SECTIONS:
+        text = splice(text, make(), begin, end)
+    return text
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -121,13 +165,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"gen_ops_table: note: onnx_frontend.HW_OPS lists {', '.join(odd)}, which "
               "hwmap.HARDWARE_OPS does not describe; they are listed as CPU only",
               file=sys.stderr)
-    block = render()
     if not (args.check or args.write):
-        sys.stdout.write(block)
+        sys.stdout.write("\n".join(make() for _, _, make in SECTIONS))
         return 0
     text = args.readme.read_text()
     try:
-        new = splice(text, block)
+        new = splice_all(text)
     except ValueError as e:
         print(f"gen_ops_table: {args.readme}: {e}", file=sys.stderr)
         return 2

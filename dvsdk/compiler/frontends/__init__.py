@@ -38,6 +38,8 @@ class Frontend:
 
 FRONTENDS: dict[str, Frontend] = {f.name: f for f in (
     Frontend("onnx", "ONNX", "onnx", "a .onnx file", (".onnx",)),
+    Frontend("nnef", "NNEF", "nnef", "a directory holding graph.nnef (+ .dat files), or a "
+             ".tgz/.tar.gz/.tar of one", (".nnef", ".tgz", ".tar.gz", ".tar")),
 )}
 
 
@@ -50,6 +52,8 @@ def detect(path: str | os.PathLike) -> str:
     for fe in FRONTENDS.values():
         if any(name.endswith(s) for s in fe.suffixes):
             return fe.name
+    if p.is_dir() and (p / "graph.nnef").is_file():
+        return "nnef"
     if p.is_dir():
         raise ModelError("the model is a directory that holds no model this SDK reads",
                          field="model", value=str(p), limit=expected())
