@@ -97,3 +97,69 @@ def test_cli_wrong_reference_is_one_clear_error(tmp_path, capsys):
     code = run(["analyze", str(MODELS / "digits.bin"), "--reference", str(other)])
     err = capsys.readouterr().err
     assert code == 2 and "reference" in err
+
+
+def _weight_formats(netfile) -> dict[str, int]:
+    """Per IR op with weights: the weight_fmt its command's run was packed with."""
+    from dvsdk.driver.commands import ConvCommand
+
+    fmts = {}
+    steps = [s for s in netfile.meta["program"] if s["kind"] == "hw"]
+    records = netfile.command_records()
+    for s in steps:
+        start, count = s["commands"]
+        for k in range(count):
+            cmd = ConvCommand.from_raw(records[start + k], lambda mem, offs: None)
+            for op, run in zip(s["command_sources"][k], cmd.runs[: cmd.num_runs]):
+                fmts[op] = run.weight_fmt
+    return fmts
+
+
+def test_quantize_skip_keeps_the_named_layers_fp16():
+    model = chain().SerializeToString()
+    full = dvsdk.compile(model, quantize=True, golden=False)
+    layers = [r["op"] for r in full.meta["quantization"]]
+    assert len(layers) == 4
+    skip = dvsdk.compile(model, quantize=True, quantize_skip=layers[1:3], golden=False)
+    assert [r["op"] for r in skip.meta["quantization"]] == [layers[0], layers[3]]
+    fmts = _weight_formats(skip)
+    assert [fmts[n] for n in layers] == [3, 1, 1, 3]          # 8-bit table = 3, FP16 = 1
+    assert set(_weight_formats(full)[n] for n in layers) == {3}
+    assert full.meta["weights"]["size"] < skip.meta["weights"]["size"]
+
+
+def test_quantize_skip_refuses_unknown_layers():
+    with pytest.raises(dvsdk.errors.ModelError, match="names no layer with weights"):
+        dvsdk.compile(chain().SerializeToString(), quantize=True, quantize_skip=("nope",),
+                      golden=False)
+    with pytest.raises(dvsdk.errors.ModelError, match="needs quantize"):
+        dvsdk.compile(chain().SerializeToString(), quantize_skip=("x",), golden=False)
+
+
+def test_the_one_quantized_layer_is_found_first():
+    model = chain().SerializeToString()
+    layers = [r["op"] for r in dvsdk.compile(model, quantize=True,
+                                             golden=False).meta["quantization"]]
+    net = dvsdk.compile(model, quantize=True, golden=False,
+                        quantize_skip=[n for i, n in enumerate(layers) if i != 2])
+    x = np.random.default_rng(3).uniform(0, 1, (1, 3, 12, 12)).astype(np.float32)
+    with dvsdk.load(net) as n:
+        rows = analyze(n, model, x)
+    convs = [r for r in rows if r.where == "hw"]
+    assert worst(rows, 1)[0].tensor == convs[2].tensor
+    assert layers[2] in worst(rows, 1)[0].ops
+
+
+def test_quantize_candidates_cli(tmp_path, capsys):
+    from dvsdk.cli.main import run
+
+    model = tmp_path / "chain.onnx"
+    model.write_bytes(chain().SerializeToString())
+    net = tmp_path / "chain.bin"
+    dvsdk.compile(model, net, golden=False)
+    assert run(["analyze", str(net), "--reference", str(model), "--quantize-candidates",
+                "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["q8_bytes"] < doc["fp16_bytes"] and len(doc["layers"]) == 4
+    assert sum(c["saved_bytes"] for c in doc["layers"]) == doc["fp16_bytes"] - doc["q8_bytes"]
+    assert all(c["rel_error"] >= 0 for c in doc["layers"])

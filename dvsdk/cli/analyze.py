@@ -33,6 +33,9 @@ def build_parser() -> Parser:
                         "default: the net's golden input")
     p.add_argument("--device", default=None, metavar="URL", help="default: sim://")
     p.add_argument("--top", type=int, default=5, help="highlight the N worst layers")
+    p.add_argument("--quantize-candidates", action="store_true",
+                   help="compile with each weighted layer alone 8-bit and report the "
+                        "accuracy/size trade per layer")
     p.add_argument("--json", action="store_true", help="print the rows as JSON")
     p.add_argument("--plot", metavar="PNG", help="error per layer along the network "
                    "(needs matplotlib: pip install 'dvsdk[plot]')")
@@ -78,6 +81,8 @@ def main(argv: list[str]) -> int:
         raise InvalidArgument("--top must be >= 0", field="top", value=args.top, limit=">= 0")
     with load(args.net, args.device) as net:
         x = load_input(net, args.input)
+        if args.quantize_candidates:
+            return _candidates(net, args, x)
         rows = analyze(net, args.reference, x, args.format)
     bad = {r.index for r in worst(rows, args.top)}
     if args.plot:
@@ -106,3 +111,31 @@ def print_table(rows, bad: set[int], color: bool) -> None:
     last = rows[-1]
     print(f"{len(rows)} tensors compared; output {last.tensor}: max abs {last.max_abs:.4g} "
           f"({last.rel:.2%} of its range), cosine {last.cosine:.6f}")
+
+
+def _candidates(net, args, x) -> int:
+    from ..qa.quantcands import quantize_candidates
+
+    def progress(done: int, total: int) -> None:
+        if sys.stderr.isatty() and not args.json:
+            sys.stderr.write(f"\r\x1b[Kcompiling layer {done}/{total}")
+            sys.stderr.flush()
+
+    cands, summary = quantize_candidates(net, args.reference, x, args.format, progress)
+    if sys.stderr.isatty() and not args.json:
+        sys.stderr.write("\r\x1b[K")
+    if args.json:
+        print(json.dumps({**summary, "layers": [c.as_dict() for c in cands]}, indent=1))
+        return 0
+    width = max([len(c.layer) for c in cands] + [5])
+    print(f"FP16: output error {summary['fp16_error']:.3%}, weights {summary['fp16_bytes']} B;"
+          f" all 8-bit: {summary['q8_error']:.3%}, {summary['q8_bytes']} B")
+    print(f"{'layer':{width}s} {'params':>9s} {'saves B':>9s} {'error':>9s} {'added':>9s}")
+    for c in cands:
+        print(f"{c.layer:{width}s} {c.weights:9d} {c.saved_bytes:9d} {c.rel_error:9.3%} "
+              f"{c.added:9.3%}")
+    keep = [c.layer for c in cands[: args.top] if c.added > 0]
+    if keep:
+        print(f"to keep the costliest {len(keep)} in FP16: dvsdk-compile ... --quantize "
+              f"--quantize-skip {','.join(keep)}")
+    return 0

@@ -37,6 +37,9 @@ def build_parser() -> Parser:
     p.add_argument("-f", "--force", action="store_true",
                    help="replace the output file if it exists")
     p.add_argument("--quantize", action="store_true", help="8-bit weight tables (k-means)")
+    p.add_argument("--quantize-skip", metavar="LAYER,...", default="",
+                   help="with --quantize: keep these layers' weights FP16 (names as in "
+                        "--report; see dvsdk analyze --quantize-candidates)")
     p.add_argument("--transpose", action="store_true", help="DHWC input layout")
     p.add_argument("--input-size", metavar="HxW", help="fix free spatial dimensions")
     p.add_argument("--mean", default="0", help="per-channel mean subtracted (R,G,B)")
@@ -131,6 +134,7 @@ def main(argv: list[str]) -> int:
     try:
         net = compile_model(
             args.model, None, quantize=args.quantize, transpose=args.transpose,
+            quantize_skip=args.quantize_skip,
             input_size=input_size,
             mean=mean, scale=args.scale if args.scale is not None else 1.0, std=std,
             channel_order=args.channel_order, resize=args.resize, labels=labels,

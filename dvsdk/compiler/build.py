@@ -36,6 +36,7 @@ class Options:
     """Compiler options (the ``dvsdk-compile`` flags)."""
 
     quantize: bool = False
+    quantize_skip: tuple[str, ...] = ()   # layers kept in FP16 when quantizing
     transpose: bool = False
     input_size: tuple[int, int] | None = None
     mean: tuple[float, ...] = (0.0, 0.0, 0.0)
@@ -73,6 +74,12 @@ class Options:
         if self.resize not in RESIZE_MODES:
             raise ModelError("unknown resize mode", field="resize", value=self.resize,
                              limit=RESIZE_MODES)
+        if isinstance(self.quantize_skip, str):
+            self.quantize_skip = tuple(n for n in self.quantize_skip.split(",") if n)
+        self.quantize_skip = tuple(self.quantize_skip)
+        if self.quantize_skip and not self.quantize:
+            raise ModelError("quantize_skip needs quantize", field="quantize_skip",
+                             value=list(self.quantize_skip))
 
 
 def _floats(values: Any, name: str) -> tuple[float, ...]:
@@ -180,16 +187,17 @@ def compile_graph(graph: Graph, options: Options, source: str = "") -> NetFile:
     t0 = time.perf_counter()
     info = DeviceInfo(ub_size=options.ub_size, mac_num=576, max_kernel_size=7, svn_version=93)
     quant_report: list[dict] = []
+    quantized: bool | frozenset = False
     if options.quantize:
         from .quantize import quantize_graph
 
-        graph, quant_report = quantize_graph(graph)
+        graph, quant_report, quantized = quantize_graph(graph, options.quantize_skip)
     model_graph = graph
     if options.transpose:
         from .transpose import transpose_spatial
 
         graph = transpose_spatial(graph)
-    program = lower(graph, info, quantize=options.quantize, multirun=options.multirun)
+    program = lower(graph, info, quantize=quantized, multirun=options.multirun)
     mplan = plan(program)
     steps, cmds, weights, constants, const_index = _encode_program(program, mplan, options)
     tensors = {}

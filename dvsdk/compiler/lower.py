@@ -46,10 +46,11 @@ _FAKE = BufferRef(_FakeBuffer(0x1000_0000), 0)
 
 
 class Lowering(OpLowerings, MultiRunLowerings):
-    def __init__(self, graph: Graph, info: DeviceInfo, quantize: bool = False,
+    def __init__(self, graph: Graph, info: DeviceInfo, quantize: bool | frozenset = False,
                  multirun: bool = True) -> None:
         self.g = graph
         self.info = info
+        #: True: every weight run 8-bit; a set: only the runs of these ops (--quantize-skip)
         self.quantize = quantize
         self.multirun = multirun
         self.cons = graph.consumers()
@@ -90,13 +91,17 @@ class Lowering(OpLowerings, MultiRunLowerings):
             return None
         return users[0] if users[0].name not in self.done else None
 
+    def quantizes(self, op: Op) -> bool:
+        """Whether ``op``'s weights are packed 8-bit."""
+        return self.quantize is True or (bool(self.quantize) and op.name in self.quantize)
+
     def _pack(self, w: np.ndarray, b: np.ndarray, prelu: np.ndarray | None = None,
               dilated: bool = False, quantizable: bool = True) -> tuple[bytes, int]:
         """Pack a run's weights; 8-bit when quantizing, except PReLU runs (§6.1 m) and
         weights the model does not have (per-channel affine runs) which stay FP16.  Weights
         FP16 cannot hold (beyond 65504) keep the op on the CPU."""
         try:
-            if self.quantize and prelu is None and quantizable:
+            if quantizable and self.quantize is not False and prelu is None:
                 table, idx = quantize_weights(w)
                 blob = (pack_dilated_weights(idx, b, table=table) if dilated
                         else pack_conv_weights(idx, b, table=table))
@@ -324,7 +329,7 @@ class Lowering(OpLowerings, MultiRunLowerings):
         prelu = act.prelu if act is not None and act.code == 4 else None
         if prelu is not None and dilated:
             raise NoMapping("PReLU with dilation")
-        blob, fmt = self._pack(wk, b, prelu, dilated=dilated)
+        blob, fmt = self._pack(wk, b, prelu, dilated=dilated, quantizable=self.quantizes(op))
         kind = ("depthwise " if depthwise else "") + ("deconv" if deconv else
                                                        "dilated conv" if dilated else "conv")
         run = replace(probe, m=m, conv_enable=(1 | (2 if depthwise else 0)
@@ -340,7 +345,7 @@ class Lowering(OpLowerings, MultiRunLowerings):
             if not fused:
                 raise
         # retry without fusion
-        blob, fmt = self._pack(wk, b, None, dilated=dilated)
+        blob, fmt = self._pack(wk, b, None, dilated=dilated, quantizable=self.quantizes(op))
         run = replace(run, pool_enable=0, pool_size=0, pool_stride=0x0101, pool_pad=0,
                       actfunc=0, actfunc_param=0, rectifi_en=0, weight_fmt=fmt)
         cmd = HwCmd(x, op.outputs[0], wd, h, c, [run], [blob], None, 1, [op.name], kind)
@@ -358,7 +363,7 @@ class Lowering(OpLowerings, MultiRunLowerings):
         return " ".join(parts)
 
 
-def lower(graph: Graph, info: DeviceInfo, quantize: bool = False,
+def lower(graph: Graph, info: DeviceInfo, quantize: bool | frozenset = False,
           multirun: bool = True) -> Program:
     """Lower an optimized, shape-inferred graph for a device with ``info``."""
     return Lowering(graph, info, quantize, multirun).run()

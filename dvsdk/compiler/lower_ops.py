@@ -60,7 +60,8 @@ class OpLowerings:
         run, out, fused, _, act = self.fuse_tail(run, op.outputs[0], n_out, False, False,
                                                  self.order[op.name])
         prelu = act.prelu if act is not None and act.code == 4 else None
-        blob, fmt = self._pack(wk.reshape(n_out, k, 1, 1), b, prelu)
+        blob, fmt = self._pack(wk.reshape(n_out, k, 1, 1), b, prelu,
+                               quantizable=self.quantizes(op))
         run = replace(run, m=n_out, conv_enable=1, p=0x0101, pz=1, conv_stride=0x0101,
                       weight_fmt=fmt)
         kind = f"fc {k}->{n_out}" + (" (reads flattened conv output in place)" if cols
