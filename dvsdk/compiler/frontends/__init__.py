@@ -38,6 +38,8 @@ class Frontend:
 
 FRONTENDS: dict[str, Frontend] = {f.name: f for f in (
     Frontend("onnx", "ONNX", "onnx", "a .onnx file", (".onnx",)),
+    Frontend("openvino", "OpenVINO IR", "openvino", "an .xml file with its .bin beside it",
+             (".xml",)),
 )}
 
 
