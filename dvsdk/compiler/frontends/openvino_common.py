@@ -116,6 +116,8 @@ def kernel(layer: Layer, nsp: int, legacy: bool = False) -> list[int]:
 def pool(b: Builder, layer: Layer, x: str, out: str, method: str, exclude_pad: bool,
          rounding: str | None, legacy: bool = False) -> list[str]:
     """MaxPool/AvgPool; ``rounding`` None takes floor or ceil from the declared output."""
+    if method not in ("max", "avg"):
+        return b.refuse(f"pool-method={method}")
     in_dims, out_dims = layer.inputs[0].dims, layer.outputs[0].dims
     nsp = len(in_dims) - 2
     k = kernel(layer, nsp, legacy)
@@ -146,8 +148,6 @@ def pool(b: Builder, layer: Layer, x: str, out: str, method: str, exclude_pad: b
             return b.refuse(f"rounding_type={rounding} with a window in the padding")
     if method == "max":
         return [b.op1("MaxPool", [x], out, a)]
-    if method != "avg":
-        return b.refuse(f"pool-method={method}")
     a["count_include_pad"] = int(not exclude_pad)
     return [b.op1("AveragePool", [x], out, a)]
 

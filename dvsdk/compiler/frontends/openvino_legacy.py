@@ -282,7 +282,7 @@ def _batch_norm(b, L, ins, outs):
                   {"epsilon": L.num("epsilon", 1e-5)})]
 
 
-@layer("Norm", "LRN", ir=("LRN", "Mul", "AveragePool", "Add", "Pow", "Div"))
+@layer("Norm", "LRN", ir=("LRN", "Mul", "Conv", "Pow", "Div"))
 def _norm(b, L, ins, outs):
     n = L.int1("local-size", L.int1("local_size", 5))
     alpha, beta, k = L.num("alpha", 1e-4), L.num("beta", 0.75), L.num("k", L.num("bias", 1.0))
@@ -292,13 +292,14 @@ def _norm(b, L, ins, outs):
                       {"size": n, "alpha": alpha, "beta": beta, "bias": k})]
     if region != "same":
         return b.refuse(f"region={region}")
-    x = ins[0]
+    # k + alpha/n^2 * (sum of x^2 over the n x n window, zero outside): a depthwise conv
+    x, c = ins[0], L.inputs[0].dims[1]
     lo = (n - 1) // 2
     sq = b.op1("Mul", [x, x])
-    avg = b.op1("AveragePool", [sq], attrs={"kernel_shape": [n, n], "strides": [1, 1],
-                                            "pads": [lo, lo, n - 1 - lo, n - 1 - lo],
-                                            "count_include_pad": 1})
-    den = affine(b, avg, alpha, k, None)
+    kern = b.const(np.full((c, 1, n, n), alpha / (n * n), np.float32), "window")
+    den = b.op1("Conv", [sq, kern, b.const(np.full(c, k, np.float32), "k")],
+                attrs={"kernel_shape": [n, n], "group": c,
+                       "pads": [lo, lo, n - 1 - lo, n - 1 - lo]})
     den = b.op1("Pow", [den, b.const(np.float32(beta), "beta")])
     return [b.op1("Div", [x, den], outs[0])]
 
