@@ -149,3 +149,22 @@ def test_cli_compiles_an_ir_and_reports_source_layers(tmp_path):
     assert "source layer" in proc.stdout
     assert "GroupConvolution " in proc.stdout and "ConvolutionBackpropData " in proc.stdout
     assert out.is_file()
+
+
+def test_readme_openvino_tables_come_from_the_frontend_tables():
+    sys.path.insert(0, str(ROOT / "tools"))
+    try:
+        import gen_ops_table
+    finally:
+        sys.path.remove(str(ROOT / "tools"))
+    from dvsdk.compiler.frontends.openvino import LEGACY_LAYERS, V10_LAYERS
+
+    block = gen_ops_table.render_openvino()
+    for name in list(V10_LAYERS) + list(LEGACY_LAYERS):
+        assert f"| `{name}` |" in block
+    assert "| `Convolution` | `Conv` | DV700 |" in block
+    assert "| `SoftMax` | `Softmax` | CPU |" in block
+    readme = (ROOT / "README.md").read_text()
+    assert block in readme, "run: python3 tools/gen_ops_table.py --write"
+    stale = readme.replace("| `Convolution` | `Conv` | DV700 |", "| `Convolution` | x | y |")
+    assert gen_ops_table.splice_openvino(stale) == readme

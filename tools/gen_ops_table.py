@@ -16,6 +16,9 @@ Usage::
     python3 tools/gen_ops_table.py --write    # rewrite README.md's block in place
 
 The block sits between ``<!-- ops-table:begin -->`` and ``<!-- ops-table:end -->``.
+The OpenVINO IR tables (:func:`render_openvino`, from the OpenVINO frontend's own layer
+tables ``V10_LAYERS`` and ``LEGACY_LAYERS``) sit between ``<!-- openvino-ops:begin -->`` and
+``<!-- openvino-ops:end -->``.
 """
 
 from __future__ import annotations
@@ -72,6 +75,60 @@ def render() -> str:
     return "\n".join(lines) + "\n"
 
 
+OV_BEGIN = "<!-- openvino-ops:begin -->"
+OV_END = "<!-- openvino-ops:end -->"
+_OV_STRUCTURE = {"input": "graph input", "output": "graph output", "constant": "constant"}
+_OV_LOAD_TIME = {"Cast", "Shape"}  # fold to constants while loading when their input does
+
+
+def _ov_where(ir: tuple[str, ...], hw: dict[str, str]) -> str:
+    if len(ir) == 1 and ir[0] in _OV_STRUCTURE:
+        return "-"
+    if set(ir) <= _OV_LOAD_TIME:
+        return "folded at load (constants); CPU otherwise"
+    on_hw = [op for op in ir if op in hw]
+    if len(on_hw) == len(ir):
+        return "DV700"
+    return "DV700 + CPU" if on_hw else "CPU"
+
+
+def _ov_table(layers: dict, hw: dict[str, str]) -> list[str]:
+    lines = ["| layer | IR ops | runs on |", "|---|---|---|"]
+    for name in sorted(layers, key=str.lower):
+        ir = layers[name][1]
+        ops = ", ".join(_OV_STRUCTURE.get(op, f"`{op}`") for op in ir)
+        lines.append(f"| `{name}` | {ops} | {_ov_where(ir, hw)} |")
+    return lines
+
+
+def render_openvino() -> str:
+    """The OpenVINO IR block: per generation, each layer type, the IR ops it becomes and
+    where they run (DV700 when the ops' conditions in the table above hold)."""
+    from dvsdk.compiler.frontends.openvino import LEGACY_LAYERS, V10_LAYERS
+    from dvsdk.compiler.hwmap import HARDWARE_OPS
+
+    lines = [NOTE, "", f"IR v10/v11 ({len(V10_LAYERS)} layer types):", ""]
+    lines += _ov_table(V10_LAYERS, HARDWARE_OPS)
+    lines += ["", f"Legacy IR v2-v7 ({len(LEGACY_LAYERS)} layer types):", ""]
+    lines += _ov_table(LEGACY_LAYERS, HARDWARE_OPS)
+    lines += ["", "Any other layer type, or a variant named in brackets by the error (say "
+              "`Interpolate[mode=cubic]`), is refused: all of them in one `UnsupportedOps` "
+              "error. \"DV700\" means the ops map to the hardware when their conditions "
+              "hold; `dvsdk-compile --report` shows where each one went and its source "
+              "layer."]
+    return "\n".join(lines) + "\n"
+
+
+def splice_openvino(text: str) -> str:
+    """``text`` with the OpenVINO region (if the README has one) regenerated."""
+    if OV_BEGIN not in text:
+        return text
+    start, end = text.find(OV_BEGIN), text.find(OV_END)
+    if end < start:
+        raise ValueError(f"README has {OV_BEGIN} without {OV_END}")
+    return text[: start + len(OV_BEGIN)] + "\n" + render_openvino() + text[end:]
+
+
 def mismatches() -> list[str]:
     """Ops the frontend calls hardware ops but HARDWARE_OPS does not describe."""
     hw, _, _, hw_claimed = tables()
@@ -105,7 +162,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     text = args.readme.read_text()
     try:
-        new = splice(text, block)
+        new = splice_openvino(splice(text, block))
     except ValueError as e:
         print(f"gen_ops_table: {args.readme}: {e}", file=sys.stderr)
         return 2
