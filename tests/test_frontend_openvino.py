@@ -24,7 +24,7 @@ ov = pytest.importorskip("openvino")
 OV = DATA / "openvino"
 #: every IR v11 file and what it covers (see tools/make_openvino_models.py)
 MODELS = ["digits_fp32", "digits_fp16", "convs", "pools", "shapes", "dynbatch", "layers_api",
-          "shapes_api"]
+          "shapes_api", "misc_api"]
 
 
 def ov_reference(xml, feeds: list[np.ndarray]) -> list[np.ndarray]:
@@ -168,3 +168,15 @@ def test_readme_openvino_tables_come_from_the_frontend_tables():
     assert block in readme, "run: python3 tools/gen_ops_table.py --write"
     stale = readme.replace("| `Convolution` | `Conv` | DV700 |", "| `Convolution` | x | y |")
     assert gen_ops_table.splice_openvino(stale) == readme
+
+
+def test_dvsdk_compile_writes_a_net_bin_from_an_xml_path(tmp_path):
+    import dvsdk
+
+    out = tmp_path / "pools.bin"
+    dvsdk.compile(str(OV / "pools.xml"), out)
+    feeds = feeds_for(OV / "pools.xml")
+    with dvsdk.load(out, "sim://") as n:
+        y = n.run({"x": feeds[0]})
+    for name, ref in zip(["probs", "rmean"], ov_reference(OV / "pools.xml", feeds)):
+        assert_matches(y[name], ref, what=name)

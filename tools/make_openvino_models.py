@@ -238,6 +238,54 @@ def api_shapes(ov):
                      o13.result(mm, name="fc_out")], [x], "shapes_api")
 
 
+def api_misc(ov):
+    """Element-wise, reduction and data-movement layers, one output each: Selu, LogSoftmax,
+    Tile, Broadcast, SpaceToDepth, GRN, unary math, ReduceMin/Prod/L2, Power, Gather-1,
+    Interpolate-1 linear, Convert on activations."""
+    import openvino.opset1 as o1
+    import openvino.opset13 as o13
+
+    rng = np.random.default_rng(17)
+    x = o13.parameter([1, 4, 6, 6], np.float32, name="x")
+
+    def f32(v):
+        return o13.constant(np.asarray(v, np.float32))
+
+    def i64(*v):
+        return o13.constant(np.array(v, np.int64))
+
+    outs = {
+        "selu_lsm": o13.add(o13.selu(x, f32([1.6]), f32([1.05]), name="selu"),
+                            o13.log_softmax(x, 1, name="logsoftmax"), name="selu_lsm"),
+        "tile": o13.tile(x, i64(1, 2, 1), name="tile"),
+        "bcast": o13.multiply(x, o13.broadcast(f32(rng.standard_normal((4, 1, 1))),
+                                               i64(1, 4, 6, 6), name="broadcast"),
+                              name="bcast"),
+        "s2d": o13.space_to_depth(x, "blocks_first", 2, name="s2d"),
+        "grn": o13.grn(x, 0.5, name="grn"),
+        "unary": o13.add(o13.add(o13.add(o13.floor(x, name="floor"),
+                                         o13.ceiling(x, name="ceil"), name="fc"),
+                                 o13.add(o13.sign(x, name="sign"),
+                                         o13.softsign(x, name="softsign"), name="ss"), name="u1"),
+                         o13.add(o13.softplus(x, name="softplus"),
+                                 o13.negative(x, name="neg"), name="sn"), name="unary"),
+        "explog": o13.add(o13.sqrt(o13.exp(x, name="exp"), name="sqrt"),
+                          o13.log(o13.exp(o13.abs(x, name="abs"), name="exp2"), name="log"),
+                          name="explog"),
+        "rmin": o13.reduce_min(x, i64(2, 3), True, name="rmin"),
+        "rprod": o13.reduce_prod(x, i64(3), False, name="rprod"),
+        "rl2": o13.reduce_l2(x, i64(1), True, name="rl2"),
+        "power": o13.power(o13.abs(x, name="abs2"), f32(1.5), name="power"),
+        "gather": o1.gather(x, i64(3, 0), i64(2), name="gather1"),
+        "interp": o1.interpolate(x, i64(9, 8), {"axes": [2, 3], "mode": "linear",
+                                                "align_corners": False}, name="interp1"),
+        "interp_ac": o1.interpolate(x, i64(11, 11), {"axes": [2, 3], "mode": "linear",
+                                                     "align_corners": True}, name="interp1ac"),
+        "convert": o13.convert(o13.convert(x, "i32", name="to_i32"), "f32", name="convert"),
+    }
+    return ov.Model([o13.result(v, name=k) for k, v in outs.items()], [x], "misc_api")
+
+
 def api_unsupported(ov):
     """Two layers dvsdk refuses (Gelu, Sin) among supported ones: one UnsupportedOps error."""
     import openvino.opset13 as o13
@@ -273,6 +321,7 @@ def main(argv: list[str] | None = None) -> int:
         save(ov.convert_model(str(args.out / f"{name}.onnx")), name, fp16)
     save(api_layers(ov), "layers_api", True)
     save(api_shapes(ov), "shapes_api", False)
+    save(api_misc(ov), "misc_api", False)
     save(api_unsupported(ov), "unsupported", False)
     return 0
 

@@ -70,7 +70,8 @@ def window(layer: Layer, nsp: int, legacy: bool = False) -> dict:
                 raise ModelError("x/y attributes on a non-2-D layer", field=layer.where(key))
             return [layer.int1(y, default), layer.int1(x, default)]
         if z and layer.has(z):
-            return [layer.int1(z)] * nsp
+            v = layer.ints(z)
+            return v * nsp if len(v) == 1 else v
         return [default] * nsp
 
     a: dict = {"strides": pair("strides", "stride-x", "stride-y", 1, "stride"),

@@ -535,7 +535,7 @@ def _interpolate(b, L, ins, outs):
         align = L.flag("align_corners")
         if mode not in ("nearest", "linear") or L.flag("antialias"):
             return b.refuse(f"mode={mode}")
-        ctm = "align_corners" if align else ("half_pixel" if mode == "linear" else "asymmetric")
+        ctm = "align_corners" if align else "asymmetric"  # as OpenVINO's runtime computes
         return resize(b, L, ins[0], outs[0], mode, ctm, "simple")
     ir_mode = {"nearest": "nearest", "linear": "linear", "linear_onnx": "linear"}.get(mode)
     if ir_mode is None:
