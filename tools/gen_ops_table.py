@@ -124,10 +124,55 @@ def render_nnef() -> str:
     return "\n".join(lines) + "\n"
 
 
+OV_BEGIN = "<!-- openvino-ops:begin -->"
+OV_END = "<!-- openvino-ops:end -->"
+_OV_STRUCTURE = {"input": "graph input", "output": "graph output", "constant": "constant"}
+_OV_LOAD_TIME = {"Cast", "Shape"}  # fold to constants while loading when their input does
+
+
+def _ov_where(ir: tuple[str, ...], hw: dict[str, str]) -> str:
+    if len(ir) == 1 and ir[0] in _OV_STRUCTURE:
+        return "-"
+    if set(ir) <= _OV_LOAD_TIME:
+        return "folded at load (constants); CPU otherwise"
+    on_hw = [op for op in ir if op in hw]
+    if len(on_hw) == len(ir):
+        return "DV700"
+    return "DV700 + CPU" if on_hw else "CPU"
+
+
+def _ov_table(layers: dict, hw: dict[str, str]) -> list[str]:
+    lines = ["| layer | IR ops | runs on |", "|---|---|---|"]
+    for name in sorted(layers, key=str.lower):
+        ir = layers[name][1]
+        ops = ", ".join(_OV_STRUCTURE.get(op, f"`{op}`") for op in ir)
+        lines.append(f"| `{name}` | {ops} | {_ov_where(ir, hw)} |")
+    return lines
+
+
+def render_openvino() -> str:
+    """The OpenVINO IR block: per generation, each layer type, the IR ops it becomes and
+    where they run (DV700 when the ops' conditions in the table above hold)."""
+    from dvsdk.compiler.frontends.openvino import LEGACY_LAYERS, V10_LAYERS
+    from dvsdk.compiler.hwmap import HARDWARE_OPS
+
+    lines = [NOTE, "", f"IR v10/v11 ({len(V10_LAYERS)} layer types):", ""]
+    lines += _ov_table(V10_LAYERS, HARDWARE_OPS)
+    lines += ["", f"Legacy IR v2-v7 ({len(LEGACY_LAYERS)} layer types):", ""]
+    lines += _ov_table(LEGACY_LAYERS, HARDWARE_OPS)
+    lines += ["", "Any other layer type, or a variant named in brackets by the error (say "
+              "`Interpolate[mode=cubic]`), is refused: all of them in one `UnsupportedOps` "
+              "error. \"DV700\" means the ops map to the hardware when their conditions "
+              "hold; `dvsdk-compile --report` shows where each one went and its source "
+              "layer."]
+    return "\n".join(lines) + "\n"
+
+
 #: (begin marker, end marker, renderer) of every generated README block
 SECTIONS: list[tuple[str, str, object]] = [
     (BEGIN, END, render),
     ("<!-- ops-table-nnef:begin -->", "<!-- ops-table-nnef:end -->", render_nnef),
+    (OV_BEGIN, OV_END, render_openvino),
 ]
 
 

@@ -40,6 +40,8 @@ FRONTENDS: dict[str, Frontend] = {f.name: f for f in (
     Frontend("onnx", "ONNX", "onnx", "a .onnx file", (".onnx",)),
     Frontend("nnef", "NNEF", "nnef", "a directory holding graph.nnef (+ .dat files), or a "
              ".tgz/.tar.gz/.tar of one", (".nnef", ".tgz", ".tar.gz", ".tar")),
+    Frontend("openvino", "OpenVINO IR", "openvino", "an .xml file with its .bin beside it",
+             (".xml",)),
 )}
 
 
