@@ -171,3 +171,15 @@ def test_console_script_refuses_to_overwrite(shipped):
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1
     assert (shipped / "digits.bin").read_bytes() == before
 
+
+
+@pytest.mark.parametrize("model, expected", [
+    ("a/m.onnx", "a/m.bin"), ("m.tar.gz", "m.bin"), ("m.tgz", "m.bin"), ("m.nnef", "m.bin"),
+    ("m.xml", "m.bin"), ("M.TAR.GZ", "M.bin"), ("m.h5", "m.bin"),
+])
+def test_default_output_drops_the_whole_format_suffix(model, expected):
+    from pathlib import Path
+
+    from dvsdk.cli.compile import default_output
+
+    assert default_output(Path(model)) == Path(expected)

@@ -94,11 +94,24 @@ def classes(meta: dict) -> int | None:
     return int(shape[1]) if len(shape) >= 2 and shape[0] == 1 else None
 
 
+def default_output(model: Path) -> Path:
+    """``MODEL`` with ``.bin`` for its format's suffix: ``m.onnx``, ``m.tar.gz``, ``m.nnef/``,
+    ``m.xml`` → ``m.bin`` beside it."""
+    from ..compiler.frontends import FRONTENDS
+
+    name = model.name.rstrip("/")
+    for suffix in sorted((s for fe in FRONTENDS.values() for s in fe.suffixes), key=len,
+                         reverse=True):
+        if name.lower().endswith(suffix) and len(name) > len(suffix):
+            return model.with_name(name[: -len(suffix)] + ".bin")
+    return model.with_name(name + ".bin") if model.is_dir() else model.with_suffix(".bin")
+
+
 def _output_path(args) -> Path:
     from ..errors import InvalidArgument
 
     model = Path(args.model)
-    out = Path(args.output) if args.output else model.with_suffix(".bin")
+    out = Path(args.output) if args.output else default_output(model)
     if out.exists() and model.exists() and out.resolve() == model.resolve():
         raise InvalidArgument("the output would replace the model itself", field="output",
                               value=str(out))
