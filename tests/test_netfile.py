@@ -292,23 +292,25 @@ def test_container_helper_is_faithful(net: NetFile) -> None:
 def test_command_record_size_out_of_range(net: NetFile) -> None:
     cmds = bytearray(net.commands)
     cmds[0:4] = (len(cmds) + 8).to_bytes(4, "little")
-    bad = decode(container(parts_of(net, CMDS=bytes(cmds))))   # CRCs valid: loads
     with pytest.raises(NetFileError, match="command record size out of range"):
-        Net(bad, SIM)
-    short = decode(container(parts_of(net, CMDS=net.commands[:4])))
+        decode(container(parts_of(net, CMDS=bytes(cmds))))       # CRCs valid
+    with pytest.raises(NetFileError, match="command record size out of range"):
+        Net(dataclasses.replace(net, commands=bytes(cmds)), SIM)
     with pytest.raises(NetFileError, match="cut short"):
-        Net(short, SIM)
+        decode(container(parts_of(net, CMDS=net.commands[:4])))
 
 
 def test_program_refers_to_missing_commands(net: NetFile) -> None:
     program = json.loads(json.dumps(net.meta["program"]))
     hw = next(s for s in program if s["kind"] == "hw")
     hw["commands"] = [0, 999]
-    with pytest.raises(NetFileError, match="missing commands"):
+    with pytest.raises(NetFileError, match="missing commands") as ei:
         Net(with_meta(net, program=program), SIM)
+    assert ei.value.field == f"program[{program.index(hw)}].commands"
     program[0] = {"kind": "gpu"}
-    with pytest.raises(NetFileError, match="unknown program step"):
+    with pytest.raises(NetFileError, match=r"program\[0\].kind is not one of") as ei:
         Net(with_meta(net, program=program), SIM)
+    assert ei.value.value == "gpu" and ei.value.limit == ("hw", "cpu")
 
 
 def test_command_with_unknown_memory_region(net: NetFile) -> None:
@@ -336,8 +338,9 @@ def test_constant_index_outside_section(net: NetFile) -> None:
     consts = json.loads(json.dumps(net.meta["constants"]))
     name = next(iter(consts))
     consts[name]["offset"] = len(net.constants) + 64
-    with pytest.raises(NetFileError, match="CNST entry outside its section"):
+    with pytest.raises(NetFileError, match="outside its section") as ei:
         Net(with_meta(net, constants=consts), SIM)
+    assert ei.value.field == f"constants.{name}" and ei.value.limit == len(net.constants)
 
 
 def test_selftest_needs_golden(net: NetFile) -> None:

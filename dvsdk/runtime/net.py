@@ -21,18 +21,11 @@ from ..cpu import ops as cpu_ops
 from ..driver.cmdlist import CommandList
 from ..driver.commands import BufferRef, ConvCommand
 from ..driver.device import Device, open_device
-from ..errors import DvsdkError, InvalidArgument, NetFileError
+from ..errors import DeviceError, InvalidArgument, NetFileError
 from ..hw import layout
-from ..netfile import REGIONS, NetFile, check_hardware, read
+from ..netfile import REGIONS, NetFile, check, check_hardware, read
 from .handle import RunContext, RunHandle, RunStats, SegmentStats
-
-
-def decode_attr(v: Any) -> Any:
-    if isinstance(v, dict) and "__array__" in v:
-        return np.asarray(v["__array__"], dtype=v["dtype"]).reshape(v["shape"])
-    if isinstance(v, list):
-        return [decode_attr(x) for x in v]
-    return v
+from .records import decode_attr, verify
 
 
 class Net:
@@ -41,6 +34,9 @@ class Net:
     def __init__(self, source: str | os.PathLike | NetFile, device: Device | str | None = None
                  ) -> None:
         self.file = source if isinstance(source, NetFile) else read(source)
+        if isinstance(source, NetFile):
+            check(source)       # read() has checked META; a NetFile may come from anywhere
+        verify(self.file)       # commands, tensors and CPU steps, before touching a device
         meta = self.file.meta
         self._own_device = not isinstance(device, Device)
         self.device = device if isinstance(device, Device) else open_device(device)
@@ -174,7 +170,7 @@ class Net:
                     raise InvalidArgument("input shape does not match the model", field=name,
                                           value=arr.shape, limit=want)
             # a --transpose net runs on x/y-exchanged tensors; only the boundary flips
-            out[name] = arr.transpose(0, 1, 3, 2) if spec.get("transpose") else arr
+            out[spec["tensor"]] = arr.transpose(0, 1, 3, 2) if spec.get("transpose") else arr
         if feeds:
             raise InvalidArgument("unknown input", field="inputs", value=sorted(feeds),
                                   limit=[i["name"] for i in self.inputs])
@@ -237,12 +233,17 @@ class Net:
             with h.stats.stage("cpu", f"{op_type} {name}"):
                 try:
                     results = cpu_ops.run_op(op_type, args, attrs)
-                except DvsdkError:
+                except DeviceError:
                     raise
                 except Exception as e:  # noqa: BLE001 - a damaged record must not escape raw
                     raise NetFileError(f"CPU op {op_type} {name} cannot run: {e}",
                                        field=f"program.{name}", value=op_type) from e
             for out, val in zip(outputs, results):
+                want = self.tensors[out]["shape"] if out else None
+                if want is not None and list(np.shape(val)) != list(want):
+                    raise NetFileError(f"CPU op {op_type} {name} made {out} of another shape "
+                                       "than the file records", field=f"tensors.{out}.shape",
+                                       value=list(np.shape(val)), limit=want)
                 if out:
                     h.host[out] = np.asarray(val)
                     if self._dev(out) is not None:
