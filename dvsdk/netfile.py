@@ -219,7 +219,7 @@ def decode(data: bytes, name: str = "net.bin") -> NetFile:
 
 # -- META as bounded JSON --------------------------------------------------------------------
 # A JSON string, or an unterminated one up to the end (so a stray quote costs one linear scan)
-_JSON_STRING = re.compile(r'"(?:[^"\\]|\\.)*(?:"|\\?\Z)', re.S)
+_JSON_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*(?:"|\\?\Z)', re.S)
 
 
 class _Unbounded(str):
@@ -417,6 +417,7 @@ def check(net: NetFile, name: str = "net.bin") -> None:
             != net.format_version:
         m.fail("format_version", "disagrees with the header", meta["format_version"],
                net.format_version)
+    m.flag(meta.get("transposed", False), "transposed")
     hw = m.obj(meta.get("hardware", {}), "hardware")
     for key in ("ub_size_min", "max_kernel_size", "svn_version_min"):
         m.integer(hw.get(key, 0), f"hardware.{key}", 0, 1 << 32)

@@ -326,6 +326,17 @@ def test_transpose_perm_must_be_a_permutation_of_the_input_axes(smx, attr, value
     assert smx.refused(smx.file(meta)).field.startswith(f"program[{i}].attrs.{attr}")
 
 
+def test_cpu_output_of_another_shape_is_refused_when_it_runs(smx):
+    """A valid permutation that makes another shape than the file records: the runtime
+    refuses the result instead of uploading or returning it."""
+    meta = smx.meta()
+    i = next(i for i, s in enumerate(meta["program"]) if s.get("op") == "Transpose")
+    meta["program"][i]["attrs"]["perm"] = [0, 1, 3, 2]
+    e = smx.refused(smx.file(meta))
+    assert e.field == f"tensors.{meta['program'][i]['outputs'][0]}.shape"
+    assert e.value == [1, 4, 6, 6] and e.limit == [1, 6, 6, 4]
+
+
 def test_pad_mode_must_be_one_the_kernel_has(smx):
     meta = smx.meta()
     meta["program"][1]["attrs"]["mode"] = "mirror"

@@ -19,13 +19,12 @@ import numpy as np
 
 from ..cpu import ops as cpu_ops
 from ..driver.cmdlist import CommandList
-from ..driver.commands import BufferRef, ConvCommand
 from ..driver.device import Device, open_device
 from ..errors import DeviceError, InvalidArgument, NetFileError
 from ..hw import layout
-from ..netfile import REGIONS, NetFile, check, check_hardware, read
+from ..netfile import NetFile, check, check_hardware, read
 from .handle import RunContext, RunHandle, RunStats, SegmentStats
-from .records import decode_attr, verify
+from .records import decode_attr, relocate, verify
 
 
 class Net:
@@ -36,7 +35,8 @@ class Net:
         self.file = source if isinstance(source, NetFile) else read(source)
         if isinstance(source, NetFile):
             check(source)       # read() has checked META; a NetFile may come from anywhere
-        verify(self.file)       # commands, tensors and CPU steps, before touching a device
+        # commands, tensors and CPU steps, before touching a device
+        self._commands = verify(self.file)
         meta = self.file.meta
         self._own_device = not isinstance(device, Device)
         self.device = device if isinstance(device, Device) else open_device(device)
@@ -75,17 +75,8 @@ class Net:
     def _context(self) -> RunContext:
         """An arena with every hardware segment committed against it."""
         arena = self._alloc(max(int(self.meta["arena"]["size"]), 64), "arena")
-
-        def resolve(mem: int, offs: int) -> BufferRef:
-            if mem == REGIONS["arena"]:
-                return BufferRef(arena, offs)
-            if mem == REGIONS["weights"]:
-                return BufferRef(self.weights, offs)
-            raise NetFileError("command refers to an unknown memory region", field="mem",
-                               value=mem, limit=sorted(REGIONS.values()))
-
-        records = self.file.command_records()
-        commands = [ConvCommand.from_raw(raw, resolve) for raw in records]
+        records = self._commands
+        commands = [relocate(cmd, arena, self.weights) for cmd in records]
         ctx = RunContext(arena, commands)
         self.steps: list[tuple[str, Any]] = []
         for step in self.meta["program"]:

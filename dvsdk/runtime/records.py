@@ -137,6 +137,16 @@ def decode_command(k: int, raw: bytes, arena: Any, weights: Any) -> ConvCommand:
     return cmd
 
 
+def relocate(cmd: ConvCommand, arena: Any, weights: Any) -> ConvCommand:
+    """``cmd`` (decoded over the stand-in regions) over the real arena and weights buffers."""
+    def ref(r: BufferRef) -> BufferRef:
+        return BufferRef(arena if r.buffer.name == "arena" else weights, r.offset) if r else r
+
+    return replace(cmd, input_buf=ref(cmd.input_buf), output_buf=ref(cmd.output_buf),
+                   eltwise_buf=ref(cmd.eltwise_buf), u8tofp16_table=ref(cmd.u8tofp16_table),
+                   runs=[replace(r, weight_buf=ref(r.weight_buf)) for r in cmd.runs])
+
+
 def command_access(k: int, cmd: ConvCommand, info: DeviceInfo) -> Access:
     """Validate command ``k`` (§6: sizes, ranges, alignment within its regions) and list the
     arena pieces it reads and writes."""
@@ -260,11 +270,9 @@ def check_attrs(op: str, attrs: dict[str, Any], ranks: list[int | None], path: s
             m.integer(v, p, 0, 1 << 8)
             if v not in ONNX_DTYPES:
                 m.fail(p, "is not an element type the CPU handles", v, sorted(ONNX_DTYPES))
-        elif key == "axis":
-            m.integer(v, p, -LIMITS["rank"] - 1, LIMITS["rank"] + 1)
-            if r is not None:
-                hi = r if op in _AXIS_INCLUSIVE else r - 1
-                m.integer(v, p, -r, hi) if r else m.fail(p, "needs an input of rank >= 1", r)
+        elif key == "axis":   # ONNX: [-r, r - 1] of the first input's rank r
+            hi = LIMITS["rank"] if r is None else r if op in _AXIS_INCLUSIVE else r - 1
+            m.integer(v, p, -LIMITS["rank"] if r is None else -r, hi)
         elif key == "axes" and v is not None:
             rank = None if r is None else r + (len(np.asarray(v).reshape(-1))
                                                if op == "Unsqueeze" else 0)
@@ -361,9 +369,10 @@ def _check_golden(m: MetaReader, net: NetFile, meta: dict) -> None:
 
 
 # --------------------------------------------------------------------------- the whole file
-def verify(net: NetFile) -> None:
+def verify(net: NetFile) -> list[ConvCommand]:
     """Everything :class:`dvsdk.runtime.net.Net` relies on, checked without a device (the
-    META checks of :func:`dvsdk.netfile.check` are assumed done)."""
+    META checks of :func:`dvsdk.netfile.check` are assumed done); returns the CMDS records
+    decoded over stand-in regions (see :func:`relocate`)."""
     meta = net.meta
     m = MetaReader("net.bin")
     tensors, constants = meta["tensors"], meta.get("constants") or {}
@@ -379,8 +388,8 @@ def verify(net: NetFile) -> None:
     weights = _Region("weights", max(len(net.weights), 64))
     info = hardware_info(meta)
     records = net.command_records()
-    access = [command_access(k, decode_command(k, raw, arena, weights), info)
-              for k, raw in enumerate(records)]
+    commands = [decode_command(k, raw, arena, weights) for k, raw in enumerate(records)]
+    access = [command_access(k, cmd, info) for k, cmd in enumerate(commands)]
     dev = {n: (t["device"]["offset"], tuple(t["device"]["hwc"]))
            for n, t in tensors.items() if t.get("device") is not None}
 
@@ -433,7 +442,8 @@ def verify(net: NetFile) -> None:
         if t not in constants and t not in host and not (t in dev and fits(t, written,
                                                                             "writes")):
             _fail(f"outputs[{j}].tensor", "is produced by no step", t)
+    return commands
 
 
 __all__ = ["Access", "Piece", "check_attrs", "command_access", "decode_attr", "decode_command",
-           "hardware_info", "merge", "verify"]
+           "hardware_info", "merge", "relocate", "verify"]
