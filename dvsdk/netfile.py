@@ -511,7 +511,7 @@ def _check_program(m: MetaReader, net: NetFile, tensors: dict, constants: dict) 
                 m.names(src, f"{path}.command_sources[{j}]")
             continue
         m.text(step.get("op"), f"{path}.op")
-        m.obj(step.get("attrs", {}), f"{path}.attrs")
+        m.obj(step.get("attrs"), f"{path}.attrs")   # required: a lost key would mean defaults
         for j, t in enumerate(m.names(step.get("inputs"), f"{path}.inputs")):
             if t and t not in tensors and t not in constants:
                 m.fail(f"{path}.inputs[{j}]", "names no tensor or constant", t)

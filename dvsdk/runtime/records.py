@@ -367,7 +367,6 @@ def _check_golden(m: MetaReader, net: NetFile, meta: dict) -> None:
         m.number(v, f"golden.sim_max_abs_error.{key}", 0.0)
 
 
-
 # --------------------------------------------------------------------------- the whole file
 def verify(net: NetFile) -> list[ConvCommand]:
     """Everything :class:`dvsdk.runtime.net.Net` relies on, checked without a device (the
@@ -393,10 +392,14 @@ def verify(net: NetFile) -> list[ConvCommand]:
     dev = {n: (t["device"]["offset"], tuple(t["device"]["hwc"]))
            for n, t in tensors.items() if t.get("device") is not None}
 
+    merged: dict[tuple, list[Piece]] = {}
+
     def fits(name: str, cmds: Iterable[int], kind: str) -> bool:
+        key = (kind, tuple(cmds))
+        if key not in merged:
+            merged[key] = merge(p for k in key[1] for p in getattr(access[k], kind))
         off, hwc = dev[name]
-        return any(p.holds(off, hwc) for p in merge(p for k in cmds
-                                                     for p in getattr(access[k], kind)))
+        return any(p.holds(off, hwc) for p in merged[key])
 
     every = range(len(access))
     for name in dev:
