@@ -6,18 +6,23 @@ buffer handles are region ids (1 = activation arena, 2 = weights), so the file
 is relocatable; ``WGTS``, ``CNST`` and ``GOLD`` are raw blobs indexed from META.
 
 :func:`write` is atomic (temporary file, fsync, rename).  :func:`read` rejects
-truncated, corrupt, unknown-version and foreign files with :class:`NetFileError`
-naming the reason; :func:`check_hardware` compares the requirements with a device.
+truncated, corrupt, unknown-version and foreign files, duplicate sections, and META
+that is unbounded, mistyped or disagrees with the sections it indexes, with
+:class:`NetFileError` naming the reason (for META, the JSON path); :func:`check_hardware`
+compares the requirements with a device.  What the commands and CPU ops mean is checked
+by :mod:`dvsdk.runtime.records`, which needs the kernels.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
+import re
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 
@@ -35,6 +40,13 @@ REGIONS: dict[str, int] = dict(NB["regions"])
 HEADER = SPEC.struct("netbin_header")
 SECTION = SPEC.struct("netbin_section")
 TAGS = tuple(NB["sections"])
+#: bounds on everything META holds (netbin.yaml ``meta_limits``)
+LIMITS: dict[str, int] = {k: int(v) for k, v in NB["meta_limits"].items()}
+#: offset alignment a reader requires (netbin.yaml ``align``)
+ALIGNMENT: dict[str, int] = {k: int(v) for k, v in NB["align"].items()}
+#: element types META may name, by dtype string and by numpy name
+DTYPES: dict[str, np.dtype] = {np.dtype(s).str: np.dtype(s) for s in NB["dtypes"]}
+DTYPES.update({d.name: d for d in list(DTYPES.values())})
 #: META keys every reader needs (netbin.md, "Metadata"); the others are optional
 META_REQUIRED = ("inputs", "outputs", "tensors", "program", "arena")
 
@@ -55,13 +67,14 @@ class NetFile:
     # -- indexed arrays in CNST / GOLD ----------------------------------------------------
     def array(self, entry: dict[str, Any], section: str = "CNST") -> np.ndarray:
         blob = self.constants if section == "CNST" else self.golden
-        dtype, shape = np.dtype(entry["dtype"]), tuple(entry["shape"])
-        n = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
-        off = int(entry["offset"])
-        if off < 0 or off + n > len(blob):
+        m = MetaReader("net.bin")
+        dtype, shape = m.dtype(entry.get("dtype"), section), m.shape(entry.get("shape"), section)
+        n = math.prod(shape) * dtype.itemsize          # exact: no int64 wrap
+        off = entry.get("offset")
+        if not _is_int(off) or off < 0 or off + n > len(blob):
             raise NetFileError(f"{section} entry outside its section", field=section,
                                value=(off, n), limit=len(blob))
-        return np.frombuffer(blob, dtype, count=n // dtype.itemsize, offset=off).reshape(shape)
+        return np.frombuffer(blob, dtype, count=math.prod(shape), offset=off).reshape(shape)
 
     def command_records(self) -> list[bytes]:
         """Split CMDS into raw structs by their own header size (§3.1)."""
@@ -168,18 +181,25 @@ def decode(data: bytes, name: str = "net.bin") -> NetFile:
     if n > 64 or table_end > len(data):
         raise NetFileError(f"{name} section table is corrupt", field="section_count", value=n)
     table = data[HEADER.size : table_end]
-    check = HEADER.pack({k: v for k, v in hdr.items() if k != "header_crc32"}) + table
-    if _crc(check) != hdr["header_crc32"]:
+    covered = HEADER.pack({k: v for k, v in hdr.items() if k != "header_crc32"}) + table
+    if _crc(covered) != hdr["header_crc32"]:
         raise NetFileError(f"{name} header is corrupt (CRC mismatch)", field="header_crc32",
-                           value=hdr["header_crc32"], limit=_crc(check))
+                           value=hdr["header_crc32"], limit=_crc(covered))
     sections: dict[str, bytes] = {}
     for i in range(n):
         e = SECTION.unpack(table, i * SECTION.size)
         tag = bytes(e["tag"]).rstrip(b"\0").decode("ascii", "replace")
         start, size = e["offset"], e["size"]
+        if tag in sections:   # which copy wins would be the reader's guess
+            raise NetFileError(f"{name} has two {tag} sections", field=tag, value=i,
+                               limit="one section per tag")
         if start + size > len(data):
             raise NetFileError(f"{name} section {tag} runs past the end", field=tag,
                                value=start + size, limit=len(data))
+        if start % ALIGN or start < table_end:
+            raise NetFileError(f"{name} section {tag} does not start on a {ALIGN}-byte boundary "
+                               "after the section table", field=tag, value=start,
+                               limit=f"multiple of {ALIGN}, >= {table_end}")
         body = data[start : start + size]
         if _crc(body) != e["crc32"]:
             raise NetFileError(f"{name} section {tag} is corrupt (CRC mismatch)", field=tag,
@@ -187,138 +207,337 @@ def decode(data: bytes, name: str = "net.bin") -> NetFile:
         sections[tag] = body
     if "META" not in sections:
         raise NetFileError(f"{name} has no META section", field="META")
+    meta = parse_meta(sections.pop("META"), name)
+    compiler = bytes(hdr["compiler_version"]).rstrip(b"\0").decode("ascii", "replace")
+    net = NetFile(meta=meta, commands=sections.pop("CMDS", b""),
+                  weights=sections.pop("WGTS", b""), constants=sections.pop("CNST", b""),
+                  golden=sections.pop("GOLD", b""), format_version=version,
+                  compiler_version=compiler, extra=sections)
+    check(net, name)
+    return net
+
+
+# -- META as bounded JSON --------------------------------------------------------------------
+# A JSON string, or an unterminated one up to the end (so a stray quote costs one linear scan)
+_JSON_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*(?:"|\\?\Z)', re.S)
+
+
+class _Unbounded(str):
+    """A number literal the parser refused to convert; reported with its JSON path."""
+
+    def __repr__(self) -> str:
+        return f"{self[:12]}...({len(self)} characters)"
+
+
+def _number(convert: Any) -> Any:
+    return lambda text: convert(text) if len(text) <= LIMITS["number_chars"] else \
+        _Unbounded(text)
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out = dict(pairs)
+    if len(out) != len(pairs):   # which copy wins would be the reader's guess
+        keys = [k for k, _ in pairs]
+        raise NetFileError("META has an object with a duplicate key", field="META",
+                           value=next(k for i, k in enumerate(keys) if k in keys[:i])[:64])
+    return out
+
+
+def json_depth(text: str) -> int:
+    """Deepest nesting of ``[``/``{`` outside strings, in linear time (no recursion)."""
+    bare = np.frombuffer(_JSON_STRING.sub("", text).encode("utf-8", "replace"), np.uint8)
+    step = (np.isin(bare, (0x5B, 0x7B)).astype(np.int64)
+            - np.isin(bare, (0x5D, 0x7D)).astype(np.int64))
+    return int(np.cumsum(step).max(initial=0))
+
+
+def parse_meta(raw: bytes, name: str = "net.bin") -> dict[str, Any]:
+    """META bytes -> dict, bounded before the parser sees them: size, nesting depth (before
+    ``json.loads`` recurses), number literal lengths, duplicate keys; then :func:`bounded`."""
+    if len(raw) > LIMITS["meta_bytes"]:
+        raise NetFileError(f"{name} metadata is too large", field="META", value=len(raw),
+                           limit=LIMITS["meta_bytes"])
     try:
-        meta = json.loads(sections.pop("META").decode())
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
         raise NetFileError(f"{name} metadata is not valid JSON: {e}", field="META") from None
+    depth = json_depth(text)
+    if depth > LIMITS["json_depth"]:
+        raise NetFileError(f"{name} metadata nests {depth} deep", field="META", value=depth,
+                           limit=LIMITS["json_depth"])
+    try:
+        meta = json.loads(text, parse_int=_number(int), parse_float=_number(float),
+                          object_pairs_hook=_unique_keys)
+    except json.JSONDecodeError as e:
+        raise NetFileError(f"{name} metadata is not valid JSON: {e}", field="META") from None
+    except RecursionError:   # the depth scan above makes this unreachable; never a crash
+        raise NetFileError(f"{name} metadata nests too deep", field="META",
+                           limit=LIMITS["json_depth"]) from None
     # valid JSON of the wrong shape would otherwise surface as a KeyError/AttributeError
     # deep in the runtime
     if not isinstance(meta, dict):
         raise NetFileError(f"{name} metadata is not a JSON object", field="META",
                            value=type(meta).__name__)
+    return meta
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _short(v: Any) -> Any:
+    """A value small enough for an error message."""
+    if _is_int(v) and abs(v) >= 10**24:
+        return f"<integer of {v.bit_length()} bits>"
+    text = repr(v) if isinstance(v, (dict, list, tuple, str)) else ""
+    return f"{text[:60]}..." if len(text) > 64 else v
+
+
+def _join(path: str, key: str | int) -> str:
+    if isinstance(key, int):
+        return f"{path}[{key}]"
+    return f"{path}.{key}" if path else key
+
+
+def bounded(node: Any, name: str = "net.bin", path: str = "", depth: int = 0) -> None:
+    """Every number, string, key and depth of META within ``LIMITS`` (JSON types only)."""
+    fail = MetaReader(name).fail
+    if depth > LIMITS["json_depth"]:
+        fail(path or "META", "nests too deep", depth, LIMITS["json_depth"])
+    if isinstance(node, dict):
+        for k, v in node.items():
+            if not isinstance(k, str) or len(k) > LIMITS["string_chars"]:
+                fail(path or "META", "has a key too long or not a string", k,
+                     LIMITS["string_chars"])
+            bounded(v, name, _join(path, k), depth + 1)
+    elif isinstance(node, (list, tuple)):
+        for i, v in enumerate(node):
+            bounded(v, name, _join(path, i), depth + 1)
+    elif isinstance(node, _Unbounded):
+        fail(path, "is a number literal too long to read", node,
+             f"{LIMITS['number_chars']} characters")
+    elif isinstance(node, str) and len(node) > LIMITS["string_chars"]:
+        fail(path, "is too long", len(node), LIMITS["string_chars"])
+    elif _is_int(node) and abs(node) > LIMITS["int_abs"]:
+        fail(path, "does not fit 64 bits", node, LIMITS["int_abs"])
+    elif not (node is None or isinstance(node, (bool, float, int, str))):
+        fail(path, "is not a JSON value", type(node).__name__)
+
+
+class MetaReader:
+    """Typed, bounded reads of META; every refusal names the JSON path, value and limit."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def fail(self, path: str, what: str, value: Any = None, limit: Any = None) -> NoReturn:
+        raise NetFileError(f"{self.name} metadata: {path} {what}", field=path,
+                           value=_short(value), limit=limit)
+
+    def obj(self, v: Any, path: str) -> dict[str, Any]:
+        if not isinstance(v, dict):
+            self.fail(path, "is not an object", type(v).__name__, "object")
+        return v
+
+    def lst(self, v: Any, path: str) -> list[Any]:
+        if not isinstance(v, (list, tuple)):
+            self.fail(path, "is not a list", type(v).__name__, "list")
+        return list(v)
+
+    def integer(self, v: Any, path: str, lo: int = 0, hi: int | None = None) -> int:
+        hi = LIMITS["int_abs"] if hi is None else hi
+        if not _is_int(v) or not lo <= v <= hi:
+            self.fail(path, "is not an integer in range", v, f"{lo}..{hi}")
+        return v
+
+    def number(self, v: Any, path: str, lo: float = -math.inf, finite: bool = True) -> float:
+        ok = isinstance(v, (int, float)) and not isinstance(v, bool) and not math.isnan(v)
+        if not ok or (finite and not math.isfinite(v)) or v < lo:
+            self.fail(path, "is not a number in range", v,
+                      f">= {lo}" + (", finite" if finite else ""))
+        return float(v)
+
+    def text(self, v: Any, path: str, choices: tuple[str, ...] | None = None) -> str:
+        if not isinstance(v, str) or (choices is not None and v not in choices):
+            self.fail(path, "is not " + ("one of the allowed names" if choices else "a string"),
+                      v, choices)
+        return v
+
+    def flag(self, v: Any, path: str) -> bool:
+        if not isinstance(v, bool):
+            self.fail(path, "is not true or false", v, "boolean")
+        return v
+
+    def names(self, v: Any, path: str) -> list[str]:
+        return [self.text(x, _join(path, i)) for i, x in enumerate(self.lst(v, path))]
+
+    def shape(self, v: Any, path: str) -> tuple[int, ...]:
+        dims = self.lst(v, path)
+        if len(dims) > LIMITS["rank"]:
+            self.fail(path, "has too many dimensions", len(dims), LIMITS["rank"])
+        out = tuple(self.integer(d, _join(path, i), 0, LIMITS["dim"]) for i, d in enumerate(dims))
+        if math.prod(out) > LIMITS["elements"]:   # exact integers: no int64 wrap
+            self.fail(path, "has too many elements", math.prod(out), LIMITS["elements"])
+        return out
+
+    def dtype(self, v: Any, path: str) -> np.dtype:
+        if not isinstance(v, str) or v not in DTYPES:
+            self.fail(path, "is not an allowed element type", v, NB["dtypes"])
+        return DTYPES[v]
+
+    def entry(self, v: Any, path: str, blob: int, align: int) -> tuple[np.dtype, tuple]:
+        """``{offset, dtype, shape}`` of an array in a blob of ``blob`` bytes."""
+        e = self.obj(v, path)
+        dtype = self.dtype(e.get("dtype"), _join(path, "dtype"))
+        shape = self.shape(e.get("shape"), _join(path, "shape"))
+        off = self.integer(e.get("offset"), _join(path, "offset"))
+        if off % align:
+            self.fail(_join(path, "offset"), "is not aligned", off, f"multiple of {align}")
+        end = off + math.prod(shape) * dtype.itemsize
+        if end > blob:
+            self.fail(path, "lies outside its section", end, blob)
+        return dtype, shape
+
+
+def check(net: NetFile, name: str = "net.bin") -> None:
+    """META bounded, typed and consistent with itself and the sections it indexes (CMDS
+    records, WGTS size, CNST entries, the arena plan), so a hand-edited or damaged file fails
+    here with NetFileError naming the JSON path instead of deep inside the runtime or, worse,
+    running differently (netbin.md, "What a reader rejects").  The I/O specs, the golden
+    pair, the commands and the CPU steps are checked by :func:`dvsdk.runtime.records.verify`."""
+    meta = net.meta
+    m = MetaReader(name)
+    m.obj(meta, "META")
+    bounded(meta, name)
     missing = [k for k in META_REQUIRED if k not in meta]
     if missing:
         raise NetFileError(f"{name} metadata lacks {', '.join(missing)}", field="META",
                            value=missing, limit=META_REQUIRED)
-    check_meta(meta, name)
-    compiler = bytes(hdr["compiler_version"]).rstrip(b"\0").decode("ascii", "replace")
-    return NetFile(meta=meta, commands=sections.pop("CMDS", b""),
-                   weights=sections.pop("WGTS", b""), constants=sections.pop("CNST", b""),
-                   golden=sections.pop("GOLD", b""), format_version=version,
-                   compiler_version=compiler, extra=sections)
-
-
-def _want(ok: bool, name: str, what: str, field: str, value: Any = None,
-          limit: Any = None) -> None:
-    if not ok:
-        raise NetFileError(f"{name} metadata: {what}", field=field, value=value, limit=limit)
-
-
-def _is_int(v: Any, lo: int = 0) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool) and v >= lo
-
-
-def _is_shape(v: Any) -> bool:
-    return isinstance(v, list) and all(_is_int(d) for d in v)
-
-
-def _check_entries(entries: Any, name: str, where: str) -> None:
-    """An index of raw arrays: ``{name: {offset, dtype, shape}}``."""
-    _want(isinstance(entries, dict), name, f"{where} is not an object", where, type(entries))
-    for key, entry in entries.items():
-        ok = isinstance(entry, dict) and _is_int(entry.get("offset")) \
-            and _is_shape(entry.get("shape"))
-        if ok:
-            try:
-                np.dtype(entry.get("dtype"))
-            except (TypeError, ValueError):
-                ok = False
-        _want(ok, name, "array entry is malformed", f"{where}.{key}", entry)
-
-
-def check_meta(meta: dict[str, Any], name: str = "net.bin") -> None:
-    """Types and ranges of everything the runtime reads from META, so a hand-edited or
-    damaged file fails here with NetFileError instead of deep inside the runtime."""
-    hw = meta.get("hardware", {})
-    _want(isinstance(hw, dict), name, "hardware is not an object", "hardware", type(hw))
+    if "format_version" in meta and m.integer(meta["format_version"], "format_version") \
+            != net.format_version:
+        m.fail("format_version", "disagrees with the header", meta["format_version"],
+               net.format_version)
+    m.flag(meta.get("transposed", False), "transposed")
+    hw = m.obj(meta.get("hardware", {}), "hardware")
     for key in ("ub_size_min", "max_kernel_size", "svn_version_min"):
-        _want(_is_int(hw.get(key, 0)), name, f"hardware.{key} is not a count",
-              f"hardware.{key}", hw.get(key), "integer >= 0")
-    units = hw.get("units", ["conv"])
-    _want(isinstance(units, list) and all(isinstance(u, str) for u in units), name,
-          "hardware.units is not a list of unit names", "hardware.units", units)
-    arena = meta["arena"]
-    _want(isinstance(arena, dict) and _is_int(arena.get("size")), name,
-          "arena.size is not a byte count", "arena.size",
-          arena.get("size") if isinstance(arena, dict) else arena, "integer >= 0")
-    tensors = meta["tensors"]
-    _want(isinstance(tensors, dict), name, "tensors is not an object", "tensors")
+        m.integer(hw.get(key, 0), f"hardware.{key}", 0, 1 << 32)
+    m.names(hw.get("units", ["conv"]), "hardware.units")
+    arena = m.obj(meta["arena"], "arena")
+    arena_size = m.integer(arena.get("size"), "arena.size", 0, LIMITS["arena_bytes"])
+    weights = m.obj(meta.get("weights", {}), "weights")
+    if "size" in weights and m.integer(weights["size"], "weights.size") != len(net.weights):
+        m.fail("weights.size", "disagrees with the WGTS section", weights["size"],
+               len(net.weights))
+    m.flag(weights.get("quantized", False), "weights.quantized")
+    constants = m.obj(meta.get("constants") or {}, "constants")
+    for cname, e in constants.items():
+        m.entry(e, f"constants.{cname}", len(net.constants), ALIGNMENT["constants"])
+    tensors = m.obj(meta["tensors"], "tensors")
+    device = {}
     for tname, t in tensors.items():
-        _want(isinstance(t, dict) and _is_shape(t.get("shape")), name,
-              "tensor has no valid shape", f"tensors.{tname}.shape",
-              t.get("shape") if isinstance(t, dict) else t)
-        dev = t.get("device")
-        if dev is None:
+        path = f"tensors.{tname}"
+        if tname in constants or not tname:
+            m.fail(path, "is also a constant (or has no name)", tname, "one meaning per name")
+        t = m.obj(t, path)
+        shape = m.shape(t.get("shape"), f"{path}.shape")
+        if "dtype" in t:
+            m.dtype(t["dtype"], f"{path}.dtype")
+        if t.get("device") is not None:
+            device[tname] = _check_device(m, t["device"], f"{path}.device", shape, arena_size)
+    extent = -(-max((o + n for o, n in device.values()), default=0) // 64) * 64
+    if arena_size != extent:   # the plan is exactly as large as its tensors (64-byte slots)
+        m.fail("arena.size", "is not the extent of the device tensors (rounded to 64)",
+               arena_size, extent)
+    offsets = arena.get("offsets")
+    if device or offsets is not None:   # the plan and the placements say the same thing twice
+        offsets = m.obj(offsets, "arena.offsets")
+        for tname in sorted(set(offsets) | set(device)):
+            want = device[tname][0] if tname in device else None
+            if offsets.get(tname) != want:
+                m.fail(f"arena.offsets.{tname}", "disagrees with the tensor's device placement",
+                       offsets.get(tname), want)
+    m.lst(meta["inputs"], "inputs")
+    m.lst(meta["outputs"], "outputs")
+    _check_program(m, net, tensors, constants)
+    if meta.get("labels") is not None:
+        m.names(meta["labels"], "labels")
+
+
+def _check_device(m: MetaReader, dev: Any, path: str, shape: tuple[int, ...], arena: int
+                  ) -> tuple[int, int]:
+    """A device placement: (offset, bytes) in the arena, 2-byte aligned (§6.8)."""
+    dev = m.obj(dev, path)
+    off = m.integer(dev.get("offset"), f"{path}.offset", 0, arena)
+    if off % ALIGNMENT["activation"]:
+        m.fail(f"{path}.offset", "is not aligned as the DV700 requires", off,
+               f"multiple of {ALIGNMENT['activation']}")
+    hwc = m.lst(dev.get("hwc"), f"{path}.hwc")
+    if len(hwc) != 3:
+        m.fail(f"{path}.hwc", "is not (H, W, C)", hwc, 3)
+    hwc = [m.integer(d, f"{path}.hwc[{i}]", 1, LIMITS["hw_dim"]) for i, d in enumerate(hwc)]
+    # the runtime moves (1, C, H, W) and (1, C) values as (H, W, C) and (1, 1, C)
+    want = {4: list(shape[2:]) + list(shape[1:2]), 2: [1, 1] + list(shape[1:])}.get(len(shape))
+    if not shape or shape[0] != 1 or hwc != want:
+        m.fail(f"{path}.hwc", "is not the (H, W, C) of the tensor's (1, C, H, W) or (1, C) "
+               "shape", hwc, want)
+    m.flag(dev.get("transpose", False), f"{path}.transpose")
+    end = off + 2 * math.prod(hwc)
+    if end > arena:
+        m.fail(path, "lies outside the arena", end, arena)
+    return off, end - off
+
+
+def _check_program(m: MetaReader, net: NetFile, tensors: dict, constants: dict) -> None:
+    ncmd = len(net.command_records())
+    for i, step in enumerate(m.lst(net.meta["program"], "program")):
+        path = f"program[{i}]"
+        step = m.obj(step, path)
+        kind = m.text(step.get("kind"), f"{path}.kind", ("hw", "cpu"))
+        if "name" in step:
+            m.text(step["name"], f"{path}.name")
+        if kind == "hw":
+            cmds = m.lst(step.get("commands"), f"{path}.commands")
+            if len(cmds) != 2:
+                m.fail(f"{path}.commands", "is not [first, count]", cmds, 2)
+            first = m.integer(cmds[0], f"{path}.commands[0]")
+            count = m.integer(cmds[1], f"{path}.commands[1]", 1)
+            if first + count > ncmd:
+                m.fail(f"{path}.commands", "refers to missing commands (past the end of CMDS)",
+                       cmds, f"{ncmd} records")
+            m.names(step.get("runs", []), f"{path}.runs")
+            m.names(step.get("sources", []), f"{path}.sources")
+            for j, src in enumerate(m.lst(step.get("command_sources", []),
+                                          f"{path}.command_sources")):
+                m.names(src, f"{path}.command_sources[{j}]")
+            known = (tensors, constants)
+            _per_command(m, step.get("command_outputs"), f"{path}.command_outputs", count,
+                         known, lambda x, p: [x] if isinstance(x, str) else m.names(x, p))
+            _per_command(m, step.get("command_inputs"), f"{path}.command_inputs", count,
+                         known, m.names)
             continue
-        ok = (isinstance(dev, dict) and _is_int(dev.get("offset")) and _is_shape(dev.get("hwc"))
-              and len(dev["hwc"]) == 3 and min(dev["hwc"]) >= 1)
-        _want(ok, name, "tensor has no valid device placement", f"tensors.{tname}.device", dev)
-        _want(int(np.prod(dev["hwc"], dtype=np.int64)) == int(np.prod(t["shape"],
-                                                                        dtype=np.int64)),
-              name, "device placement and shape disagree", f"tensors.{tname}.device",
-              dev["hwc"], t["shape"])
-        end = dev["offset"] + 2 * int(np.prod(dev["hwc"], dtype=np.int64))
-        _want(end <= arena["size"], name, "tensor lies outside the arena",
-              f"tensors.{tname}.device", end, arena["size"])
-    for side in ("inputs", "outputs"):
-        specs = meta[side]
-        _want(isinstance(specs, list), name, f"{side} is not a list", side, type(specs))
-        for i, spec in enumerate(specs):
-            ok = (isinstance(spec, dict) and isinstance(spec.get("name"), str)
-                  and isinstance(spec.get("tensor"), str) and spec["tensor"] in tensors
-                  and _is_shape(spec.get("shape")))
-            _want(ok, name, f"{side}[{i}] does not name a tensor with a shape",
-                  f"{side}[{i}]", spec)
-            flip = spec.get("transpose", False)
-            _want(isinstance(flip, bool) and (not flip or len(spec["shape"]) == 4), name,
-                  f"{side}[{i}].transpose must be a boolean, true only for 4-D tensors",
-                  f"{side}[{i}].transpose", flip)
-            want = int(np.prod(tensors[spec["tensor"]]["shape"], dtype=np.int64))
-            _want(int(np.prod(spec["shape"], dtype=np.int64)) == want, name,
-                  f"{side}[{i}] shape does not match its tensor", f"{side}[{i}].shape",
-                  spec["shape"], tensors[spec["tensor"]]["shape"])
-    program = meta["program"]
-    _want(isinstance(program, list), name, "program is not a list", "program", type(program))
-    for i, step in enumerate(program):
-        _want(isinstance(step, dict) and step.get("kind") in ("hw", "cpu"), name,
-              "program step of unknown kind", f"program[{i}].kind",
-              step.get("kind") if isinstance(step, dict) else step, ("hw", "cpu"))
-        if step["kind"] == "hw":
-            cmds = step.get("commands")
-            _want(isinstance(cmds, list) and len(cmds) == 2 and _is_int(cmds[0])
-                  and _is_int(cmds[1], 1), name, "hw step has no command range",
-                  f"program[{i}].commands", cmds, "[first, count >= 1]")
-        else:
-            ok = (isinstance(step.get("op"), str) and isinstance(step.get("attrs", {}), dict)
-                  and all(isinstance(step.get(k), list) and all(isinstance(n, str)
-                                                                for n in step[k])
-                          for k in ("inputs", "outputs")))
-            _want(ok, name, "cpu step is malformed", f"program[{i}]", step.get("op"))
-    _check_entries(meta.get("constants") or {}, name, "constants")
-    golden = meta.get("golden")
-    if golden is not None:
-        _want(isinstance(golden, dict), name, "golden is not an object", "golden", type(golden))
-        _check_entries(golden.get("inputs"), name, "golden.inputs")
-        _check_entries(golden.get("outputs"), name, "golden.outputs")
-        tol = golden.get("tolerance")
-        _want(isinstance(tol, dict) and all(
-            isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0
-            for v in tol.values()) and set(tol) == set(golden["outputs"]), name,
-            "golden.tolerance needs a number per golden output", "golden.tolerance", tol)
-    labels = meta.get("labels")
-    _want(labels is None or (isinstance(labels, list) and all(isinstance(x, str)
-                                                               for x in labels)),
-          name, "labels is not a list of strings", "labels", type(labels))
+        m.text(step.get("op"), f"{path}.op")
+        m.obj(step.get("attrs"), f"{path}.attrs")   # required: a lost key would mean defaults
+        for j, t in enumerate(m.names(step.get("inputs"), f"{path}.inputs")):
+            if t and t not in tensors and t not in constants:
+                m.fail(f"{path}.inputs[{j}]", "names no tensor or constant", t)
+        for j, t in enumerate(m.names(step.get("outputs"), f"{path}.outputs")):
+            if t and t not in tensors:
+                m.fail(f"{path}.outputs[{j}]", "names no tensor", t)
+
+
+def _per_command(m: MetaReader, values: Any, path: str, count: int, known: tuple[dict, ...],
+                 names: Any) -> None:
+    """``command_outputs`` / ``command_inputs`` (optional): one entry per command, each
+    naming tensors the program has."""
+    if values is None:
+        return
+    values = m.lst(values, path)
+    if len(values) != count:
+        m.fail(path, "needs one entry per command", len(values), count)
+    for j, v in enumerate(values):
+        for t in names(v, f"{path}[{j}]"):
+            if not any(t in k for k in known):
+                m.fail(f"{path}[{j}]", "names no tensor", t)
 
 
 def read(path: str | os.PathLike) -> NetFile:

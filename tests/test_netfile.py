@@ -22,11 +22,13 @@ from dvsdk.errors import NetFileError
 from dvsdk.netfile import (
     FORMAT_VERSION,
     HEADER,
+    LIMITS,
     MAGIC,
     SECTION,
     NetFile,
     decode,
     encode,
+    json_depth,
     read,
     write,
 )
@@ -292,23 +294,25 @@ def test_container_helper_is_faithful(net: NetFile) -> None:
 def test_command_record_size_out_of_range(net: NetFile) -> None:
     cmds = bytearray(net.commands)
     cmds[0:4] = (len(cmds) + 8).to_bytes(4, "little")
-    bad = decode(container(parts_of(net, CMDS=bytes(cmds))))   # CRCs valid: loads
     with pytest.raises(NetFileError, match="command record size out of range"):
-        Net(bad, SIM)
-    short = decode(container(parts_of(net, CMDS=net.commands[:4])))
+        decode(container(parts_of(net, CMDS=bytes(cmds))))       # CRCs valid
+    with pytest.raises(NetFileError, match="command record size out of range"):
+        Net(dataclasses.replace(net, commands=bytes(cmds)), SIM)
     with pytest.raises(NetFileError, match="cut short"):
-        Net(short, SIM)
+        decode(container(parts_of(net, CMDS=net.commands[:4])))
 
 
 def test_program_refers_to_missing_commands(net: NetFile) -> None:
     program = json.loads(json.dumps(net.meta["program"]))
     hw = next(s for s in program if s["kind"] == "hw")
     hw["commands"] = [0, 999]
-    with pytest.raises(NetFileError, match="missing commands"):
+    with pytest.raises(NetFileError, match="missing commands") as ei:
         Net(with_meta(net, program=program), SIM)
+    assert ei.value.field == f"program[{program.index(hw)}].commands"
     program[0] = {"kind": "gpu"}
-    with pytest.raises(NetFileError, match="unknown program step"):
+    with pytest.raises(NetFileError, match=r"program\[0\].kind is not one of") as ei:
         Net(with_meta(net, program=program), SIM)
+    assert ei.value.value == "gpu" and ei.value.limit == ("hw", "cpu")
 
 
 def test_command_with_unknown_memory_region(net: NetFile) -> None:
@@ -336,8 +340,9 @@ def test_constant_index_outside_section(net: NetFile) -> None:
     consts = json.loads(json.dumps(net.meta["constants"]))
     name = next(iter(consts))
     consts[name]["offset"] = len(net.constants) + 64
-    with pytest.raises(NetFileError, match="CNST entry outside its section"):
+    with pytest.raises(NetFileError, match="outside its section") as ei:
         Net(with_meta(net, constants=consts), SIM)
+    assert ei.value.field == f"constants.{name}" and ei.value.limit == len(net.constants)
 
 
 def test_selftest_needs_golden(net: NetFile) -> None:
@@ -407,3 +412,125 @@ def test_written_file_has_ordinary_permissions(tmp_path):
     mask = os.umask(0)
     os.umask(mask)
     assert path.stat().st_mode & 0o777 == 0o666 & ~mask
+
+
+# --------------------------------------------------------------------------- bounded META
+@pytest.mark.parametrize("text,depth", [
+    ('{"a": [1, {"b": []}]}', 4),
+    ('{"a": "[[[[{{{{"}', 1),                       # brackets in strings do not count
+    ('{"a": "\\"[[[", "b": [[]]}', 3),               # nor after an escaped quote
+    ('{"a": "\\\\", "b": [[]]}', 3),                 # an escaped backslash ends no string
+    ('"[[[', 0),                                     # an unterminated string runs to the end
+    ("[" * 50 + "]" * 50, 50),
+])
+def test_json_depth(text, depth):
+    assert json_depth(text) == depth
+    if depth < 33 and text.startswith("{"):
+        assert json.loads(text) is not None            # the cases are valid JSON
+
+
+def test_json_depth_is_linear_on_adversarial_strings():
+    """Stray and escaped quotes cost one scan, not one per quote (a quadratic scan of these
+    2 MB would take hours)."""
+    import time
+
+    for text in ('"' + '\\"' * 1_000_000, '"' * 2_000_000, '["' + "\\" * 2_000_000):
+        t = time.perf_counter()
+        json_depth(text)
+        assert time.perf_counter() - t < 10, text[:8]
+
+
+def test_meta_size_limit(net: NetFile) -> None:
+    meta = json.loads(json.dumps(net.meta))
+    meta["labels"] = ["x" * 4000] * (LIMITS["meta_bytes"] // 4000)
+    with pytest.raises(NetFileError, match="too large") as ei:
+        decode(container(parts_of(net, META=json.dumps(meta).encode())))
+    assert ei.value.limit == LIMITS["meta_bytes"]
+
+
+@pytest.mark.parametrize("path,value,field", [
+    ("labels", ["x" * 4097], "labels[0]"),
+    ("source", "x" * 4097, "source"),
+    ("stats", {"k" * 4097: 1}, "stats"),
+    ("format_version", FORMAT_VERSION + 1, "format_version"),
+    ("weights__size", 1, "weights.size"),
+    ("arena__size", 1 << 20, "arena.size"),
+    ("hardware__units", ["conv", 3], "hardware.units[1]"),
+    ("transposed", "yes", "transposed"),
+])
+def test_meta_values_are_bounded_and_consistent(net: NetFile, path, value, field) -> None:
+    bad = with_meta(net, **{path: value})
+    with pytest.raises(NetFileError) as ei:
+        decode(encode(bad))
+    assert ei.value.field == field
+    with pytest.raises(NetFileError) as ei:
+        Net(bad, SIM)                                 # a NetFile handed over directly, too
+    assert ei.value.field == field
+
+
+def test_meta_with_non_json_values(net: NetFile) -> None:
+    """A NetFile built in Python may hold what JSON cannot say; the runtime refuses it."""
+    for value in (np.int64(3), object(), b"x", 2**64):
+        with pytest.raises(NetFileError) as ei:
+            Net(with_meta(net, stats__odd=value), SIM)
+        assert ei.value.field == "stats.odd"
+
+
+def test_sections_must_start_aligned_after_the_table(net: NetFile) -> None:
+    import zlib
+
+    good = container(parts_of(net))
+    hdr = HEADER.unpack(good)
+    for start in (HEADER.size, sections(good)["CMDS"][0] + 8):
+        entry = SECTION.unpack(good, HEADER.size + SECTION.size)            # CMDS
+        entry["offset"], entry["size"] = start, 8
+        entry["crc32"] = zlib.crc32(good[start : start + 8]) & 0xFFFFFFFF
+        table = bytearray(good[HEADER.size : HEADER.size + SECTION.size * hdr["section_count"]])
+        table[SECTION.size : 2 * SECTION.size] = SECTION.pack(entry)
+        fields = {k: v for k, v in hdr.items() if k != "header_crc32"}
+        crc = zlib.crc32(HEADER.pack(fields) + bytes(table)) & 0xFFFFFFFF
+        bad = HEADER.pack({**fields, "header_crc32": crc}) + bytes(table)
+        with pytest.raises(NetFileError, match="64-byte boundary") as ei:
+            decode(bad + good[len(bad):])
+        assert ei.value.field == "CMDS" and ei.value.value == start
+
+
+def test_unused_constant_is_refused(net: NetFile) -> None:
+    """E.g. a step input renamed away from its constant: the file contradicts itself."""
+    program = json.loads(json.dumps(net.meta["program"]))
+    step = next(s for s in program if s["kind"] == "cpu" and len(s["inputs"]) > 1)
+    name = step["inputs"][1]
+    step["inputs"][1] = ""
+    with pytest.raises(NetFileError, match="read by no step") as ei:
+        Net(with_meta(net, program=program), SIM)
+    assert ei.value.field == f"constants.{name}"
+
+
+@pytest.mark.parametrize("edit,field", [
+    (lambda g: g["inputs"].pop("x"), "golden.inputs"),
+    (lambda g: g["outputs"].update(nope=g["outputs"][next(iter(g["outputs"]))]),
+     "golden.outputs"),
+    (lambda g: g["inputs"]["x"].update(shape=[1, 3, 8]), "golden.inputs.x.shape"),
+    (lambda g: g["inputs"]["x"].update(offset=8), "golden.inputs.x.offset"),
+    (lambda g: g["tolerance"].update({next(iter(g["tolerance"])): -1.0}), "golden.tolerance."),
+])
+def test_golden_pair_matches_the_network(net: NetFile, edit, field) -> None:
+    meta = json.loads(json.dumps(net.meta))
+    edit(meta["golden"])
+    with pytest.raises(NetFileError) as ei:
+        Net(dataclasses.replace(net, meta=meta), SIM)
+    assert ei.value.field.startswith(field)
+
+
+def test_inputs_are_fed_by_their_tensor(net: NetFile) -> None:
+    """Regression: the runtime uploaded an input under its *name*; a net whose input name
+    differs from its tensor ran on whatever the arena held."""
+    meta = json.loads(json.dumps(net.meta))
+    meta["inputs"][0]["name"] = "image"
+    meta["golden"]["inputs"] = {"image": meta["golden"]["inputs"].pop("x")}
+    feeds = M.make_feeds(M.pad_conv(), seed=3)
+    with Net(net, SIM) as a, Net(dataclasses.replace(net, meta=meta), SIM) as b:
+        ya, yb = a.run(feeds), b.run({"image": feeds["x"]})
+        assert b.selftest()["passed"] is True
+    for k in ya:
+        np.testing.assert_array_equal(ya[k], yb[k])

@@ -19,20 +19,12 @@ import numpy as np
 
 from ..cpu import ops as cpu_ops
 from ..driver.cmdlist import CommandList
-from ..driver.commands import BufferRef, ConvCommand
 from ..driver.device import Device, open_device
-from ..errors import DvsdkError, InvalidArgument, NetFileError
+from ..errors import DeviceError, InvalidArgument, NetFileError
 from ..hw import layout
-from ..netfile import REGIONS, NetFile, check_hardware, read
+from ..netfile import NetFile, check, check_hardware, read
 from .handle import RunContext, RunHandle, RunStats, SegmentStats, spec_dtype
-
-
-def decode_attr(v: Any) -> Any:
-    if isinstance(v, dict) and "__array__" in v:
-        return np.asarray(v["__array__"], dtype=v["dtype"]).reshape(v["shape"])
-    if isinstance(v, list):
-        return [decode_attr(x) for x in v]
-    return v
+from .records import decode_attr, relocate, verify
 
 
 class Net:
@@ -41,6 +33,10 @@ class Net:
     def __init__(self, source: str | os.PathLike | NetFile, device: Device | str | None = None
                  ) -> None:
         self.file = source if isinstance(source, NetFile) else read(source)
+        if isinstance(source, NetFile):
+            check(source)       # read() has checked META; a NetFile may come from anywhere
+        # commands, tensors and CPU steps, before touching a device
+        self._commands = verify(self.file)
         meta = self.file.meta
         self._own_device = not isinstance(device, Device)
         self.device = device if isinstance(device, Device) else open_device(device)
@@ -79,17 +75,8 @@ class Net:
     def _context(self) -> RunContext:
         """An arena with every hardware segment committed against it."""
         arena = self._alloc(max(int(self.meta["arena"]["size"]), 64), "arena")
-
-        def resolve(mem: int, offs: int) -> BufferRef:
-            if mem == REGIONS["arena"]:
-                return BufferRef(arena, offs)
-            if mem == REGIONS["weights"]:
-                return BufferRef(self.weights, offs)
-            raise NetFileError("command refers to an unknown memory region", field="mem",
-                               value=mem, limit=sorted(REGIONS.values()))
-
-        records = self.file.command_records()
-        commands = [ConvCommand.from_raw(raw, resolve) for raw in records]
+        records = self._commands
+        commands = [relocate(cmd, arena, self.weights) for cmd in records]
         ctx = RunContext(arena, commands)
         self.steps: list[tuple[str, Any]] = []
         for step in self.meta["program"]:
@@ -174,7 +161,7 @@ class Net:
                     raise InvalidArgument("input shape does not match the model", field=name,
                                           value=arr.shape, limit=want)
             # a --transpose net runs on x/y-exchanged tensors; only the boundary flips
-            out[name] = arr.transpose(0, 1, 3, 2) if spec.get("transpose") else arr
+            out[spec["tensor"]] = arr.transpose(0, 1, 3, 2) if spec.get("transpose") else arr
         if feeds:
             raise InvalidArgument("unknown input", field="inputs", value=sorted(feeds),
                                   limit=[i["name"] for i in self.inputs])
@@ -237,12 +224,17 @@ class Net:
             with h.stats.stage("cpu", f"{op_type} {name}"):
                 try:
                     results = cpu_ops.run_op(op_type, args, attrs)
-                except DvsdkError:
+                except DeviceError:
                     raise
                 except Exception as e:  # noqa: BLE001 - a damaged record must not escape raw
                     raise NetFileError(f"CPU op {op_type} {name} cannot run: {e}",
                                        field=f"program.{name}", value=op_type) from e
             for out, val in zip(outputs, results):
+                want = self.tensors[out]["shape"] if out else None
+                if want is not None and list(np.shape(val)) != list(want):
+                    raise NetFileError(f"CPU op {op_type} {name} made {out} of another shape "
+                                       "than the file records", field=f"tensors.{out}.shape",
+                                       value=list(np.shape(val)), limit=want)
                 if out:
                     h.host[out] = np.asarray(val)
                     if self._dev(out) is not None:

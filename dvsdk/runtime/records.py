@@ -1,0 +1,456 @@
+"""What a net.bin's commands and CPU steps mean, checked before anything reaches a device.
+
+:func:`dvsdk.netfile.check` bounds and types META and its indexes into the sections; this
+module checks what needs the command decoder and the CPU kernels (netbin.md, "What a reader
+rejects"):
+
+* every ``CMDS`` record is a conv command (v0/v1) of its exact size whose buffer handles
+  name the arena (input, output, eltwise) or the weights region (weights, u8 table), and
+  which validates (reference §6, against the hardware META declares) within those regions:
+  in range, large enough and aligned as the DV700 requires (§6.8);
+* every device tensor lies where a command reads or writes it, in that command's layout
+  (same H and W, starting on an 8-channel chunk); tensors the CPU uploads are read by a
+  command, tensors it downloads were written by an earlier one (or uploaded);
+* every CPU step's op has a kernel, its inputs have values when it runs, and its attributes
+  have the types and ranges the kernel expects (an ``axis`` within the input's rank, a
+  ``perm`` that is a permutation, ...), arrays decoded with their dtype and shape checked.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass, replace
+from typing import Any, NoReturn
+
+import numpy as np
+
+from ..cpu.dtypes import ONNX_DTYPES
+from ..cpu.ops import KERNELS
+from ..driver.commands import DEVICE_TYPE, POOL_ENABLE, BufferRef, ConvCommand
+from ..driver.device import DeviceInfo
+from ..driver.validate import validate_conv
+from ..errors import DvsdkError, NetFileError
+from ..hw import dims
+from ..hw.spec import SPEC
+from ..netfile import ALIGNMENT, LIMITS, NB, REGIONS, MetaReader, NetFile
+
+#: element types an input or output may have: those the CPU kernels handle
+IO_DTYPES = tuple(sorted({np.dtype(t).name for t in ONNX_DTYPES.values()}))
+
+_HEADER = SPEC.struct("cmdraw_header")
+PREPROCESS: dict[str, tuple[str, ...]] = {k: tuple(v) for k, v in NB["preprocess"].items()}
+_STRUCTS = {0: SPEC.struct("conv_v0"), 1: SPEC.struct("conv_v1")}
+
+
+def _fail(path: str, what: str, value: Any = None, limit: Any = None) -> NoReturn:
+    raise NetFileError(f"net.bin {path} {what}", field=path, value=value, limit=limit)
+
+
+# --------------------------------------------------------------------------- commands
+class _Region:
+    """Stand-in for the DMA buffer of one region: validation sees offsets and sizes only."""
+
+    def __init__(self, name: str, size: int) -> None:
+        self.name, self.size, self.phys, self.freed = name, size, 0, False
+
+
+@dataclass(frozen=True)
+class Piece:
+    """Channels ``c`` of an (H, W) tensor a command reads or writes at arena ``base``."""
+
+    base: int
+    h: int
+    w: int
+    c: int
+
+    def holds(self, off: int, hwc: tuple[int, int, int]) -> bool:
+        """Whether a tensor at ``off`` of shape ``hwc`` is this piece or a chunk-aligned
+        channel slice of it, in the same chunked layout (§1)."""
+        h, w, c = hwc
+        if (self.h, self.w) == (1, 1) and off == self.base and h * w * c == self.c:
+            return True   # a 1x1xC command (a flattening FC) reads the tensor's bytes in place
+        rel, plane = off - self.base, 2 * h * w
+        if (h, w) != (self.h, self.w) or rel < 0 or rel % (8 * plane):
+            return False
+        c0 = rel // plane
+        return c0 + c <= self.c and (c % 8 == 0 or c0 + c == self.c)
+
+
+@dataclass
+class Access:
+    """The arena pieces one command reads and writes."""
+
+    reads: list[Piece]
+    writes: list[Piece]
+
+
+def merge(pieces: Iterable[Piece]) -> list[Piece]:
+    """Pieces back to back along C (the runs of one command, §4.1, or the producers of a
+    zero-copy concat) read as one tensor when every non-last piece fills whole 8-channel
+    chunks."""
+    out: list[Piece] = []
+    for p in sorted(set(pieces), key=lambda p: (p.base, p.h, p.w, p.c)):
+        q = out[-1] if out else None
+        if q and (q.h, q.w) == (p.h, p.w) and q.c % 8 == 0 and q.base + 2 * q.h * q.w * q.c \
+                == p.base:
+            out[-1] = Piece(q.base, q.h, q.w, q.c + p.c)
+        else:
+            out.append(p)
+    return out
+
+
+def hardware_info(meta: dict[str, Any]) -> DeviceInfo:
+    """The device META says the commands were made for."""
+    hw = meta.get("hardware", {})
+    return DeviceInfo(ub_size=hw.get("ub_size_min") or 524288,
+                      max_kernel_size=hw.get("max_kernel_size", SPEC.limits["max_kernel_size"]),
+                      svn_version=hw.get("svn_version_min", 93))
+
+
+def decode_command(k: int, raw: bytes, arena: Any, weights: Any) -> ConvCommand:
+    """Record ``k`` of CMDS as a command over the stand-in regions, or NetFileError."""
+    path = f"CMDS[{k}]"
+    hdr = _HEADER.unpack(raw)
+    if hdr["device_type"] != DEVICE_TYPE.conv:
+        _fail(f"{path}.header.device_type", "is not a conv command", hdr["device_type"],
+              DEVICE_TYPE.conv)
+    struct = _STRUCTS.get(hdr["version"])
+    if struct is None:
+        _fail(f"{path}.header.version", "is unknown", hdr["version"], sorted(_STRUCTS))
+    if hdr["size"] != struct.size:
+        _fail(f"{path}.header.size", f"is not the size of a v{hdr['version']} command",
+              hdr["size"], struct.size)
+    regions = {REGIONS["arena"]: arena, REGIONS["weights"]: weights}
+
+    def resolve(mem: int, offs: int) -> BufferRef:
+        if mem not in regions:
+            raise NetFileError("command refers to an unknown memory region", field=f"{path}.mem",
+                               value=mem, limit=sorted(REGIONS.values()))
+        return BufferRef(regions[mem], offs)
+
+    cmd = ConvCommand.from_raw(raw, resolve)
+    wants = [("input_buf", cmd.input_buf, arena), ("output_buf", cmd.output_buf, arena),
+             ("eltwise_buf", cmd.eltwise_buf, arena), ("u8tofp16_table", cmd.u8tofp16_table,
+                                                       weights)]
+    wants += [(f"run[{i}].weight_buf", r.weight_buf, weights) for i, r in enumerate(cmd.runs)]
+    for name, ref, region in wants:
+        if ref and ref.buffer is not region:
+            _fail(f"{path}.{name}", f"must lie in the {region.name} region", ref.buffer.name,
+                  region.name)
+    return cmd
+
+
+def relocate(cmd: ConvCommand, arena: Any, weights: Any) -> ConvCommand:
+    """``cmd`` (decoded over the stand-in regions) over the real arena and weights buffers."""
+    def ref(r: BufferRef) -> BufferRef:
+        return BufferRef(arena if r.buffer.name == "arena" else weights, r.offset) if r else r
+
+    return replace(cmd, input_buf=ref(cmd.input_buf), output_buf=ref(cmd.output_buf),
+                   eltwise_buf=ref(cmd.eltwise_buf), u8tofp16_table=ref(cmd.u8tofp16_table),
+                   runs=[replace(r, weight_buf=ref(r.weight_buf)) for r in cmd.runs])
+
+
+def command_access(k: int, cmd: ConvCommand, info: DeviceInfo) -> Access:
+    """Validate command ``k`` (§6: sizes, ranges, alignment within its regions) and list the
+    arena pieces it reads and writes."""
+    try:
+        plan = validate_conv(cmd, info)
+    except DvsdkError as e:
+        raise NetFileError(f"net.bin CMDS[{k}] is not a valid command: {e.message}",
+                           field=f"CMDS[{k}].{e.field}", value=e.value, limit=e.limit) from None
+    reads = []
+    if cmd.version == 0:   # a v1 command reads uint8, which the runtime never uploads
+        reads.append(Piece(cmd.input_buf.offset, cmd.h, cmd.w, cmd.c))
+    if cmd.output_mode == 1:   # the addend has the shape before max-pool/upsample (§4.4)
+        r0 = cmd.runs[0]
+        pre = r0 if r0.pool_enable == POOL_ENABLE.avg else replace(r0, pool_enable=0)
+        (ew, eh, _, ec), _ = dims.run_output_shape(pre, (cmd.w, cmd.h, cmd.z, cmd.c))
+        reads.append(Piece(cmd.eltwise_buf.offset, eh, ew, ec))
+    writes, base = [], cmd.output_buf.offset
+    for i, (w, h, _, c) in enumerate(plan.out_shapes):
+        if cmd.topo >> i & 1:
+            writes.append(Piece(base, h, w, c))
+            base += 2 * w * h * c
+    return Access(reads, merge(writes))
+
+
+# --------------------------------------------------------------------------- attributes
+_FLAGS = {"keepdims", "noop_with_empty_axes", "select_last_index", "allowzero", "transA",
+          "transB", "ceil_mode", "count_include_pad", "storage_order", "antialias",
+          "exclude_outside"}
+_REALS = {"alpha", "beta", "gamma", "epsilon", "bias", "cubic_coeff_a", "extrapolation_value"}
+_COUNTS = {"group": 1 << 16, "blocksize": 1 << 16, "size": 1 << 16, "num_outputs": 1 << 16,
+           "opset": 1000}
+_WINDOWS = {"kernel_shape": (1, 1 << 16), "strides": (1, 1 << 16), "dilations": (1, 1 << 16),
+            "pads": (-(1 << 16), 1 << 16), "output_padding": (0, 1 << 16),
+            "output_shape": (0, LIMITS["dim"]), "split": (0, LIMITS["dim"])}
+_NAMES = {
+    "auto_pad": ("NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID", ""),
+    "coordinate_transformation_mode": ("half_pixel", "pytorch_half_pixel", "align_corners",
+                                       "asymmetric", "tf_half_pixel_for_nn",
+                                       "half_pixel_symmetric"),
+    "nearest_mode": ("round_prefer_floor", "round_prefer_ceil", "floor", "ceil", "simple"),
+    "keep_aspect_ratio_policy": ("stretch", "not_larger", "not_smaller"),
+}
+_MODES = {"Pad": ("constant", "reflect", "edge", "wrap"), "Resize": ("nearest", "linear"),
+          "DepthToSpace": ("DCR", "CRD")}
+_REQUIRED = {"LRN": ("size",), "DepthToSpace": ("blocksize",), "SpaceToDepth": ("blocksize",),
+             "MaxPool": ("kernel_shape",), "AveragePool": ("kernel_shape",), "Cast": ("to",)}
+#: ops whose ``axis`` may also be the rank itself (ONNX Flatten: [-r, r])
+_AXIS_INCLUSIVE = {"Flatten"}
+
+
+def decode_attr(v: Any, path: str = "attrs") -> Any:
+    """A JSON attribute value as the kernel takes it; arrays (``{"__array__", "dtype",
+    "shape"}``) become numpy arrays whose dtype, shape and element values are checked."""
+    if isinstance(v, dict) and "__array__" in v:
+        m = MetaReader("net.bin")
+        if set(v) != {"__array__", "dtype", "shape"}:
+            m.fail(path, "is not {__array__, dtype, shape}", sorted(v))
+        dtype = m.dtype(v["dtype"], f"{path}.dtype")
+        shape = m.shape(v["shape"], f"{path}.shape")
+        if math.prod(shape) > LIMITS["attr_elements"]:
+            m.fail(f"{path}.shape", "is too large for an inline array", math.prod(shape),
+                   LIMITS["attr_elements"])
+        try:
+            raw = np.array(v["__array__"])
+        except (ValueError, TypeError):
+            raw = np.array(None)
+        if raw.dtype.kind not in "biuf" or raw.shape != shape:
+            m.fail(f"{path}.__array__", "is not a numeric array of its shape", list(raw.shape)
+                   if raw.dtype.kind in "biuf" else raw.dtype.kind, list(shape))
+        if dtype.kind in "iu" and raw.size and (raw.dtype.kind == "f" or raw.min() <
+                                                np.iinfo(dtype).min or raw.max() >
+                                                np.iinfo(dtype).max):
+            m.fail(f"{path}.__array__", f"does not fit {dtype}", None, dtype.str)
+        with np.errstate(over="ignore", invalid="ignore"):
+            return raw.astype(dtype)
+    if isinstance(v, list):
+        return [decode_attr(x, f"{path}[{i}]") for i, x in enumerate(v)]
+    return v
+
+
+def _int_list(m: MetaReader, v: Any, path: str, lo: int, hi: int, n: int | None = None
+              ) -> list[int]:
+    vals = np.asarray(v).reshape(-1).tolist() if isinstance(v, np.ndarray) else m.lst(v, path)
+    if n is not None and len(vals) != n:
+        m.fail(path, "has the wrong number of values", len(vals), n)
+    return [m.integer(x, f"{path}[{i}]", lo, hi) for i, x in enumerate(vals)]
+
+
+def check_attrs(op: str, attrs: dict[str, Any], ranks: list[int | None], path: str) -> None:
+    """Types and ranges of the attributes ``op``'s kernel reads (``ranks``: of each input)."""
+    m = MetaReader("net.bin")
+    for key in _REQUIRED.get(op, ()):
+        if key not in attrs:
+            m.fail(f"{path}.{key}", f"is required by {op}", None, "present")
+    r = ranks[0] if ranks else None
+    spatial = None if r is None else max(r - 2, 0)
+    for key, v in attrs.items():
+        p = f"{path}.{key}"
+        if key in _FLAGS:
+            m.integer(v, p, 0, 1)
+        elif key in _REALS:
+            m.number(v, p)
+        elif key in ("min", "max") and v is not None:       # Clip: +-inf are bounds too
+            m.number(v, p, finite=False)
+        elif key in _COUNTS:
+            m.integer(v, p, 1, _COUNTS[key])
+        elif key in _WINDOWS:
+            n = None
+            if spatial is not None and key in ("kernel_shape", "strides", "dilations",
+                                                "output_padding", "output_shape"):
+                n = spatial
+            elif spatial is not None and key == "pads":
+                n = 2 * spatial if op != "Pad" else None
+            if not (key in ("pads", "split") and isinstance(v, list) and not v):
+                _int_list(m, v, p, *_WINDOWS[key], n=n)
+        elif key in _NAMES:
+            m.text(v, p, _NAMES[key])
+        elif key == "mode" and op in _MODES:
+            m.text(v, p, _MODES[op])
+        elif key == "to":
+            m.integer(v, p, 0, 1 << 8)
+            if v not in ONNX_DTYPES:
+                m.fail(p, "is not an element type the CPU handles", v, sorted(ONNX_DTYPES))
+        elif key == "axis":   # ONNX: [-r, r - 1] of the first input's rank r
+            hi = LIMITS["rank"] if r is None else r if op in _AXIS_INCLUSIVE else r - 1
+            m.integer(v, p, -LIMITS["rank"] if r is None else -r, hi)
+        elif key == "axes" and v is not None:
+            rank = None if r is None else r + (len(np.asarray(v).reshape(-1))
+                                               if op == "Unsqueeze" else 0)
+            lo, hi = (-rank, rank - 1) if rank else (-LIMITS["rank"], LIMITS["rank"])
+            axes = _int_list(m, v, p, lo, hi)
+            if rank and len({a % rank for a in axes}) != len(axes):
+                m.fail(p, "names an axis twice", axes, "distinct axes")
+        elif key == "perm" and v is not None:
+            perm = _int_list(m, v, p, 0, LIMITS["rank"] - 1)
+            if sorted(perm) != list(range(len(perm))) or (r is not None and len(perm) != r):
+                m.fail(p, "is not a permutation of the input's axes", perm, r)
+        elif key in ("start", "end") and v is not None:
+            m.integer(v, p, -LIMITS["int_abs"], LIMITS["int_abs"])
+
+
+# --------------------------------------------------------------------------- I/O, golden
+def _swap_hw(shape: tuple[int, ...]) -> tuple[int, ...]:
+    return shape[:2] + (shape[3], shape[2])
+
+
+def _check_io(m: MetaReader, meta: dict, side: str, tensors: dict, constants: dict,
+              transposed: bool) -> None:
+    """Inputs/outputs: unique names, known tensors, the tensor's shape (H and W exchanged
+    exactly for the 4-D tensors of a ``--transpose`` net), float32, image preprocessing."""
+    seen: set[str] = set()
+    for i, spec in enumerate(m.lst(meta[side], side)):
+        path = f"{side}[{i}]"
+        spec = m.obj(spec, path)
+        name = m.text(spec.get("name"), f"{path}.name")
+        if name in seen:
+            m.fail(f"{path}.name", "is used twice", name, "unique names")
+        seen.add(name)
+        tname = m.text(spec.get("tensor"), f"{path}.tensor")
+        known = tensors if side == "inputs" else {**tensors, **constants}
+        if tname not in known:
+            m.fail(f"{path}.tensor", "does not name a tensor", tname)
+        shape = m.shape(spec.get("shape"), f"{path}.shape")
+        flip = m.flag(spec.get("transpose", False), f"{path}.transpose")
+        if flip != (transposed and len(shape) == 4):
+            m.fail(f"{path}.transpose", "disagrees with META.transposed (true exactly for "
+                   "4-D tensors of a --transpose net)", flip, transposed and len(shape) == 4)
+        want = m.shape(known[tname].get("shape"), f"{path}.tensor")
+        if (_swap_hw(shape) if flip else shape) != want:
+            m.fail(f"{path}.shape", "does not match its tensor", list(shape), list(want))
+        if "dtype" in spec:  # the model's own element type (integer and bool I/O run on the CPU)
+            m.text(spec["dtype"], f"{path}.dtype", IO_DTYPES)
+        if side == "inputs":
+            _check_preprocess(m, spec.get("preprocess"), f"{path}.preprocess")
+
+
+def _check_preprocess(m: MetaReader, pre: Any, path: str) -> None:
+    pre = m.obj(pre, path)
+    for key in ("mean", "std"):
+        if pre.get(key) is not None:
+            vals = m.lst(pre[key], f"{path}.{key}")
+            if not 1 <= len(vals) <= 4:
+                m.fail(f"{path}.{key}", "needs 1..4 values", len(vals), "1..4")
+            for j, v in enumerate(vals):
+                if m.number(v, f"{path}.{key}[{j}]") == 0 and key == "std":
+                    m.fail(f"{path}.{key}[{j}]", "is zero", v, "non-zero")
+    if pre.get("scale") is not None:
+        m.number(pre["scale"], f"{path}.scale")
+    m.text(pre.get("channel_order", "RGB"), f"{path}.channel_order", PREPROCESS["channel_order"])
+    m.text(pre.get("resize", "stretch"), f"{path}.resize", PREPROCESS["resize"])
+
+
+def _check_golden(m: MetaReader, net: NetFile, meta: dict) -> None:
+    """Names and shapes the self-test feeds and compares, in GOLD."""
+    if meta.get("golden") is None:
+        return
+    gold = m.obj(meta["golden"], "golden")
+    for side in ("inputs", "outputs"):
+        specs = {s["name"]: tuple(s["shape"]) for s in meta[side]}
+        entries = m.obj(gold.get(side), f"golden.{side}")
+        # a self-test feeds every input and compares the outputs it names
+        if (set(entries) != set(specs)) if side == "inputs" else not set(entries) <= set(specs):
+            m.fail(f"golden.{side}", f"does not match the network's {side}", sorted(entries),
+                   sorted(specs))
+        for gname, e in entries.items():
+            _, shape = m.entry(e, f"golden.{side}.{gname}", len(net.golden),
+                               ALIGNMENT["golden"])
+            if shape != specs[gname]:
+                m.fail(f"golden.{side}.{gname}.shape", "does not match the network's",
+                       list(shape), list(specs[gname]))
+    tol = m.obj(gold.get("tolerance"), "golden.tolerance")
+    if set(tol) != set(gold["outputs"]):
+        m.fail("golden.tolerance", "needs a number per golden output", sorted(tol),
+               sorted(gold["outputs"]))
+    for key, v in tol.items():
+        m.number(v, f"golden.tolerance.{key}", 0.0)
+    for key, v in m.obj(gold.get("sim_max_abs_error", {}), "golden.sim_max_abs_error").items():
+        m.number(v, f"golden.sim_max_abs_error.{key}", 0.0)
+
+
+# --------------------------------------------------------------------------- the whole file
+def verify(net: NetFile) -> list[ConvCommand]:
+    """Everything :class:`dvsdk.runtime.net.Net` relies on, checked without a device (the
+    META checks of :func:`dvsdk.netfile.check` are assumed done); returns the CMDS records
+    decoded over stand-in regions (see :func:`relocate`)."""
+    meta = net.meta
+    m = MetaReader("net.bin")
+    tensors, constants = meta["tensors"], meta.get("constants") or {}
+    transposed = m.flag(meta.get("transposed", False), "transposed")
+    for side in ("inputs", "outputs"):
+        _check_io(m, meta, side, tensors, constants, transposed)
+    _check_golden(m, net, meta)
+    used = {t for s in meta["program"] if s["kind"] == "cpu" for t in s["inputs"]}
+    for cname in constants.keys() - used - {s["tensor"] for s in meta["outputs"]}:
+        # e.g. a bias input renamed away: the file contradicts itself
+        m.fail(f"constants.{cname}", "is read by no step and is no output", cname)
+    arena = _Region("arena", max(int(meta["arena"]["size"]), 64))
+    weights = _Region("weights", max(len(net.weights), 64))
+    info = hardware_info(meta)
+    records = net.command_records()
+    commands = [decode_command(k, raw, arena, weights) for k, raw in enumerate(records)]
+    access = [command_access(k, cmd, info) for k, cmd in enumerate(commands)]
+    dev = {n: (t["device"]["offset"], tuple(t["device"]["hwc"]))
+           for n, t in tensors.items() if t.get("device") is not None}
+
+    merged: dict[tuple, list[Piece]] = {}
+
+    def fits(name: str, cmds: Iterable[int], kind: str) -> bool:
+        key = (kind, tuple(cmds))
+        if key not in merged:
+            merged[key] = merge(p for k in key[1] for p in getattr(access[k], kind))
+        off, hwc = dev[name]
+        return any(p.holds(off, hwc) for p in merged[key])
+
+    every = range(len(access))
+    for name in dev:
+        if not (fits(name, every, "reads") or fits(name, every, "writes")):
+            _fail(f"tensors.{name}.device", "is not where any command reads or writes it "
+                  "(offset, H, W or channel chunk)", list(dev[name]), "a command buffer")
+    program = meta["program"]
+    later = [[] for _ in range(len(program) + 1)]   # commands of hw steps after step i
+    for i in range(len(program) - 1, -1, -1):
+        later[i] = later[i + 1][:]
+        if program[i]["kind"] == "hw":
+            first, count = program[i]["commands"]
+            later[i] += range(first, first + count)
+    host = {s["tensor"] for s in meta["inputs"]}           # values the CPU has set
+    written: list[int] = []                                 # commands run so far
+    for name in host & set(dev):
+        if not fits(name, later[0], "reads"):
+            _fail(f"tensors.{name}.device", "is an input no command reads", list(dev[name]))
+    for i, step in enumerate(program):
+        path = f"program[{i}]"
+        if step["kind"] == "hw":
+            first, count = step["commands"]
+            written += range(first, first + count)
+            continue
+        if step["op"] not in KERNELS:
+            _fail(f"{path}.op", "has no CPU kernel", step["op"], "an op of dvsdk.cpu.ops")
+        ranks = []
+        for j, t in enumerate(step["inputs"]):
+            if t and t not in constants and t not in host and not (t in dev and fits(
+                    t, written, "writes")):
+                _fail(f"{path}.inputs[{j}]", "has no value when the step runs", t)
+            ranks.append(len((constants.get(t) or tensors.get(t) or {"shape": []})["shape"])
+                         if t else None)
+        attrs = {k: decode_attr(v, f"{path}.attrs.{k}")
+                 for k, v in step.get("attrs", {}).items()}
+        check_attrs(step["op"], attrs, ranks, f"{path}.attrs")
+        for t in step["outputs"]:
+            if t in dev and not fits(t, later[i], "reads"):
+                _fail(f"{path}.outputs", f"uploads {t} where no later command reads it", t)
+            host.add(t)
+    for j, spec in enumerate(meta["outputs"]):
+        t = spec["tensor"]
+        if t not in constants and t not in host and not (t in dev and fits(t, written,
+                                                                            "writes")):
+            _fail(f"outputs[{j}].tensor", "is produced by no step", t)
+    return commands
+
+
+__all__ = ["Access", "Piece", "check_attrs", "command_access", "decode_attr", "decode_command",
+           "hardware_info", "merge", "relocate", "verify"]
