@@ -139,3 +139,39 @@ def connect(url: str, **opts: object) -> Device:
     """Open an agent's URL with link options added (timeout 2 s unless given)."""
     query = "&".join(f"{k}={v}" for k, v in {"timeout": 2, **opts}.items())
     return open_device(url + ("&" if "?" in url else "?") + query)
+
+
+def sim_conv(dev: Device, seed: int = 3, *, sync_input: bool = True) -> np.ndarray:
+    """A small 3x3 conv through a command list: the whole driver cycle on a DV700 device."""
+    from dvsdk.driver.cmdlist import CommandList
+    from dvsdk.driver.commands import ConvCommand, ConvRun
+    from dvsdk.hw import layout
+    from dvsdk.hw.weights import pack_conv_weights
+
+    from .hw import download_tensor, upload
+
+    rng = np.random.default_rng(seed)
+    h, w, c, m, k = 9, 15, 9, 3, 3
+    vals = np.array([-2.0, -1.0, 1.0, 2.0], np.float32)
+    x = rng.choice(vals, size=(1, h, w, c)).astype(np.float32)
+    wts = rng.choice(vals, size=(m, c, k, k)).astype(np.float32)
+    b = rng.choice(vals, size=m).astype(np.float32)
+    packed = np.ascontiguousarray(layout.pack(x)).view(np.uint8).reshape(-1)
+    ib = dev.alloc(packed.size, name="input")
+    ib.write(0, packed)
+    if sync_input:
+        ib.sync_for_device()
+    wb = upload(dev, pack_conv_weights(wts, b), name="weights")
+    ob = dev.alloc(h * w * m * 2, name="output")
+    run = ConvRun.make(m, conv="conv", kernel=k, weights=wb, pads=k // 2, act="relu")
+    cmd = ConvCommand(input_buf=ib, output_buf=ob, w=w, h=h, c=c, runs=[run],
+                      input_circular_offset=1)
+    try:
+        with CommandList(dev) as cl:
+            cl.add(cmd)
+            cl.commit()
+            cl.run()
+        return download_tensor(ob, (h, w, m))
+    finally:
+        for buf in (ib, wb, ob):
+            buf.free()

@@ -52,6 +52,8 @@ from .transport import (
 
 #: connections turned away at the same time, at most
 _MAX_TURN_AWAY = 8
+#: how long a newcomer waits for the device to come free before it is told it is busy
+_BUSY_GRACE = 0.5
 
 
 # -------------------------------------------------------------------------------------------------
@@ -104,7 +106,9 @@ def _turn_away(conn: socket.socket, peer: str, busy: _Busy, handoff: queue.Queue
     the holder.  If the device came free meanwhile, hand the connection over instead."""
     deframer = lp.Deframer(lp.max_frame_bytes(lp.LIMITS["max_payload"]))
     received = b""
-    deadline = time.monotonic() + (server.limits.handshake_timeout or 5.0)
+    hello: lp.Frame | None = None
+    start = time.monotonic()
+    deadline = start + (server.limits.handshake_timeout or 5.0)
     try:
         while time.monotonic() < deadline:
             ready, _, _ = select.select([conn], [], [], 0.05)
@@ -124,12 +128,15 @@ def _turn_away(conn: socket.socket, peer: str, busy: _Busy, handoff: queue.Queue
                     frame = lp.decode_frame(raw)
                 except lp.FrameError:
                     continue
-                if not frame.is_response:
-                    conn.settimeout(2.0)
-                    conn.sendall(error_frame(frame.code, frame.seq, busy.error()))
-                    if server.verbose:
-                        log(f"turned {peer} away: busy with {busy.peer}")
-                    return
+                if not frame.is_response and hello is None:
+                    hello = frame
+            # a session that is just ending (BYE, a client that vanished) gets a moment
+            if hello is not None and time.monotonic() - start > _BUSY_GRACE:
+                conn.settimeout(2.0)
+                conn.sendall(error_frame(hello.code, hello.seq, busy.error()))
+                if server.verbose:
+                    log(f"turned {peer} away: busy with {busy.peer}")
+                return
     except OSError:
         pass
     finally:
@@ -393,13 +400,6 @@ def _setup(args: argparse.Namespace) -> tuple[str, Any, LinkServer, FaultSpec | 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``dvsdk-agent``; returns the process exit status."""
     args = build_parser().parse_args(argv)
-    stop = threading.Event()
-
-    def _on_signal(signum: int, _frame: Any) -> None:
-        stop.set()
-
-    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-        signal.signal(sig, _on_signal)
     try:
         kind, where, server, inject = _setup(args)
     except DvsdkError as exc:
@@ -412,6 +412,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             traceback.print_exc()
         log(f"error: {type(exc).__name__}: {exc}")
         return 2
+    stop = threading.Event()
+    saved = {sig: signal.signal(sig, lambda signum, frame: stop.set())
+             for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)}
     try:
         if kind == "pty":
             serve_pty(server, stop, inject=inject, mode=args.pty_mode)
@@ -425,6 +428,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         log(f"error: cannot serve on {args.port}: {exc}")
         return 2
     finally:
+        for sig, handler in saved.items():
+            signal.signal(sig, handler)
         server.end_session()
         server.device.close()
         if args.verbose:

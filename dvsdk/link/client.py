@@ -376,9 +376,9 @@ class LinkDevice(Device):
                                 f"agent speaks v{resp['version']}", field="version",
                                 value=resp["version"], limit=lp.VERSION)
             self._authenticate(resp, nonce, deadline, limit)
+            self.caps = dict(eng.call("CAPS", deadline=deadline, attempt=limit / 4)["caps"])
         except DeviceLost as exc:
             raise DeviceNotFound(self._who_answered(exc), field="url", value=self.url) from None
-        self.caps = dict(resp["caps"])
         eng.max_payload = min(eng.max_payload, int(resp["max_payload"]))
 
     def _who_answered(self, exc: DeviceLost) -> str:
@@ -388,7 +388,8 @@ class LinkDevice(Device):
         raw = bytes(eng.raw_seen)
         if raw and not eng.frames_seen:
             line = raw.split(b"\n")[0].strip()
-            shown = line.decode("ascii") if line.isascii() and line.isprintable() else raw.hex()
+            text = line.decode("latin-1")
+            shown = text if line.isascii() and text.isprintable() else raw.hex()
             return f"{peer} sent {shown[:48]!r}, which is not a dvsdk agent"
         if "closed" in exc.message:
             return f"{peer} closed the connection without a dvsdk agent's answer"

@@ -79,6 +79,7 @@ class _Pending:
     probes: int = 0
     sends: int = 0
     sent_at: float = 0.0
+    quiet: int = 0  # resends because its answer was overdue
     suspect: float = math.inf  # resend then unless answered: a NAK or noise implicated it
 
 
@@ -102,7 +103,8 @@ class Engine:
         self._seq = secrets.randbelow(1 << 32)
         self._send_id = 0
         self.dead: DeviceLost | None = None
-        self._rtt: float | None = None  # smoothed round trip of first-time answers
+        self._rtt: float | None = None  # smoothed round trip of first-time answers ...
+        self._rttvar = 0.0  # ... and its mean deviation (RFC 6298)
         self._noise_bytes = 0.0  # bytes sent and received, decayed per frame
         self._noise_errors = 0.0  # damaged frames, decayed alike
         #: the first bytes that arrived while nothing had decoded yet (handshake diagnostics)
@@ -146,7 +148,7 @@ class Engine:
         p.send_id = self._send_id
         p.sends += 1
         p.sent_at = time.monotonic()
-        p.suspect = math.inf
+        p.suspect = p.sent_at + self._rto(p)
         self.stats["frames_out"] += 1
         self._observe(len(p.frame))
         self.transport.write(p.frame)
@@ -280,9 +282,14 @@ class Engine:
         now = time.monotonic()
         if p.sends == 1:
             rtt = now - p.sent_at
-            self._rtt = rtt if self._rtt is None else self._rtt + (rtt - self._rtt) / 8
+            if self._rtt is None:
+                self._rtt, self._rttvar = rtt, rtt / 2
+            else:
+                self._rttvar += (abs(rtt - self._rtt) - self._rttvar) / 4
+                self._rtt += (rtt - self._rtt) / 8
         for q in pending.values():  # the line moves: time out only on silence
             q.deadline = max(q.deadline, now + q.retry_timeout)
+            q.suspect = max(q.suspect, now + self._rto(q))
         # Frames are answered in order: anything sent before this one is lost.
         for q in sorted((q for q in pending.values() if q.send_id < p.send_id),
                         key=lambda q: q.send_id):
@@ -314,33 +321,49 @@ class Engine:
         """How long to give an implicated request's answer before resending it."""
         if self._rtt is None:
             return self.timeout / 4
-        return min(self.timeout / 2, max(0.002, 3 * self._rtt))
+        return min(self.timeout / 2, max(0.002, self._rtt + 4 * self._rttvar))
+
+    def _rto(self, p: _Pending) -> float:
+        """When to resend a request nobody implicated, before its timeout: the measured
+        round trip plus four deviations (RFC 6298), doubling per such resend.  Not for
+        calls that may legitimately take long."""
+        if self._rtt is None or p.expires > p.deadline:
+            return math.inf
+        return min(self.timeout / 2,
+                   max(0.002, self._rtt + 4 * self._rttvar) * 2.0 ** min(p.quiet, 10))
 
     def _on_timeout(self, pending: dict[int, _Pending],
                     front: collections.deque[Request]) -> None:
         now = time.monotonic()
-        for q in sorted(pending.values(), key=lambda q: q.send_id):
-            if q.seq not in pending:
-                continue
-            if q.suspect <= now < q.deadline:
-                self._resend(q, pending, front, fast=True)
-                continue
-            if q.deadline > now:
-                continue
-            if now < q.expires:
-                # A long call (wait_irq) still running is fine, but its request or answer
-                # may have been lost: ask again, which the replay cache makes harmless.
-                q.probes += 1
-                self.stats["probes"] += 1
-                q.deadline = min(q.expires, now + self.timeout * min(2.0 ** q.probes, 8.0))
-                self._send(q)
-                continue
-            q.attempts += 1
-            self.stats["timeouts"] += 1
-            if q.attempts > self.retries:
-                raise DeviceLost(f"no answer from the agent at {self.url} to {q.msg.name} "
-                                 f"after {self.retries} retries", field="link", value=self.url,
-                                 limit=f"timeout={self.timeout}s")
-            q.deadline = now + q.retry_timeout * min(REL["backoff"] ** q.attempts,
-                                                     REL["backoff_max"])
-            self._resend(q, pending, front, fast=False)
+        order = sorted(pending.values(), key=lambda q: q.send_id)
+        for q in order[1:]:
+            # Answers come in order, so only the oldest request can be overdue; the rest
+            # wait behind it (a later answer resends any it proves lost).
+            if q.suspect <= now:
+                q.suspect = now + self._rto(q)
+            if q.deadline <= now and now >= q.expires:
+                q.deadline = now + q.retry_timeout
+        q = order[0]
+        if q.suspect <= now < q.deadline:
+            q.quiet += 1
+            self._resend(q, pending, front, fast=True)
+            return
+        if q.deadline > now:
+            return
+        if now < q.expires:
+            # A long call (wait_irq) still running is fine, but its request or answer
+            # may have been lost: ask again, which the replay cache makes harmless.
+            q.probes += 1
+            self.stats["probes"] += 1
+            q.deadline = min(q.expires, now + self.timeout * min(2.0 ** q.probes, 8.0))
+            self._send(q)
+            return
+        q.attempts += 1
+        self.stats["timeouts"] += 1
+        if q.attempts > self.retries:
+            raise DeviceLost(f"no answer from the agent at {self.url} to {q.msg.name} "
+                             f"after {self.retries} retries", field="link", value=self.url,
+                             limit=f"timeout={self.timeout}s")
+        q.deadline = now + q.retry_timeout * min(REL["backoff"] ** q.attempts,
+                                                 REL["backoff_max"])
+        self._resend(q, pending, front, fast=False)

@@ -99,7 +99,7 @@ class LinkServer:
             "WRITE32": self._write32, "ALLOC": self._alloc, "FREE": self._free,
             "MEM_WRITE": self._mem_write, "MEM_READ": self._mem_read, "SYNC": self._sync,
             "CHECK_READ": self._check_read, "WAIT_IRQ": self._wait_irq, "INFO": self._info,
-            "RESET": self._reset, "AUTH": self._auth,
+            "RESET": self._reset, "AUTH": self._auth, "CAPS": self._caps,
         }
 
     # -- session ------------------------------------------------------------------------------
@@ -210,20 +210,14 @@ class LinkServer:
         self.authenticated = self.secret is None
         self._challenge = auth.challenge()
         self.stats["sessions"] += 1
-        info = self.device.info()
         mp = max(lp.LIMITS["min_payload"], min(self.max_payload, args["max_payload"]))
-        lim = self.limits
-        caps = {"agent": f"dvsdk-agent {__version__}", "backend": info.backend,
-                "units": list(info.units), "device_url": getattr(self.device, "url", ""),
-                "replay_cache": self.cache_size, "pid": os.getpid(), "max_wait": lim.max_wait,
-                "idle_timeout": lim.idle_timeout, "session_timeout": lim.session_timeout}
         if self.verbose:
             log(f"session {self.session:#x} from {args['client']!r} {self.peer}, "
                 f"max_payload {mp}")
         return self._respond(lp.MESSAGES["HELLO"], frame.seq,
                              {"version": lp.VERSION, "max_payload": mp,
                               "auth": int(self.secret is not None),
-                              "challenge": self._challenge, "caps": caps})
+                              "challenge": self._challenge})
 
     # -- handlers ------------------------------------------------------------------------------
     def _auth(self, a: dict[str, Any]) -> dict[str, Any]:
@@ -241,6 +235,15 @@ class LinkServer:
                                       field="proof")
         self.authenticated = True
         return {"proof": auth.agent_proof(secret, a["challenge"], self._challenge)}
+
+    def _caps(self, a: dict[str, Any]) -> dict[str, Any]:
+        info = self.device.info()
+        lim = self.limits
+        return {"caps": {"agent": f"dvsdk-agent {__version__}", "backend": info.backend,
+                         "units": list(info.units), "device_url": getattr(self.device, "url", ""),
+                         "replay_cache": self.cache_size, "pid": os.getpid(),
+                         "max_wait": lim.max_wait, "idle_timeout": lim.idle_timeout,
+                         "session_timeout": lim.session_timeout}}
 
     def _buf(self, handle: int) -> DmaBuffer:
         buf = self.buffers.get(handle)
