@@ -17,6 +17,7 @@ import pytest
 
 from dvsdk.driver.device import UNITS, open_device
 from dvsdk.errors import (
+    AuthenticationError,
     CoherenceError,
     DeviceLost,
     DeviceNotFound,
@@ -319,8 +320,8 @@ def test_client_refuses_nan_and_negative_timeouts_before_sending(mem, bad):
     assert e.value.field == "timeout" and link.stats["frames_out"] == sent
 
 
-def _request(srv: LinkServer, seq: int, name: str, **fields) -> lp.Frame:
-    msg = lp.MESSAGES[name]
+def _request(srv: LinkServer, seq: int, message: str, /, **fields) -> lp.Frame:
+    msg = lp.MESSAGES[message]
     out = srv.handle(lp.encode_frame(msg.code, seq, msg.request.pack(fields))[1:-1])
     return lp.decode_frame(out[1:-1])
 
@@ -453,3 +454,83 @@ def test_threads_share_one_link_device():
         assert link.stats["timeouts"] == 0
     finally:
         link.close()
+
+
+# -- authentication, in process ------------------------------------------------------------
+
+
+class _Tap(Transport):
+    """Records every byte written through it."""
+
+    def __init__(self, inner: Transport, log: bytearray) -> None:
+        self.inner, self.log, self.name = inner, log, "tap"
+
+    def read(self, timeout: float) -> bytes:
+        return self.inner.read(timeout)
+
+    def write(self, data: bytes) -> None:
+        self.log += data
+        self.inner.write(data)
+
+    def peer_gone(self) -> bool:
+        return self.inner.peer_gone()
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+def test_the_secret_is_proved_never_sent():
+    secret = b"not-on-the-wire-" + bytes(range(65, 91))
+    wire = bytearray()
+    client_end, agent_end = PipeTransport.pair()
+    srv = LinkServer(MemDevice(), secret=secret)
+    stop = threading.Event()
+    t = threading.Thread(target=srv.serve, args=(_Tap(agent_end, wire), stop), daemon=True)
+    t.start()
+    try:
+        link = LinkDevice(_Tap(client_end, wire), timeout=0.5, secret=secret)
+        assert link.ping(b"x") == b"x" and srv.authenticated
+        link.close()
+        assert wire and b"not-on-the-wire" not in wire and secret[-16:] not in wire
+    finally:
+        stop.set()
+        agent_end.close()
+        t.join(5)
+
+
+def test_nothing_but_the_handshake_before_auth():
+    srv = LinkServer(MemDevice(), secret=b"k" * 16)
+    _hello(srv)
+    for seq, (message, fields) in enumerate((("READ32", {"unit": "conv", "offset": 0}),
+                                             ("CAPS", {}),
+                                             ("ALLOC", {"nbytes": 64, "align": 64,
+                                                        "name": ""})), start=2):
+        err = lp.error_from_payload(_request(srv, seq, message, **fields).payload)
+        assert isinstance(err, AuthenticationError) and err.value == message
+    err = lp.error_from_payload(_request(srv, 9, "AUTH", proof=bytes(32),
+                                         challenge=bytes(16)).payload)
+    assert isinstance(err, AuthenticationError) and not srv.authenticated
+
+
+def test_a_session_older_than_the_limit_is_ended_with_the_reason():
+    dev = MemDevice()
+    client_end, agent_end = PipeTransport.pair()
+    srv = LinkServer(dev, limits=Limits(session_timeout=0.4))
+    stop = threading.Event()
+    t = threading.Thread(target=srv.serve, args=(agent_end, stop), daemon=True)
+    t.start()
+    link = LinkDevice(client_end, timeout=0.5)
+    try:
+        buf = link.alloc(64)
+        for _ in range(2):  # busy, not idle: the session limit still applies
+            time.sleep(0.15)
+            link.ping()
+        time.sleep(0.3)
+        with pytest.raises(DeviceLost, match="ended the session: session longer than 0.4 s"):
+            link.ping()
+        assert srv.session is None and not dev.alloc_.live and buf.handle
+    finally:
+        link.close()
+        stop.set()
+        agent_end.close()
+        t.join(5)

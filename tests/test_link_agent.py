@@ -338,3 +338,16 @@ def test_cpu_write_without_sync_is_caught_through_the_link(sim_agent):
         with pytest.raises(CoherenceError) as e:
             sim_conv(dev, sync_input=False)  # the input never synced for the device
         assert e.value.buffer == "input"
+
+
+def test_ipv6_loopback():
+    if not socket.has_ipv6:
+        pytest.skip("no IPv6")
+    try:
+        socket.create_server(("::1", 0), family=socket.AF_INET6).close()
+    except OSError:
+        pytest.skip("no ::1 here")
+    with AgentProcess(factory=FACTORY, port="tcp:[::1]:0", env=ENV) as agent:
+        assert agent.url.startswith("socket://[::1]:")
+        with connect(agent.url) as dev:
+            assert dev.ping(b"v6") == b"v6"

@@ -272,8 +272,7 @@ class Engine:
                   front: collections.deque[Request]) -> None:
         if ev.is_error and ev.seq == 0 and ev.code == lp.MESSAGES["BYE"].code:
             err = lp.error_from_payload(ev.payload)
-            raise DeviceLost(f"the agent ended the session: {err}", field="link",
-                             value=self.url)
+            raise DeviceLost(getattr(err, "message", str(err)), field="link", value=self.url)
         p = pending.get(ev.seq) if ev.is_response else None
         if p is None or ev.code != p.msg.code:
             self.stats["stale"] += 1
