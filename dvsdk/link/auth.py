@@ -38,7 +38,9 @@ def _check(secret: bytes, where: str) -> bytes:
 
 
 def read_secret_file(path: str) -> bytes:
-    """The secret in ``path`` (surrounding whitespace stripped); the file must be private."""
+    """The secret in ``path`` (``~`` expanded, surrounding whitespace stripped); the file
+    must be private."""
+    path = os.path.expanduser(path)
     try:
         st = os.stat(path)
         with open(path, "rb") as f:
