@@ -22,7 +22,7 @@ from dvsdk.errors import (
     LinkError,
 )
 from dvsdk.link import protocol as lp
-from dvsdk.link.agent import AgentProcess, main
+from dvsdk.link.agent import AgentProcess, _setup, build_parser, main
 
 from .linkdev import (
     BUMP,
@@ -45,8 +45,11 @@ def mem_agent(request):
         yield agent
 
 
-def test_agent_announces_a_url(mem_agent):
+def test_agent_announces_a_url_and_a_pty_is_owner_only(mem_agent):
     assert mem_agent.url.startswith(("socket://127.0.0.1:", "serial:///dev/"))
+    if mem_agent.url.startswith("serial://"):
+        mode = stat.S_IMODE(os.stat(mem_agent.url[len("serial://"):]).st_mode)
+        assert mode == 0o600
 
 
 def test_agent_process_full_cycle(mem_agent):
@@ -64,12 +67,6 @@ def test_version_mismatch_names_both_versions(mem_agent, monkeypatch):
     with pytest.raises(LinkError, match="client speaks v7, agent speaks v2") as e:
         connect(mem_agent.url)
     assert e.value.value == 7 and e.value.limit == 2
-
-
-def test_pty_is_owner_only_by_default():
-    with AgentProcess(factory=FACTORY, port="pty", env=ENV) as agent:
-        mode = stat.S_IMODE(os.stat(agent.url[len("serial://"):]).st_mode)
-        assert mode == 0o600
 
 
 def test_agent_with_injected_faults_both_ways():
@@ -144,9 +141,12 @@ def test_non_loopback_listener_needs_a_secret_or_insecure(tmp_path, capsys):
                  str(secret)]) == 2
     assert "readable by others" in capsys.readouterr().err
     secret.chmod(0o600)
-    for args in (["--secret-file", str(secret)], ["--insecure"]):
-        with AgentProcess(factory=FACTORY, port="tcp:0.0.0.0:0", env=ENV, args=args) as agent:
-            assert agent.url.startswith("socket://0.0.0.0:")
+    for extra in (["--secret-file", str(secret)], ["--insecure"]):
+        args = build_parser().parse_args(["--factory", FACTORY, "--port", "tcp:0.0.0.0:0",
+                                          *extra])
+        kind, where, server, _ = _setup(args)  # everything checked before serving
+        assert (kind, where) == ("tcp", ("0.0.0.0", 0))
+        assert (server.secret is None) == ("--insecure" in extra)
 
 
 # -- authentication (§5) ---------------------------------------------------------------------
