@@ -27,6 +27,8 @@ __all__ = [
     "OutOfDeviceMemory",
     "CoherenceError",
     "LinkError",
+    "AuthenticationError",
+    "AccessViolation",
     "NetFileError",
     "ModelError",
     "UnsupportedOps",
@@ -169,6 +171,26 @@ class CoherenceError(DeviceError):
 
 class LinkError(DeviceError):
     """The hardware-in-the-loop link failed (framing, CRC, protocol version)."""
+
+
+class AuthenticationError(LinkError):
+    """A dvlink peer did not prove it holds the shared secret (or none was configured)."""
+
+
+class AccessViolation(InvalidCommand):
+    """A command would make the device read or write memory the caller does not own.
+
+    ``address`` and ``nbytes`` give the range, ``access`` is ``"read"`` or ``"write"``
+    and ``what`` names the operand (``"input"``, ``"command stream"``, ...).
+    """
+
+    def __init__(self, message: str, *, address: int = 0, nbytes: int = 0, access: str = "",
+                 what: str = "", **kw: Any) -> None:
+        self.address = address
+        self.nbytes = nbytes
+        self.access = access
+        self.what = what
+        super().__init__(message, **kw)
 
 
 class NetFileError(DvsdkError):

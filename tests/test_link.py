@@ -8,141 +8,42 @@ simulator tests at the end drive a real convolution through an agent process.
 
 from __future__ import annotations
 
-import collections
-import os
-import sys
+import math
 import threading
 import time
-from pathlib import Path
 
 import numpy as np
 import pytest
 
-from dvsdk.driver.allocator import RegionAllocator
-from dvsdk.driver.device import UNITS, Device, DeviceInfo, DmaBuffer, open_device
+from dvsdk.driver.device import UNITS, open_device
 from dvsdk.errors import (
+    AuthenticationError,
     CoherenceError,
     DeviceLost,
     DeviceNotFound,
     DeviceTimeout,
     InvalidArgument,
     InvalidURL,
-    LinkError,
     OutOfDeviceMemory,
 )
 from dvsdk.link import protocol as lp
-from dvsdk.link.agent import AgentProcess, LinkServer, main
 from dvsdk.link.client import LinkDevice
+from dvsdk.link.server import Limits, LinkServer
 from dvsdk.link.transport import FaultSpec, PipeTransport, Transport
 
-ROOT = Path(__file__).resolve().parent.parent
-FACTORY = "tests.test_link:MemDevice"
-ENV = {**os.environ, "PYTHONPATH": os.pathsep.join(
-    [str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])}
-
-# MemDevice registers (conv window).  KICK is the conv unit's start register, so the
-# client mirrors CPU writes before it, as for the real device.
-SRC, DST, LEN, DELAY_MS, COUNTER, BUMP, KICK, IRQ = 0x10, 0x14, 0x18, 0x1C, 0x20, 0x24, 0x408, 0x420
-
-
-class MemBuffer(DmaBuffer):
-    """CPU view and DRAM kept apart; device output must be synced before a checked read."""
-
-    def __init__(self, dev: MemDevice, off: int, n: int, name: str) -> None:
-        super().__init__(dev, dev.base + off, np.zeros(n, np.uint8), name or f"mem{off:#x}")
-        self.mem, self.off, self.dirty = dev, off, False
-
-    def _sync_for_device(self, offset: int, nbytes: int) -> None:
-        self.mem.dram[self.off + offset:self.off + offset + nbytes] = \
-            self.view[offset:offset + nbytes]
-
-    def _sync_for_cpu(self, offset: int, nbytes: int) -> None:
-        self.view[offset:offset + nbytes] = \
-            self.mem.dram[self.off + offset:self.off + offset + nbytes]
-        self.dirty = False
-
-    def _check_cpu_read(self, offset: int, nbytes: int) -> None:
-        if self.dirty:
-            raise CoherenceError(f"read of {self.name} before sync_for_cpu", buffer=self.name,
-                                 start=offset, end=offset + nbytes)
-
-    def _free(self) -> None:
-        self.mem.alloc_.free(self.off)
-
-
-class MemDevice(Device):
-    """Registers in a dict, 16 MiB of DMA, a copy engine (dst = src + 1) with an interrupt."""
-
-    def __init__(self) -> None:
-        self.url = "mem://"
-        self.base = 0x1000_0000
-        self.dram = np.zeros(16 << 20, np.uint8)
-        self.alloc_ = RegionAllocator(self.dram.size, self.base)
-        self.regs: dict[tuple[str, int], int] = collections.defaultdict(int)
-        self.calls: collections.Counter[str] = collections.Counter()
-        self.irq = threading.Event()
-        self.buffers: list[MemBuffer] = []
-
-    def read32(self, unit: str, offset: int) -> int:
-        self.check_reg(unit, offset)
-        return self.regs[unit, offset]
-
-    def write32(self, unit: str, offset: int, value: int) -> None:
-        self.check_reg(unit, offset)
-        self.calls["write32"] += 1
-        self.regs[unit, offset] = value & 0xFFFFFFFF
-        if (unit, offset) == ("conv", BUMP):
-            self.regs["conv", COUNTER] += value
-        if (unit, offset) == ("conv", KICK):
-            self.calls["kick"] += 1
-            delay = self.regs["conv", DELAY_MS] / 1000.0
-            threading.Timer(delay, self._copy).start() if delay else self._copy()
-
-    def _copy(self) -> None:
-        src, dst = (self.regs["conv", r] - self.base for r in (SRC, DST))
-        n = self.regs["conv", LEN]
-        self.dram[dst:dst + n] = self.dram[src:src + n] + np.uint8(1)
-        for b in self.buffers:
-            if b.off < dst + n and dst < b.off + b.size and not b.freed:
-                b.dirty = True
-        self.irq.set()
-
-    def alloc(self, nbytes: int, align: int = 64, name: str = "") -> DmaBuffer:
-        self.calls["alloc"] += 1
-        buf = MemBuffer(self, self.alloc_.alloc(nbytes, align), nbytes, name)
-        self.buffers.append(buf)
-        return buf
-
-    def wait_irq(self, unit: str, timeout: float) -> None:
-        self.check_reg(unit, 0)
-        if not self.irq.wait(timeout):
-            raise DeviceTimeout(f"{unit} interrupt did not arrive within {timeout:g} s",
-                                registers={"KICK": self.regs["conv", KICK], "IRQ": 0},
-                                field="timeout", value=timeout)
-        self.irq.clear()
-
-    def info(self) -> DeviceInfo:
-        return DeviceInfo(mac_num=576, backend="mem", units=UNITS, dma_size=self.dram.size)
-
-    def reset(self) -> None:
-        self.calls["reset"] += 1
-        self.irq.clear()
-
-
-def copy_run(dev: Device, data: np.ndarray, delay_ms: int = 0, timeout: float = 5.0) -> bytes:
-    """The whole driver cycle on MemDevice: upload, kick, wait, download."""
-    src, dst = dev.alloc(data.size, name="src"), dev.alloc(data.size, name="dst")
-    src.write(0, data)
-    src.sync_for_device()
-    for reg, val in ((SRC, src.phys), (DST, dst.phys), (LEN, data.size), (DELAY_MS, delay_ms)):
-        dev.write32("conv", reg, val)
-    dev.write32("conv", KICK, 1)
-    dev.wait_irq("conv", timeout)
-    dst.sync_for_cpu()
-    out = dst.read().tobytes()
-    src.free()
-    dst.free()
-    return out
+from .linkdev import (
+    BUMP,
+    COUNTER,
+    DATA,
+    DELAY_MS,
+    DST,
+    EXPECT,
+    GO,
+    LEN,
+    SRC,
+    MemDevice,
+    copy_run,
+)
 
 
 @pytest.fixture
@@ -153,20 +54,16 @@ def mem():
     link.close()
 
 
-RNG = np.random.default_rng(1234)
-DATA = RNG.integers(0, 256, 300_000, dtype=np.uint8)
-EXPECT = (DATA + np.uint8(1)).tobytes()
-
-
 # -- wire format ------------------------------------------------------------------------------
 
 
 def test_spec_drives_header_and_messages():
-    assert lp.HEADER.size == 12 and lp.FRAME_OVERHEAD == 16 and lp.VERSION == 1
+    assert lp.HEADER.size == 12 and lp.FRAME_OVERHEAD == 16 and lp.VERSION == 2
     assert lp.MESSAGES["READ32"].code == 0x10 and lp.BY_CODE[0x22].name == "MEM_WRITE"
     assert lp.UNITS == UNITS
     sample = {"u8": 7, "u16": 513, "u32": 0xDEADBEEF, "u64": 1 << 40, "i64": -5, "f64": 2.5,
-              "unit": "ipu", "bytes": b"\x00\xc0\xdb", "str": "näme", "json": {"a": [1, 2]}}
+              "unit": "ipu", "bytes": b"\x00\xc0\xdb", "str": "näme", "json": {"a": [1, 2]},
+              "b16": bytes(range(16)), "b32": bytes(range(32))}
     for msg in lp.MESSAGES.values():
         for layout in (msg.request, msg.response):
             names = [*layout.names] + ([layout.tail[0]] if layout.tail else [])
@@ -235,7 +132,7 @@ def test_replay_cache_answers_a_retry_without_running_it_twice():
     srv = LinkServer(dev)
     hello = lp.MESSAGES["HELLO"]
     srv.handle(lp.encode_frame(hello.code, 1, hello.request.pack(
-        {"version": 1, "max_payload": 4096, "nonce": 42, "client": "t"}))[1:-1])
+        {"version": lp.VERSION, "max_payload": 4096, "nonce": 42, "client": "t"}))[1:-1])
     wr = lp.MESSAGES["WRITE32"]
     req = lp.encode_frame(wr.code, 2, wr.request.pack({"unit": "conv", "offset": BUMP,
                                                        "value": 5}))[1:-1]
@@ -255,7 +152,7 @@ def test_registers_memory_irq_info(mem):
     assert copy_run(link, DATA) == EXPECT
     info = link.info()
     assert info.backend == "link:mem" and info.mac_num == 576 and info.units == UNITS
-    assert info.extra["link"]["protocol"] == 1
+    assert info.extra["link"]["protocol"] == lp.VERSION
     link.reset()
     assert dev.calls["reset"] == 1 and link.ping(b"\xc0hi") == b"\xc0hi"
 
@@ -272,7 +169,7 @@ def test_remote_errors_are_the_same_classes(mem):
     assert e.value.requested == 1 << 30 and e.value.total == dev.dram.size
     with pytest.raises(DeviceTimeout) as e:
         link.wait_irq("conv", 0.05)
-    assert e.value.registers == {"KICK": 0, "IRQ": 0}
+    assert e.value.registers == {"GO": 0, "IRQ": 0}
     link.ping()  # the link is still fine after errors
 
 
@@ -284,7 +181,7 @@ def test_coherence_is_the_remote_backends(mem):
     src.sync_for_device()
     for reg, val in ((SRC, src.phys), (DST, dst.phys), (LEN, 64), (DELAY_MS, 0)):
         link.write32("conv", reg, val)
-    link.write32("conv", KICK, 1)
+    link.write32("conv", GO, 1)
     link.wait_irq("conv", 1.0)
     with pytest.raises(CoherenceError) as e:
         dst.read()
@@ -409,162 +306,231 @@ def test_loop_url_serves_an_in_process_simulator():
         assert dev.info().backend == "link:sim" and dev.read32("conv", 0x128) & 0xFFFF
 
 
-# -- real agent processes, real pty and TCP -----------------------------------------------
 
 
-def _connect(url: str, **opts: object) -> Device:
-    query = "&".join(f"{k}={v}" for k, v in {"timeout": 2, **opts}.items())
-    return open_device(url + ("&" if "?" in url else "?") + query)
+# -- timeouts from clients: NaN, negative, inf (issue 10 §5) ----------------------------------
 
 
-@pytest.fixture(scope="module", params=["tcp:127.0.0.1:0", "pty"])
-def mem_agent(request):
-    with AgentProcess(factory=FACTORY, port=request.param, env=ENV) as agent:
-        yield agent
+@pytest.mark.parametrize("bad", [math.nan, -1.0, "soon"])
+def test_client_refuses_nan_and_negative_timeouts_before_sending(mem, bad):
+    dev, link = mem
+    sent = link.stats["frames_out"]
+    with pytest.raises(InvalidArgument) as e:
+        link.wait_irq("conv", bad)
+    assert e.value.field == "timeout" and link.stats["frames_out"] == sent
 
 
-def test_agent_announces_a_url(mem_agent):
-    assert mem_agent.url.startswith(("socket://127.0.0.1:", "serial:///dev/"))
+def _request(srv: LinkServer, seq: int, message: str, /, **fields) -> lp.Frame:
+    msg = lp.MESSAGES[message]
+    out = srv.handle(lp.encode_frame(msg.code, seq, msg.request.pack(fields))[1:-1])
+    return lp.decode_frame(out[1:-1])
 
 
-def test_agent_process_full_cycle(mem_agent):
-    with _connect(mem_agent.url) as dev:
-        assert dev.info().backend == "link:mem"
-        assert copy_run(dev, DATA) == EXPECT
-        big = RNG.integers(0, 256, 3 << 20, dtype=np.uint8)
-        assert copy_run(dev, big) == (big + np.uint8(1)).tobytes()
-    with _connect(mem_agent.url) as dev:  # a second session on the same agent
-        assert dev.read32("conv", LEN) == 3 << 20
+def _hello(srv: LinkServer) -> None:
+    _request(srv, 1, "HELLO", version=lp.VERSION, max_payload=4096, nonce=7, client="t")
 
 
-def test_version_mismatch_names_both_versions(mem_agent, monkeypatch):
-    monkeypatch.setattr(lp, "VERSION", 7)
-    with pytest.raises(LinkError, match="client speaks v7, agent speaks v1") as e:
-        _connect(mem_agent.url)
-    assert e.value.value == 7 and e.value.limit == 1
+@pytest.mark.parametrize("timeout", [math.nan, -0.5])
+def test_agent_refuses_nan_and_negative_timeouts(timeout):
+    srv = LinkServer(MemDevice())
+    _hello(srv)
+    err = lp.error_from_payload(_request(srv, 2, "WAIT_IRQ", unit="conv",
+                                         timeout=timeout).payload)
+    assert isinstance(err, InvalidArgument) and err.field == "timeout"
 
 
-def test_agent_with_injected_faults_both_ways():
-    with AgentProcess(factory=FACTORY, port="tcp:127.0.0.1:0", env=ENV,
-                      args=["--inject", "corrupt=0.03,drop=0.03,dup=0.02,seed=5"]) as agent:
-        with _connect(agent.url, timeout=0.1, retries=12, max_payload=16384,
-                      inject="corrupt=0.03,drop=0.03,dropbyte=0.02,seed=6") as dev:
-            for _ in range(2):
-                assert copy_run(dev, DATA) == EXPECT
-            for _ in range(30):
-                dev.write32("conv", BUMP, 2)
-            assert dev.read32("conv", COUNTER) == 60
-            assert dev.stats["fast_resends"] + dev.stats["timeouts"] > 0
+@pytest.mark.parametrize("timeout", [math.inf, 1e300])
+def test_infinite_timeouts_are_capped_not_overflow(timeout):
+    # Event.wait(inf) raises OverflowError; the agent caps at max_wait, the client too.
+    srv = LinkServer(MemDevice(), limits=Limits(max_wait=0.2))
+    _hello(srv)
+    t0 = time.monotonic()
+    err = lp.error_from_payload(_request(srv, 2, "WAIT_IRQ", unit="conv",
+                                         timeout=timeout).payload)
+    assert type(err) is DeviceTimeout and "0.2 s" in str(err)
+    assert time.monotonic() - t0 < 2.0
+    dev = MemDevice()
+    link = LinkDevice.loopback(dev, timeout=0.5)
+    link.server.limits.max_wait = link.caps["max_wait"] = 0.2
+    try:
+        with pytest.raises(DeviceTimeout):
+            link.wait_irq("conv", timeout)
+        dev.regs["conv", LEN] = 0
+        link.write32("conv", GO, 1)
+        link.wait_irq("conv", timeout)  # an interrupt that comes is taken as usual
+    finally:
+        link.close()
 
 
-@pytest.mark.parametrize("port", ["tcp:127.0.0.1:0", "pty"])
-def test_killing_the_agent_gives_device_lost(port):
-    agent = AgentProcess(factory=FACTORY, port=port, env=ENV)
-    dev = _connect(agent.url, timeout=0.5, retries=3)
-    buf = dev.alloc(1 << 20)
+# -- threads (issue 10 §5: the link device is shared by threads) -------------------------------
+
+
+class _StoreDuringSend(Transport):
+    """Client side: the first MEM_WRITE frame is "overtaken" by a CPU store from another
+    thread, made while the frame is on its way."""
+
+    def __init__(self, inner: Transport, store) -> None:
+        self.inner, self.store, self.name, self.done = inner, store, "store-during-send", False
+
+    def read(self, timeout: float) -> bytes:
+        return self.inner.read(timeout)
+
+    def write(self, data: bytes) -> None:
+        self.inner.write(data)
+        if not self.done and lp.decode_frame(data[1:-1]).code == lp.MESSAGES["MEM_WRITE"].code:
+            self.done = True
+            self.store()
+
+    def peer_gone(self) -> bool:
+        return self.inner.peer_gone()
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+def test_a_store_racing_with_a_push_is_sent_next_time():
+    dev = MemDevice()
+    client_end, agent_end = PipeTransport.pair()
+    srv = LinkServer(dev)
+    stop = threading.Event()
+    t = threading.Thread(target=srv.serve, args=(agent_end, stop), daemon=True)
+    t.start()
+    holder = {}
+    tr = _StoreDuringSend(client_end, lambda: holder["buf"].view.__setitem__(5, 99))
+    link = LinkDevice(tr, timeout=0.5)
+    try:
+        buf = holder["buf"] = link.alloc(64)
+        buf.view[:] = 7
+        buf.sync_for_device()  # the store lands after the bytes were copied for sending
+        buf.sync_for_device()  # ... so this sync must send it
+        assert srv.buffers[buf.handle].view.tolist() == buf.view.tolist()
+        assert srv.buffers[buf.handle].view[5] == 99
+    finally:
+        link.close()
+        stop.set()
+        agent_end.close()
+        t.join(5)
+
+
+def test_threads_share_one_link_device():
+    dev = MemDevice()
+    link = LinkDevice.loopback(dev, timeout=2.0)
     errors: list[BaseException] = []
-    started = threading.Event()
+    results: dict[int, bool] = {}
 
-    def work() -> None:
+    def regs(k: int) -> None:
         try:
-            while True:
-                buf.view[:] += 1  # every sync pushes the whole buffer
-                buf.sync_for_device()
-                started.set()
+            for i in range(150):
+                link.write32("ipu", 0x100 + 4 * k, i)
+                assert link.read32("ipu", 0x100 + 4 * k) == i
         except BaseException as exc:
             errors.append(exc)
 
-    t = threading.Thread(target=work, daemon=True)
+    def memory(k: int) -> None:
+        try:
+            rng = np.random.default_rng(k)
+            buf = link.alloc(20_000)
+            for _ in range(20):
+                data = rng.integers(0, 256, buf.size, dtype=np.uint8)
+                buf.write(0, data)
+                buf.sync_for_device()
+                buf.view[:] = 0
+                buf.sync_for_cpu()
+                assert np.array_equal(buf.view, data)
+            results[k] = True
+            buf.free()
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=f, args=(k,)) for k in range(3) for f in (regs, memory)]
+    t0 = time.monotonic()
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(30)
+        assert not errors, errors[0]
+        assert len(results) == 3 and time.monotonic() - t0 < 10
+        assert link.stats["timeouts"] == 0
+    finally:
+        link.close()
+
+
+# -- authentication, in process ------------------------------------------------------------
+
+
+class _Tap(Transport):
+    """Records every byte written through it."""
+
+    def __init__(self, inner: Transport, log: bytearray) -> None:
+        self.inner, self.log, self.name = inner, log, "tap"
+
+    def read(self, timeout: float) -> bytes:
+        return self.inner.read(timeout)
+
+    def write(self, data: bytes) -> None:
+        self.log += data
+        self.inner.write(data)
+
+    def peer_gone(self) -> bool:
+        return self.inner.peer_gone()
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+def test_the_secret_is_proved_never_sent():
+    secret = b"not-on-the-wire-" + bytes(range(65, 91))
+    wire = bytearray()
+    client_end, agent_end = PipeTransport.pair()
+    srv = LinkServer(MemDevice(), secret=secret)
+    stop = threading.Event()
+    t = threading.Thread(target=srv.serve, args=(_Tap(agent_end, wire), stop), daemon=True)
     t.start()
     try:
-        assert started.wait(10)
-        agent.kill()
-        t.join(10)
-        assert not t.is_alive(), "client hung after the agent died"
-        assert errors and isinstance(errors[0], DeviceLost)
-        with pytest.raises(DeviceLost):
-            dev.read32("conv", 0)
+        link = LinkDevice(_Tap(client_end, wire), timeout=0.5, secret=secret)
+        assert link.ping(b"x") == b"x" and srv.authenticated
+        link.close()
+        assert wire and b"not-on-the-wire" not in wire and secret[-16:] not in wire
     finally:
-        agent.kill()
-        dev.close()
+        stop.set()
+        agent_end.close()
+        t.join(5)
 
 
-def test_agent_cli_rejects_a_bad_device(capsys):
-    assert main(["--device", "bogus://", "--port", "pty"]) == 2
-    assert "unknown device URL scheme" in capsys.readouterr().err
+def test_nothing_but_the_handshake_before_auth():
+    srv = LinkServer(MemDevice(), secret=b"k" * 16)
+    _hello(srv)
+    for seq, (message, fields) in enumerate((("READ32", {"unit": "conv", "offset": 0}),
+                                             ("CAPS", {}),
+                                             ("ALLOC", {"nbytes": 64, "align": 64,
+                                                        "name": ""})), start=2):
+        err = lp.error_from_payload(_request(srv, seq, message, **fields).payload)
+        assert isinstance(err, AuthenticationError) and err.value == message
+    err = lp.error_from_payload(_request(srv, 9, "AUTH", proof=bytes(32),
+                                         challenge=bytes(16)).payload)
+    assert isinstance(err, AuthenticationError) and not srv.authenticated
 
 
-# -- the simulator behind an agent process ------------------------------------------------
-
-
-def _sim_conv(dev: Device, seed: int = 3) -> np.ndarray:
-    from dvsdk.driver.cmdlist import CommandList
-    from dvsdk.driver.commands import ConvCommand, ConvRun
-    from dvsdk.hw.weights import pack_conv_weights
-
-    from .hw import download_tensor, upload, upload_tensor
-
-    rng = np.random.default_rng(seed)
-    h, w, c, m, k = 9, 15, 9, 3, 3
-    vals = np.array([-2.0, -1.0, 1.0, 2.0], np.float32)
-    x = rng.choice(vals, size=(1, h, w, c)).astype(np.float32)
-    wts = rng.choice(vals, size=(m, c, k, k)).astype(np.float32)
-    b = rng.choice(vals, size=m).astype(np.float32)
-    ib = upload_tensor(dev, x)
-    wb = upload(dev, pack_conv_weights(wts, b), name="weights")
-    ob = dev.alloc(h * w * m * 2, name="output")
-    run = ConvRun.make(m, conv="conv", kernel=k, weights=wb, pads=k // 2, act="relu")
-    cmd = ConvCommand(input_buf=ib, output_buf=ob, w=w, h=h, c=c, runs=[run],
-                      input_circular_offset=1)
-    with CommandList(dev) as cl:
-        cl.add(cmd)
-        cl.commit()
-        cl.run()
-    return download_tensor(ob, (h, w, m))
-
-
-@pytest.fixture(scope="module", params=["tcp:127.0.0.1:0", "pty"])
-def sim_agent(request):
-    pytest.importorskip("dvsdk.sim.device")
-    with AgentProcess("sim://", port=request.param, env=ENV) as agent:
-        yield agent
-
-
-def test_conv_through_an_agent_matches_the_local_simulator(sim_agent):
-    with open_device("sim://") as local:
-        want = _sim_conv(local)
-    with _connect(sim_agent.url) as dev:
-        assert dev.info().backend == "link:sim"
-        got = _sim_conv(dev)
-    assert got.tobytes() == want.tobytes() and np.abs(want).sum() > 0
-
-
-def test_conv_over_a_faulty_link_is_bit_identical(sim_agent):
-    with open_device("sim://") as local:
-        want = _sim_conv(local, seed=4)
-    with _connect(sim_agent.url, timeout=0.1, retries=12,
-                  inject="corrupt=0.05,drop=0.05,dup=0.05,seed=8") as dev:
-        got = _sim_conv(dev, seed=4)
-        assert dev.stats["fast_resends"] + dev.stats["timeouts"] > 0
-    assert got.tobytes() == want.tobytes()
-
-
-def test_cpu_write_without_sync_is_caught_through_the_link(sim_agent):
-    from .hw import upload
-
-    with _connect(sim_agent.url) as dev:
-        src = upload(dev, np.zeros(64, np.uint8), name="input")
-        src.write(10, np.array([1, 2], np.uint8))  # no sync_for_device
-        cmd = upload(dev, np.array([0x12345678], "<u4"))  # garbage stream reading `input`
-        # point the stream at `input` so the device reads the dirty bytes
-        dev.write32("conv", 0x400, src.phys)
-        dev.write32("conv", 0x404, 8)
-        dev.write32("conv", 0x408, 1)
-        with pytest.raises(CoherenceError) as e:
-            dev.wait_irq("conv", 2.0)
-        assert e.value.buffer == "input" and e.value.start == 10
-        cmd.free()
-
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(pytest.main([__file__, "-q"]))
+def test_a_session_older_than_the_limit_is_ended_with_the_reason():
+    dev = MemDevice()
+    client_end, agent_end = PipeTransport.pair()
+    srv = LinkServer(dev, limits=Limits(session_timeout=0.4))
+    stop = threading.Event()
+    t = threading.Thread(target=srv.serve, args=(agent_end, stop), daemon=True)
+    t.start()
+    link = LinkDevice(client_end, timeout=0.5)
+    try:
+        buf = link.alloc(64)
+        for _ in range(2):  # busy, not idle: the session limit still applies
+            time.sleep(0.15)
+            link.ping()
+        time.sleep(0.3)
+        with pytest.raises(DeviceLost, match="ended the session: session longer than 0.4 s"):
+            link.ping()
+        assert srv.session is None and not dev.alloc_.live and buf.handle
+    finally:
+        link.close()
+        stop.set()
+        agent_end.close()
+        t.join(5)

@@ -6,20 +6,24 @@ serves the simulator (``--device sim://``).  The client is
 
 ::
 
-    dvsdk-agent --device sim:// --port tcp:127.0.0.1:0     # prints socket://127.0.0.1:PORT
+    dvsdk-agent --device sim:// --port tcp:0               # prints socket://127.0.0.1:PORT
     dvsdk-agent --device sim:// --port pty                 # prints serial:///dev/pts/N
     dvsdk-agent --device uio:// --port /dev/ttyGS0 --baud 921600
 
-The first line on stdout is the URL a client opens; logs go to stderr.
-:class:`AgentProcess` starts an agent in a child process for tests and benchmarks.
+The first line on stdout is the URL a client opens; logs go to stderr.  The
+request executor is :class:`~dvsdk.link.server.LinkServer`; this module has the
+ports (TCP with one client at a time and a plain "busy" for the others, pty,
+serial), the command line, and :class:`AgentProcess`, which starts an agent in a
+child process for tests and benchmarks.
 """
 
 from __future__ import annotations
 
 import argparse
-import collections
 import importlib
+import ipaddress
 import os
+import queue
 import select
 import signal
 import socket
@@ -32,9 +36,11 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from .. import __version__
-from ..driver.device import Device, DmaBuffer, open_device
-from ..errors import DeviceLost, DvsdkError, InvalidArgument, LinkError
+from ..driver.device import Device, open_device
+from ..errors import DeviceBusy, DvsdkError, InvalidArgument, LinkError
+from . import auth
 from . import protocol as lp
+from .server import Limits, LinkServer, error_frame, log
 from .transport import (
     FaultSpec,
     FaultyTransport,
@@ -44,241 +50,10 @@ from .transport import (
     Transport,
 )
 
-_U32 = 0xFFFFFFFF
-
-
-def _log(msg: str) -> None:
-    print(f"dvsdk-agent: {msg}", file=sys.stderr, flush=True)
-
-
-def _overrides(buf: DmaBuffer, *names: str) -> bool:
-    cls = type(buf)
-    return any(getattr(cls, n) is not getattr(DmaBuffer, n) for n in names)
-
-
-class LinkServer:
-    """Executes dvlink requests against one :class:`Device`.
-
-    :meth:`handle` maps one received frame body to the bytes to send back (or
-    None); :meth:`serve` runs that over a transport.  Responses are kept in a
-    replay cache keyed by sequence number and request CRC, so a retried request
-    is answered again but never executed twice.
-    """
-
-    def __init__(self, device: Device, *, max_payload: int = lp.LIMITS["max_payload"],
-                 cache_size: int = lp.LIMITS["replay_cache"], verbose: bool = False) -> None:
-        self.device = device
-        self.max_payload = max(lp.LIMITS["min_payload"], min(max_payload,
-                                                             lp.LIMITS["max_payload"]))
-        self.cache_size = cache_size
-        self.verbose = verbose
-        self.buffers: dict[int, DmaBuffer] = {}
-        self._next_handle = 1
-        self._cache: collections.OrderedDict[int, tuple[int, bytes]] = collections.OrderedDict()
-        self._max_seq: int | None = None
-        self.session: int | None = None
-        self.stats: collections.Counter[str] = collections.Counter()
-        self._handlers: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
-            "BYE": self._bye, "PING": self._ping, "READ32": self._read32,
-            "WRITE32": self._write32, "ALLOC": self._alloc, "FREE": self._free,
-            "MEM_WRITE": self._mem_write, "MEM_READ": self._mem_read, "SYNC": self._sync,
-            "CHECK_READ": self._check_read, "WAIT_IRQ": self._wait_irq, "INFO": self._info,
-            "RESET": self._reset,
-        }
-
-    # -- session ------------------------------------------------------------------------------
-    def end_session(self) -> None:
-        """Free every buffer the current client allocated and forget its replies."""
-        for buf in self.buffers.values():
-            try:
-                buf.free()
-            except Exception as exc:  # keep serving whatever the backend says
-                _log(f"free of {buf!r} failed: {exc}")
-        self.buffers.clear()
-        self._cache.clear()
-        self._max_seq = None
-        self.session = None
-
-    # -- one frame ------------------------------------------------------------------------------
-    def handle(self, raw: bytes) -> bytes | None:
-        """One received (stuffed) frame body -> the frame to send back, if any."""
-        try:
-            frame = lp.decode_frame(raw)
-        except lp.FrameError as exc:
-            self.stats["corrupt"] += 1
-            return self._respond(lp.MESSAGES["NAK"], 0, {"reason": str(exc)})
-        if frame.is_response:
-            self.stats["ignored"] += 1
-            return None
-        cached = self._cache.get(frame.seq)
-        if cached is not None and cached[0] == frame.crc:
-            self.stats["replayed"] += 1
-            return cached[1]
-        msg = frame.message
-        if msg is not None and msg.name == "HELLO":
-            out = self._hello(frame)
-        elif self._is_stale(frame.seq):
-            self.stats["stale"] += 1
-            return None
-        elif frame.version != lp.VERSION:
-            out = self._error(frame, LinkError(
-                f"protocol version mismatch: client speaks v{frame.version}, "
-                f"agent speaks v{lp.VERSION}", field="version", value=frame.version,
-                limit=lp.VERSION))
-        elif msg is None or msg.name not in self._handlers:
-            out = self._error(frame, LinkError("unknown message code", field="code",
-                                               value=frame.code))
-        else:
-            out = self._execute(msg, frame)
-        self._remember(frame, out)
-        return out
-
-    def _is_stale(self, seq: int) -> bool:
-        if self._max_seq is None:
-            return False
-        behind = (self._max_seq - seq) & _U32
-        return self.cache_size <= behind < 1 << 31
-
-    def _remember(self, frame: lp.Frame, out: bytes) -> None:
-        if self._max_seq is None or 0 < (frame.seq - self._max_seq) & _U32 < 1 << 31:
-            self._max_seq = frame.seq
-        self._cache[frame.seq] = (frame.crc, out)
-        self._cache.move_to_end(frame.seq)
-        while len(self._cache) > self.cache_size:
-            self._cache.popitem(last=False)
-
-    def _respond(self, msg: lp.Message, seq: int, values: dict[str, Any]) -> bytes:
-        return lp.encode_frame(msg.code, seq, msg.response.pack(values), lp.FLAG_RESPONSE)
-
-    def _error(self, frame: lp.Frame, exc: BaseException) -> bytes:
-        self.stats["errors"] += 1
-        return lp.encode_frame(frame.code, frame.seq, lp.error_payload(exc),
-                               lp.FLAG_RESPONSE | lp.FLAG_ERROR)
-
-    def _execute(self, msg: lp.Message, frame: lp.Frame) -> bytes:
-        self.stats[msg.name] += 1
-        try:
-            args = msg.request.unpack(frame.payload)
-            return self._respond(msg, frame.seq, self._handlers[msg.name](args))
-        except DvsdkError as exc:
-            return self._error(frame, exc)
-        except Exception as exc:  # a backend bug must not kill the agent
-            if self.verbose:
-                traceback.print_exc()
-            return self._error(frame, exc)
-
-    def _hello(self, frame: lp.Frame) -> bytes:
-        payload = frame.payload
-        version = int.from_bytes(payload[:2], "little") if len(payload) >= 2 else frame.version
-        if version != lp.VERSION:
-            return self._error(frame, LinkError(
-                f"protocol version mismatch: client speaks v{version}, "
-                f"agent speaks v{lp.VERSION}", field="version", value=version,
-                limit=lp.VERSION))
-        try:
-            args = lp.MESSAGES["HELLO"].request.unpack(payload)
-        except DvsdkError as exc:
-            return self._error(frame, exc)
-        self.end_session()
-        self.session = args["nonce"]
-        self.stats["sessions"] += 1
-        info = self.device.info()
-        mp = max(lp.LIMITS["min_payload"], min(self.max_payload, args["max_payload"]))
-        caps = {"agent": f"dvsdk-agent {__version__}", "backend": info.backend,
-                "units": list(info.units), "device_url": getattr(self.device, "url", ""),
-                "replay_cache": self.cache_size, "pid": os.getpid()}
-        if self.verbose:
-            _log(f"session {self.session:#x} from {args['client']!r}, max_payload {mp}")
-        return self._respond(lp.MESSAGES["HELLO"], frame.seq,
-                             {"version": lp.VERSION, "max_payload": mp, "caps": caps})
-
-    # -- handlers ------------------------------------------------------------------------------
-    def _buf(self, handle: int) -> DmaBuffer:
-        buf = self.buffers.get(handle)
-        if buf is None:
-            raise InvalidArgument("unknown DMA buffer handle (freed, or from another session)",
-                                  field="handle", value=handle)
-        return buf
-
-    def _bye(self, a: dict[str, Any]) -> dict[str, Any]:
-        self.end_session()
-        return {}
-
-    def _ping(self, a: dict[str, Any]) -> dict[str, Any]:
-        return {"data": a["data"]}
-
-    def _read32(self, a: dict[str, Any]) -> dict[str, Any]:
-        return {"value": int(self.device.read32(a["unit"], a["offset"])) & _U32}
-
-    def _write32(self, a: dict[str, Any]) -> dict[str, Any]:
-        self.device.write32(a["unit"], a["offset"], a["value"])
-        return {}
-
-    def _alloc(self, a: dict[str, Any]) -> dict[str, Any]:
-        buf = self.device.alloc(a["nbytes"], a["align"], a["name"])
-        handle = self._next_handle
-        self._next_handle = self._next_handle % 0xFFFFFFFF + 1
-        self.buffers[handle] = buf
-        flags = (lp.BUF_CHECKS_READS if _overrides(buf, "read", "_check_cpu_read") else 0) | (
-            lp.BUF_TRACKS_WRITES if _overrides(buf, "write") else 0)
-        return {"handle": handle, "phys": buf.phys, "size": buf.size, "flags": flags,
-                "name": buf.name}
-
-    def _free(self, a: dict[str, Any]) -> dict[str, Any]:
-        self._buf(a["handle"]).free()
-        del self.buffers[a["handle"]]
-        return {}
-
-    def _mem_write(self, a: dict[str, Any]) -> dict[str, Any]:
-        self._buf(a["handle"]).write(a["offset"], a["data"])
-        return {}
-
-    def _mem_read(self, a: dict[str, Any]) -> dict[str, Any]:
-        buf = self._buf(a["handle"])
-        off, n = buf._range(a["offset"], a["nbytes"])
-        return {"data": buf.view[off:off + n].tobytes()}
-
-    def _sync(self, a: dict[str, Any]) -> dict[str, Any]:
-        buf = self._buf(a["handle"])
-        if a["direction"] == lp.SYNC_FOR_DEVICE:
-            buf.sync_for_device(a["offset"], a["nbytes"])
-        elif a["direction"] == lp.SYNC_FOR_CPU:
-            buf.sync_for_cpu(a["offset"], a["nbytes"])
-        else:
-            raise InvalidArgument("unknown sync direction", field="direction",
-                                  value=a["direction"])
-        return {}
-
-    def _check_read(self, a: dict[str, Any]) -> dict[str, Any]:
-        self._buf(a["handle"]).read(a["offset"], a["nbytes"])
-        return {}
-
-    def _wait_irq(self, a: dict[str, Any]) -> dict[str, Any]:
-        self.device.wait_irq(a["unit"], a["timeout"])
-        return {}
-
-    def _info(self, a: dict[str, Any]) -> dict[str, Any]:
-        return {"info": self.device.info().as_dict()}
-
-    def _reset(self, a: dict[str, Any]) -> dict[str, Any]:
-        self.device.reset()
-        return {}
-
-    # -- transport loop ------------------------------------------------------------------------
-    def serve(self, transport: Transport, stop: threading.Event | None = None) -> None:
-        """Answer requests until the transport closes or ``stop`` is set."""
-        stop = stop or threading.Event()
-        deframer = lp.Deframer(lp.max_frame_bytes(lp.LIMITS["max_payload"]))
-        try:
-            while not stop.is_set():
-                data = transport.read(0.1)
-                for raw in deframer.feed(data):
-                    out = self.handle(raw)
-                    if out is not None:
-                        transport.write(out)
-        except DeviceLost as exc:
-            if self.verbose:
-                _log(f"client gone: {exc}")
+#: connections turned away at the same time, at most
+_MAX_TURN_AWAY = 8
+#: how long a newcomer waits for the device to come free before it is told it is busy
+_BUSY_GRACE = 0.5
 
 
 # -------------------------------------------------------------------------------------------------
@@ -290,46 +65,173 @@ def _announce(url: str) -> None:
     print(url, flush=True)
 
 
+class _Busy:
+    """Who holds the device now (one TCP client at a time)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.peer: str | None = None
+        self.since = 0.0
+
+    def claim(self, peer: str) -> bool:
+        with self.lock:
+            if self.peer is not None:
+                return False
+            self.peer, self.since = peer, time.time()
+            return True
+
+    def release(self) -> None:
+        with self.lock:
+            self.peer = None
+
+    def error(self) -> DeviceBusy:
+        with self.lock:
+            peer, since = self.peer, self.since
+        stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(since))
+        exc = DeviceBusy(f"device busy: dvsdk-agent is serving {peer} since {stamp} "
+                         f"({time.time() - since:.0f} s)", pid=os.getpid(), field="peer",
+                         value=peer)
+        exc.since = stamp  # type: ignore[attr-defined]
+        return exc
+
+
+def _peer_name(addr: Any) -> str:
+    host, port = addr[0], addr[1]
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def _turn_away(conn: socket.socket, peer: str, busy: _Busy, handoff: queue.Queue,
+               server: LinkServer, slots: threading.Semaphore) -> None:
+    """A second client while one is served: read its HELLO and answer DeviceBusy, naming
+    the holder.  If the device came free meanwhile, hand the connection over instead."""
+    deframer = lp.Deframer(lp.max_frame_bytes(lp.LIMITS["max_payload"]))
+    received = b""
+    hello: lp.Frame | None = None
+    start = time.monotonic()
+    deadline = start + (server.limits.handshake_timeout or 5.0)
+    try:
+        while time.monotonic() < deadline:
+            ready, _, _ = select.select([conn], [], [], 0.05)
+            frames: list[bytes] = []
+            if ready:
+                data = conn.recv(1 << 16)
+                if not data:
+                    break
+                received += data
+                frames = deframer.feed(data)
+            if busy.claim(peer):
+                handoff.put((conn, peer, received))
+                conn = None  # type: ignore[assignment]
+                return
+            for raw in frames:
+                try:
+                    frame = lp.decode_frame(raw)
+                except lp.FrameError:
+                    continue
+                if not frame.is_response and hello is None:
+                    hello = frame
+            # a session that is just ending (BYE, a client that vanished) gets a moment
+            if hello is not None and time.monotonic() - start > _BUSY_GRACE:
+                conn.settimeout(2.0)
+                conn.sendall(error_frame(hello.code, hello.seq, busy.error()))
+                if server.verbose:
+                    log(f"turned {peer} away: busy with {busy.peer}")
+                return
+    except OSError:
+        pass
+    finally:
+        if conn is not None:
+            conn.close()
+        slots.release()
+
+
+def _listen(lsock: socket.socket, busy: _Busy, handoff: queue.Queue, server: LinkServer,
+            stop: threading.Event) -> None:
+    slots = threading.Semaphore(_MAX_TURN_AWAY)
+    while not stop.is_set():
+        ready, _, _ = select.select([lsock], [], [], 0.1)
+        if not ready:
+            continue
+        try:
+            conn, addr = lsock.accept()
+        except OSError:
+            continue
+        peer = _peer_name(addr)
+        if busy.claim(peer):
+            handoff.put((conn, peer, b""))
+        elif slots.acquire(blocking=False):
+            threading.Thread(target=_turn_away, args=(conn, peer, busy, handoff, server, slots),
+                             name="dvsdk-agent-busy", daemon=True).start()
+        else:
+            conn.close()
+
+
 def serve_tcp(server: LinkServer, host: str, port: int, stop: threading.Event, *,
               once: bool = False, inject: FaultSpec | None = None) -> None:
-    """Listen on ``host:port`` and serve one client connection at a time."""
-    with socket.create_server((host, port)) as lsock:
+    """Listen on ``host:port`` and serve one client at a time; others are told it is busy.
+
+    A connection is one session: it ends at BYE, a failed AUTH, the handshake, idle or
+    session timeout, or when the client goes away (noticed within ``wait_slice`` even
+    during a WAIT_IRQ)."""
+    with socket.create_server((host, port), family=_family(host)) as lsock:
         bound = lsock.getsockname()
-        _announce(f"socket://{bound[0]}:{bound[1]}")
-        while not stop.is_set():
-            ready, _, _ = select.select([lsock], [], [], 0.1)
-            if not ready:
-                continue
-            conn, peer = lsock.accept()
-            if server.verbose:
-                _log(f"connection from {peer[0]}:{peer[1]}")
-            _serve_one(server, SocketTransport(conn, f"tcp:{peer[0]}:{peer[1]}"), stop,
-                       inject, server.end_session)
-            if once:
-                return
+        _announce(f"socket://{_peer_name(bound)}")
+        busy = _Busy()
+        handoff: queue.Queue = queue.Queue()
+        done = threading.Event()
+        listener = threading.Thread(target=_listen, args=(lsock, busy, handoff, server, done),
+                                    name="dvsdk-agent-listen", daemon=True)
+        listener.start()
+        try:
+            while not stop.is_set():
+                try:
+                    conn, peer, initial = handoff.get(timeout=0.1)
+                except queue.Empty:
+                    continue
+                server.peer = peer
+                if server.verbose:
+                    log(f"connection from {peer}")
+                reason = _serve_one(server, SocketTransport(conn, f"tcp:{peer}"), stop, inject,
+                                    server.end_session, initial=initial, per_connection=True,
+                                    on_release=busy.release)
+                busy.release()
+                if server.verbose:
+                    log(f"{peer} done: {reason}")
+                if once:
+                    return
+        finally:
+            done.set()
+            listener.join(2.0)
+            while not handoff.empty():
+                handoff.get()[0].close()
+
+
+def _family(host: str) -> socket.AddressFamily:
+    return socket.AF_INET6 if ":" in host else socket.AF_INET
 
 
 def _serve_one(server: LinkServer, transport: Transport, stop: threading.Event,
-               inject: FaultSpec | None, cleanup: Callable[[], None]) -> None:
+               inject: FaultSpec | None, cleanup: Callable[[], None], **kw: Any) -> str:
     """Serve one transport (through the fault injector when asked), then clean up."""
     if inject:
         transport = FaultyTransport(transport, inject)
     try:
-        server.serve(transport, stop)
+        return server.serve(transport, stop, **kw)
     finally:
         transport.close()
         cleanup()
 
 
-def serve_pty(server: LinkServer, stop: threading.Event, *,
-              inject: FaultSpec | None = None) -> None:
-    """Open a pseudo-terminal, announce its slave path and serve its master side."""
+def serve_pty(server: LinkServer, stop: threading.Event, *, inject: FaultSpec | None = None,
+              mode: int = 0o600) -> None:
+    """Open a pseudo-terminal (``mode``: owner-only unless told), announce its slave path
+    and serve its master side."""
     import tty
 
     master, slave = os.openpty()
     tty.setraw(slave)
     path = os.ttyname(slave)
-    os.chmod(path, 0o666)
+    os.chmod(path, mode)
     _announce(f"serial://{path}")
     # Keep the slave open ourselves: the master then never sees EOF/EIO between clients.
     _serve_one(server, FdTransport(master, f"pty:{path}", flush_fd=slave), stop, inject,
@@ -355,77 +257,183 @@ def _factory_device(spec: str) -> Device:
     module_name, _, attr = spec.partition(":")
     if not module_name or not attr:
         raise InvalidArgument("factory must be MODULE:CALLABLE", field="--factory", value=spec)
-    obj: Any = importlib.import_module(module_name)
-    for name in attr.split("."):
-        obj = getattr(obj, name)
-    return obj()
+    try:
+        obj: Any = importlib.import_module(module_name)
+        for name in attr.split("."):
+            obj = getattr(obj, name)
+    except (ImportError, AttributeError) as exc:
+        raise InvalidArgument(f"cannot load the device factory: {exc}", field="--factory",
+                              value=spec) from None
+    if not callable(obj):
+        raise InvalidArgument("the device factory is not callable", field="--factory",
+                              value=spec)
+    dev = obj()
+    if not isinstance(dev, Device):
+        raise InvalidArgument("the device factory did not return a Device", field="--factory",
+                              value=type(dev).__name__)
+    return dev
+
+
+def parse_port(text: str) -> tuple[str, Any]:
+    """``pty`` | ``tcp:[HOST:]PORT`` (HOST default 127.0.0.1; ``[::1]:PORT`` for IPv6) |
+    a serial device path -> (kind, details); InvalidArgument for a malformed one."""
+    if text == "pty":
+        return "pty", None
+    if text.startswith("tcp:"):
+        rest = text[4:]
+        host, sep, port = rest.rpartition(":")
+        host = host.strip("[]") if sep else ""
+        try:
+            num = int(port)
+        except ValueError:
+            raise InvalidArgument("TCP port is not a number", field="--port", value=text,
+                                  limit="tcp:[HOST:]PORT") from None
+        if not 0 <= num <= 65535:
+            raise InvalidArgument("TCP port out of range", field="--port", value=num,
+                                  limit="0..65535")
+        return "tcp", (host or "127.0.0.1", num)
+    if not text or text.startswith("-"):
+        raise InvalidArgument("bad --port", field="--port", value=text,
+                              limit="PATH | pty | tcp:[HOST:]PORT")
+    return "serial", text
+
+
+def is_loopback(host: str) -> bool:
+    """Every address ``host`` resolves to is a loopback address (InvalidArgument if none)."""
+    try:
+        infos = socket.getaddrinfo(host, None, proto=socket.IPPROTO_TCP)
+    except OSError as exc:
+        raise InvalidArgument(f"cannot resolve the listen address: {exc}", field="--port",
+                              value=host) from None
+    return all(ipaddress.ip_address(i[4][0].split("%")[0]).is_loopback for i in infos)
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The ``dvsdk-agent`` command line."""
+    d = lp.AGENT_LIMITS
     p = argparse.ArgumentParser(
         prog="dvsdk-agent",
         description="Serve a DV700 device (hardware or simulator) over the dvlink protocol.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog="""examples:
-  dvsdk-agent --device uio:// --port tcp:0.0.0.0:5555   on the board; a host then uses
-                                                        DVSDK_DEVICE=socket://board:5555
+        epilog=f"""examples:
+  dvsdk-agent --device sim:// --port tcp:0               prints socket://127.0.0.1:PORT
+  dvsdk-agent --device uio:// --port tcp:0.0.0.0:5555 --secret-file ~/.dvsdk-link-secret
+                                                        on the board; hosts then use
+                                  DVSDK_DEVICE=socket://board:5555?secret_file=~/.dvsdk-link-secret
   dvsdk-agent --device sim:// --port pty                 prints serial:///dev/pts/N
   dvsdk-agent --device uio:// --port /dev/ttyPS1 --baud 921600   over the board's UART
-The first line printed is the device URL a client should open.""")
+The first line printed is the device URL a client should open.  The secret may also come
+from ${auth.ENV_SECRET_FILE} or ${auth.ENV_SECRET}; a TCP listener on anything but loopback
+needs one unless --insecure.""")
     p.add_argument("--device", default=None,
                    help="device URL to serve (default $DVSDK_DEVICE, else sim://)")
     p.add_argument("--factory", default=None, metavar="MODULE:CALLABLE",
                    help="serve the Device returned by this zero-argument callable instead")
     p.add_argument("--port", required=True,
-                   help="PATH of a serial port, 'pty', or tcp:HOST:PORT (port 0 = any)")
+                   help="PATH of a serial port, 'pty', or tcp:[HOST:]PORT (HOST default "
+                        "127.0.0.1, port 0 = any)")
     p.add_argument("--baud", type=int, default=115200, help="baud rate for a serial PATH")
+    p.add_argument("--secret-file", default=None, metavar="PATH",
+                   help="file holding the shared link secret (mode 0600)")
+    p.add_argument("--insecure", action="store_true",
+                   help="allow a TCP listener on a non-loopback address without a secret")
+    p.add_argument("--pty-mode", default="600", metavar="OCTAL",
+                   help="permissions of the pty (default 600: owner only)")
+    p.add_argument("--handshake-timeout", type=float, default=d["handshake_timeout"],
+                   metavar="S", help="close a TCP connection with no authenticated HELLO "
+                                     "after S seconds")
+    p.add_argument("--idle-timeout", type=float, default=d["idle_timeout"], metavar="S",
+                   help="end a session idle for S seconds (0 = never)")
+    p.add_argument("--session-timeout", type=float, default=d["session_timeout"], metavar="S",
+                   help="end a session older than S seconds (0 = never)")
+    p.add_argument("--max-wait", type=float, default=d["max_wait"], metavar="S",
+                   help="cap on the timeout of a client's interrupt wait")
     p.add_argument("--inject", default="", metavar="SPEC",
                    help="fault injection on what the agent sends, e.g. "
-                        "corrupt=0.01,drop=0.01,delay=0.1,delay_ms=5,seed=1")
+                        "noise=0.001,corrupt=0.01,drop=0.01,delay=0.1,delay_ms=5,seed=1")
     p.add_argument("--max-payload", type=int, default=lp.LIMITS["max_payload"],
                    help="largest frame payload the agent accepts")
     p.add_argument("--once", action="store_true", help="exit after the first TCP client leaves")
     p.add_argument("-v", "--verbose", action="store_true", help="log sessions and errors")
+    p.add_argument("--debug", action="store_true", help="tracebacks for errors")
     p.add_argument("--version", action="version", version=f"dvsdk-agent {__version__} "
                                                               f"(dvlink v{lp.VERSION})")
     return p
 
 
+def _limits(args: argparse.Namespace) -> Limits:
+    vals = {k: getattr(args, k) for k in ("handshake_timeout", "idle_timeout",
+                                          "session_timeout", "max_wait")}
+    for k, v in vals.items():
+        if not v >= 0 or v == float("inf"):
+            raise InvalidArgument("must be a finite number of seconds >= 0",
+                                  field="--" + k.replace("_", "-"), value=v)
+    return Limits(**vals)
+
+
+def _setup(args: argparse.Namespace) -> tuple[str, Any, LinkServer, FaultSpec | None]:
+    """Everything that can fail on bad input, before anything is served (exit 2)."""
+    kind, where = parse_port(args.port)
+    secret = auth.load_secret(args.secret_file)
+    if kind == "tcp" and secret is None and not args.insecure and not is_loopback(where[0]):
+        raise InvalidArgument(
+            f"refusing to listen on {where[0]} without a link secret", field="--port",
+            value=args.port, hint=f"give --secret-file (or ${auth.ENV_SECRET_FILE}, "
+            f"${auth.ENV_SECRET}), listen on 127.0.0.1, or pass --insecure")
+    try:
+        pty_mode = int(args.pty_mode, 8)
+    except ValueError:
+        raise InvalidArgument("--pty-mode is not an octal mode", field="--pty-mode",
+                              value=args.pty_mode) from None
+    if not 0 <= pty_mode <= 0o777:
+        raise InvalidArgument("--pty-mode out of range", field="--pty-mode",
+                              value=args.pty_mode, limit="000..777")
+    args.pty_mode = pty_mode
+    limits = _limits(args)
+    inject = FaultSpec.parse(args.inject) if args.inject else None
+    device = _factory_device(args.factory) if args.factory else open_device(args.device)
+    server = LinkServer(device, max_payload=args.max_payload, verbose=args.verbose,
+                        secret=secret, limits=limits)
+    return kind, where, server, inject
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``dvsdk-agent``; returns the process exit status."""
     args = build_parser().parse_args(argv)
-    stop = threading.Event()
-
-    def _on_signal(signum: int, _frame: Any) -> None:
-        stop.set()
-
-    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-        signal.signal(sig, _on_signal)
     try:
-        inject = FaultSpec.parse(args.inject) if args.inject else None
-        device = _factory_device(args.factory) if args.factory else open_device(args.device)
+        kind, where, server, inject = _setup(args)
     except DvsdkError as exc:
-        _log(f"error: {exc}")
+        if args.debug:
+            traceback.print_exc()
+        log(f"error: {exc}")
         return exc.exit_code
-    server = LinkServer(device, max_payload=args.max_payload, verbose=args.verbose)
+    except Exception as exc:  # a factory that raised: its problem, reported in one line
+        if args.debug:
+            traceback.print_exc()
+        log(f"error: {type(exc).__name__}: {exc}")
+        return 2
+    stop = threading.Event()
+    saved = {sig: signal.signal(sig, lambda signum, frame: stop.set())
+             for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)}
     try:
-        if args.port == "pty":
-            serve_pty(server, stop, inject=inject)
-        elif args.port.startswith("tcp:"):
-            host, _, port = args.port[4:].rpartition(":")
-            serve_tcp(server, host or "127.0.0.1", int(port), stop, once=args.once,
-                      inject=inject)
+        if kind == "pty":
+            serve_pty(server, stop, inject=inject, mode=args.pty_mode)
+        elif kind == "tcp":
+            serve_tcp(server, where[0], where[1], stop, once=args.once, inject=inject)
         else:
-            serve_serial(server, args.port, args.baud, stop, inject=inject)
+            serve_serial(server, where, args.baud, stop, inject=inject)
     except (OSError, ValueError) as exc:
-        _log(f"error: cannot serve on {args.port}: {exc}")
-        return 3
+        if args.debug:
+            traceback.print_exc()
+        log(f"error: cannot serve on {args.port}: {exc}")
+        return 2
     finally:
+        for sig, handler in saved.items():
+            signal.signal(sig, handler)
         server.end_session()
-        device.close()
+        server.device.close()
         if args.verbose:
-            _log(f"stats: {dict(server.stats)}")
+            log(f"stats: {dict(server.stats)}")
     return 0
 
 

@@ -48,7 +48,7 @@ def load_spec(text: str | None = None) -> dict[str, Any]:
 
     spec = yaml.safe_load(text if text is not None else _spec_text())
     for key in ("version", "framing", "crc", "header", "flags", "limits", "units", "types",
-                "messages", "error", "sync", "buffer_flags"):
+                "messages", "error", "sync", "buffer_flags", "reliability", "auth", "agent"):
         if key not in spec:
             raise SpecError("link.yaml lacks a section", field=key)
     codes = [m["code"] for m in spec["messages"].values()]
@@ -67,6 +67,13 @@ SYNC_FOR_DEVICE: int = int(SPEC["sync"]["for_device"])
 SYNC_FOR_CPU: int = int(SPEC["sync"]["for_cpu"])
 BUF_CHECKS_READS: int = int(SPEC["buffer_flags"]["checks_reads"])
 BUF_TRACKS_WRITES: int = int(SPEC["buffer_flags"]["tracks_writes"])
+BUF_ZEROED: int = int(SPEC["buffer_flags"]["zeroed"])
+#: the client's retransmission and frame-sizing parameters (link.md §4)
+RELIABILITY: dict[str, float] = {k: float(v) for k, v in SPEC["reliability"].items()}
+#: authentication parameters (link.md §5)
+AUTH: dict[str, Any] = dict(SPEC["auth"])
+#: the agent's session limits (link.md §9)
+AGENT_LIMITS: dict[str, float] = {k: float(v) for k, v in SPEC["agent"].items()}
 
 _ORDER = {"little": "<", "big": ">"}
 _FRAMING = SPEC["framing"]
@@ -91,6 +98,7 @@ class Layout:
         codes = []
         self.names: list[str] = []
         self.kinds: list[str] = []
+        self.sizes: dict[str, int] = {}  # fixed-size byte fields
         self.tail: tuple[str, str] | None = None
         for i, f in enumerate(fields):
             kind = f["type"]
@@ -104,6 +112,8 @@ class Layout:
                 codes.append(types[kind]["struct"])
                 self.names.append(f["name"])
                 self.kinds.append(kind)
+                if "size" in types[kind]:
+                    self.sizes[f["name"]] = int(types[kind]["size"])
         self.struct = struct.Struct(byteorder + "".join(codes))
 
     def pack(self, values: dict[str, Any]) -> bytes:
@@ -116,6 +126,9 @@ class Layout:
                     raise InvalidArgument("unknown register unit", field="unit", value=v,
                                           limit=UNITS)
                 v = UNITS.index(v)
+            elif name in self.sizes and len(v) != self.sizes[name]:
+                raise InvalidArgument("fixed-size field has the wrong length", field=name,
+                                      value=len(v), limit=self.sizes[name])
             fixed.append(v)
         try:
             head = self.struct.pack(*fixed)

@@ -1,10 +1,12 @@
 """Byte transports for dvlink, and fault injection.
 
-Every transport has the same three calls: ``read(timeout)`` returns what has
-arrived (``b""`` when nothing did within ``timeout``) and raises
+Every transport has the same calls: ``read(timeout)`` returns what has arrived
+(``b""`` when nothing did within ``timeout``) and raises
 :class:`~dvsdk.errors.DeviceLost` at end of file; ``write(data)`` sends one
-whole frame; ``close()``.  :class:`FaultyTransport` wraps any of them and
-damages frames with a seeded RNG (``firmware_spec/link.md`` §9).
+whole frame; ``peer_gone()`` says, without reading, whether the other end has
+certainly gone (a closed TCP connection); ``close()``.  :class:`FaultyTransport`
+wraps any of them and damages frames with a seeded RNG (``firmware_spec/link.md``
+§9).
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any
+
+import numpy as np
 
 from ..errors import DeviceLost, InvalidArgument
 
@@ -39,6 +43,10 @@ class Transport:
 
     def close(self) -> None:
         """Release the underlying port; idempotent."""
+
+    def peer_gone(self) -> bool:
+        """True when the other end has certainly gone (only connections can tell)."""
+        return False
 
     def _lost(self, why: object) -> DeviceLost:
         return DeviceLost(f"link {self.name} closed: {why}", field="link", value=self.name)
@@ -171,13 +179,26 @@ class FdTransport(Transport):
 
 
 class SocketTransport(Transport):
-    """A connected stream socket (the agent's side of a TCP link)."""
+    """A connected TCP socket: the agent's side of a connection, and ``socket://``."""
 
     def __init__(self, sock: socket.socket, name: str = "tcp", write_stall: float = 30.0) -> None:
         self.sock = sock
         self.name = name
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         sock.settimeout(write_stall)
+
+    @classmethod
+    def connect(cls, host: str, port: int, timeout: float, name: str = "") -> SocketTransport:
+        """Connect within ``timeout`` seconds (OSError as ``socket.create_connection``)."""
+        sock = socket.create_connection((host, port), timeout=timeout)
+        return cls(sock, name or f"tcp:{host}:{port}", write_stall=max(timeout, 30.0))
+
+    def peer_gone(self) -> bool:
+        try:
+            ready, _, _ = select.select([self.sock], [], [], 0)
+            return bool(ready) and self.sock.recv(1, socket.MSG_PEEK) == b""
+        except (OSError, ValueError):
+            return True
 
     def read(self, timeout: float) -> bytes:
         try:
@@ -242,6 +263,10 @@ class PipeTransport(Transport):
             self._tx.buf += data
             self._tx.cond.notify_all()
 
+    def peer_gone(self) -> bool:
+        with self._rx.cond:
+            return self._rx.closed and not self._rx.buf
+
     def close(self) -> None:
         for p in (self._rx, self._tx):
             with p.cond:
@@ -255,9 +280,12 @@ class FaultSpec:
 
     ``corrupt`` flips one bit, ``drop`` loses the frame, ``dropbyte`` loses one
     byte of it, ``dup`` sends it twice, ``delay`` sleeps up to ``delay_ms``
-    first.  Parsed from ``"corrupt=0.01,drop=0.01,delay=0.2,delay_ms=5,seed=7"``.
+    first; ``noise`` is per byte, not per frame: each byte sent (delimiters too)
+    is replaced by another value with that probability, as on a noisy line.
+    Parsed from ``"corrupt=0.01,drop=0.01,delay=0.2,delay_ms=5,seed=7"``.
     """
 
+    noise: float = 0.0
     corrupt: float = 0.0
     drop: float = 0.0
     dropbyte: float = 0.0
@@ -271,7 +299,7 @@ class FaultSpec:
     def parse(cls, text: str) -> FaultSpec:
         """``"key=value,..."`` -> FaultSpec; InvalidArgument on anything unknown."""
         spec = cls()
-        known = {"corrupt", "drop", "dropbyte", "dup", "delay", "delay_ms", "seed"}
+        known = {"noise", "corrupt", "drop", "dropbyte", "dup", "delay", "delay_ms", "seed"}
         for item in filter(None, (s.strip() for s in text.replace(";", ",").split(","))):
             key, sep, val = item.partition("=")
             key = key.strip()
@@ -292,7 +320,7 @@ class FaultSpec:
         return spec
 
     def __bool__(self) -> bool:
-        return any((self.corrupt, self.drop, self.dropbyte, self.dup, self.delay))
+        return any((self.noise, self.corrupt, self.drop, self.dropbyte, self.dup, self.delay))
 
 
 class FaultyTransport(Transport):
@@ -303,6 +331,7 @@ class FaultyTransport(Transport):
         self.spec = spec
         self.name = f"faulty({inner.name})"
         self.rng = random.Random(spec.seed if seed is None else seed)
+        self.np_rng = np.random.default_rng(spec.seed if seed is None else seed)
         self.counts = spec.counts
 
     def _hit(self, kind: str, p: float) -> bool:
@@ -314,8 +343,24 @@ class FaultyTransport(Transport):
     def read(self, timeout: float) -> bytes:
         return self.inner.read(timeout)
 
+    def peer_gone(self) -> bool:
+        return self.inner.peer_gone()
+
+    def _noise(self, data: bytes) -> bytes:
+        arr = np.frombuffer(data, np.uint8)
+        hits = self.np_rng.random(arr.size) < self.spec.noise
+        k = int(np.count_nonzero(hits))
+        if not k:
+            return data
+        arr = arr.copy()
+        arr[hits] ^= self.np_rng.integers(1, 256, k, dtype=np.uint8)
+        self.counts["noise"] = self.counts.get("noise", 0) + k
+        return arr.tobytes()
+
     def write(self, data: bytes) -> None:
         s, rng = self.spec, self.rng
+        if s.noise:
+            data = self._noise(data)
         if self._hit("delay", s.delay):
             time.sleep(rng.uniform(0.0, s.delay_ms) / 1000.0)
         if self._hit("drop", s.drop):

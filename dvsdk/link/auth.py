@@ -1,0 +1,93 @@
+"""The dvlink shared secret and its challenge-response proofs (``firmware_spec/link.md`` §5).
+
+The secret never crosses the link.  The agent's ``HELLO`` answer carries a
+random challenge; the client answers with ``AUTH {proof, challenge}`` where
+``proof = HMAC-SHA256(secret, client_label | agent challenge | client challenge
+| nonce)``, and the agent proves itself with ``HMAC-SHA256(secret, agent_label
+| client challenge | agent challenge)``.  Both sides read the secret from a file
+(``--secret-file``, the URL option ``secret_file=``), else from
+``$DVSDK_LINK_SECRET_FILE``, else ``$DVSDK_LINK_SECRET`` (the secret itself).
+"""
+
+from __future__ import annotations
+
+import hmac
+import os
+import secrets
+import stat
+from collections.abc import Mapping
+
+from ..errors import InvalidArgument
+from .protocol import AUTH
+
+DIGEST = str(AUTH["digest"])
+CHALLENGE_BYTES = int(AUTH["challenge_bytes"])
+MIN_SECRET_BYTES = int(AUTH["min_secret_bytes"])
+ENV_SECRET = str(AUTH["env_secret"])
+ENV_SECRET_FILE = str(AUTH["env_secret_file"])
+_CLIENT = str(AUTH["client_label"]).encode()
+_AGENT = str(AUTH["agent_label"]).encode()
+
+
+def _check(secret: bytes, where: str) -> bytes:
+    if len(secret) < MIN_SECRET_BYTES:
+        raise InvalidArgument(f"the link secret from {where} is too short", field="secret",
+                              value=f"{len(secret)} bytes", limit=f">= {MIN_SECRET_BYTES} bytes",
+                              hint="make one with: head -c 32 /dev/urandom | base64 > FILE")
+    return secret
+
+
+def read_secret_file(path: str) -> bytes:
+    """The secret in ``path`` (``~`` expanded, surrounding whitespace stripped); the file
+    must be private."""
+    path = os.path.expanduser(path)
+    try:
+        st = os.stat(path)
+        with open(path, "rb") as f:
+            data = f.read(1 << 16)
+    except OSError as exc:
+        raise InvalidArgument(f"cannot read the link secret file: {exc.strerror}",
+                              field="secret_file", value=path) from None
+    if st.st_mode & (stat.S_IRWXG | stat.S_IRWXO):
+        raise InvalidArgument("the link secret file is readable by others", field="secret_file",
+                              value=path, limit="mode 0600", hint=f"chmod 600 {path}")
+    return _check(data.strip(), path)
+
+
+def load_secret(path: str | None = None, env: Mapping[str, str] | None = None) -> bytes | None:
+    """The shared secret: ``path``, else ``$DVSDK_LINK_SECRET_FILE``, else
+    ``$DVSDK_LINK_SECRET``; None when none is configured."""
+    env = os.environ if env is None else env
+    if path:
+        return read_secret_file(path)
+    if env.get(ENV_SECRET_FILE):
+        return read_secret_file(env[ENV_SECRET_FILE])
+    if env.get(ENV_SECRET):
+        return _check(env[ENV_SECRET].strip().encode(), f"${ENV_SECRET}")
+    return None
+
+
+def challenge() -> bytes:
+    """A fresh random challenge."""
+    return secrets.token_bytes(CHALLENGE_BYTES)
+
+
+def _mac(secret: bytes, *parts: bytes) -> bytes:
+    return hmac.new(secret, b"".join(parts), DIGEST).digest()
+
+
+def client_proof(secret: bytes, agent_challenge: bytes, client_challenge: bytes,
+                 nonce: int) -> bytes:
+    """What the client sends in AUTH."""
+    return _mac(secret, _CLIENT, agent_challenge, client_challenge, nonce.to_bytes(8, "little"))
+
+
+def agent_proof(secret: bytes, client_challenge: bytes, agent_challenge: bytes) -> bytes:
+    """What the agent answers to a good AUTH."""
+    return _mac(secret, _AGENT, client_challenge, agent_challenge)
+
+
+def same(a: bytes, b: bytes) -> bool:
+    """Constant-time comparison."""
+    return hmac.compare_digest(bytes(a), bytes(b))
+
