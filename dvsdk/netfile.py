@@ -112,7 +112,8 @@ class BlobBuilder:
         return off
 
     def add_array(self, arr: np.ndarray) -> dict[str, Any]:
-        arr = np.ascontiguousarray(arr)
+        shape = np.shape(arr)                 # ascontiguousarray makes a 0-d array 1-d
+        arr = np.ascontiguousarray(arr).reshape(shape)
         if arr.dtype.byteorder == ">":
             arr = arr.astype(arr.dtype.newbyteorder("<"))
         return {"offset": self.add(arr), "dtype": arr.dtype.str, "shape": list(arr.shape)}

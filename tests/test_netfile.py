@@ -534,3 +534,15 @@ def test_inputs_are_fed_by_their_tensor(net: NetFile) -> None:
         assert b.selftest()["passed"] is True
     for k in ya:
         np.testing.assert_array_equal(ya[k], yb[k])
+
+
+def test_a_zero_dimensional_constant_keeps_its_shape():
+    import numpy as np
+
+    from dvsdk.netfile import BlobBuilder, NetFile
+
+    b = BlobBuilder(align=16)
+    entry = b.add_array(np.float32(3.5).reshape(()))
+    assert entry["shape"] == []
+    value = NetFile(meta={}, commands=b"", weights=b"", constants=b.bytes()).array(entry)
+    assert value.shape == () and value == np.float32(3.5)

@@ -63,6 +63,7 @@ class Lowering(OpLowerings, MultiRunLowerings):
         self.report: list[dict] = []
         self.deferred: dict[str, Op] = {}  # view output -> view op a Gemm may absorb
         self.emit_sink: list[HwCmd] | None = None
+        self.written: set[str] = set()  # tensors hardware commands (or placements) produce
 
     # -- helpers ------------------------------------------------------------------------
     def shape(self, name: str) -> tuple[int, ...]:
@@ -161,6 +162,7 @@ class Lowering(OpLowerings, MultiRunLowerings):
         if self.emit_sink is not None:  # a dry run (multirun.lower_group) collects
             self.emit_sink.append(cmd)
             return
+        self.written.add(cmd.output)
         if not self.steps or not isinstance(self.steps[-1], HwStep):
             self.steps.append(HwStep())
         self.steps[-1].commands.append(cmd)

@@ -335,7 +335,7 @@ class OpLowerings:
         x, y = op.inputs[0], op.outputs[0]
         hx, hy = hwc(self.shape(x)), hwc(self.shape(y))
         if hx and hy and hx[:2] == (1, 1) and hy == hx and x not in self.aliases \
-                and not self.g.is_const(x):
+                and x in self.written:  # a view of what the CPU made is a CPU reshape
             self.aliases[y] = (x, 0)
             self.note(op, "hw", "free view (same bytes)")
             return True
@@ -368,5 +368,6 @@ class OpLowerings:
             offset += h * w * c * 2
         for name, off in members:
             self.aliases[name] = (op.outputs[0], off)
+        self.written.add(op.outputs[0])
         self.note(op, "hw", f"zero-copy: {len(members)} producers write into place")
         return True
