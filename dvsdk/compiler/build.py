@@ -168,13 +168,16 @@ def compile_graph(graph: Graph, options: Options, source: str = "") -> NetFile:
     def swapped(n: str) -> bool:  # transposed at the boundary (--transpose)
         return options.transpose and len(model_graph.shape(n) or ()) == 4
 
-    inputs = [{"name": n, "tensor": n, "shape": list(model_graph.shape(n)), "dtype": "float32",
-               "layout": "NCHW", "preprocess": preprocess, "transpose": swapped(n)}
-              for n in graph.inputs]
-    outputs = [{"name": n, "tensor": n, "shape": list(model_graph.shape(n)),
-                "dtype": "float32", "transpose": swapped(n),
-                "layout": "NCHW" if len(model_graph.shape(n) or ()) == 4 else "ND"}
-               for n in graph.outputs]
+    inputs = []
+    for n in graph.inputs:
+        shape, lay = boundary(model_graph, n, "NCHW")
+        inputs.append({"name": n, "tensor": n, "shape": shape, "dtype": "float32",
+                       "layout": lay, "preprocess": preprocess, "transpose": swapped(n)})
+    outputs = []
+    for n in graph.outputs:
+        shape, lay = boundary(model_graph, n, "ND")
+        outputs.append({"name": n, "tensor": n, "shape": shape, "dtype": "float32",
+                        "transpose": swapped(n), "layout": lay})
     hw_ops = sum(1 for r in program.report if r["where"] == "hw")
     meta = {
         "format_version": FORMAT_VERSION, "compiler": f"dvsdk {__version__}", "source": source,
@@ -199,6 +202,18 @@ def compile_graph(graph: Graph, options: Options, source: str = "") -> NetFile:
     return net
 
 
+def boundary(graph: Graph, name: str, other: str) -> tuple[list[int], str]:
+    """(shape, layout) of a graph input/output as the source model sees it: 4-D tensors in
+    the model's layout (``graph.layout``: NCHW, or NHWC for Keras, whose tensors the runtime
+    transposes at the boundary), others in their own order with layout ``other``."""
+    shape = list(graph.shape(name) or ())
+    if len(shape) != 4:
+        return shape, other
+    if graph.layout == "NHWC":
+        shape = [shape[0], shape[2], shape[3], shape[1]]
+    return shape, graph.layout
+
+
 def _max_kernel(program: Program) -> int:
     k = 1
     for step in program.steps:
@@ -212,11 +227,17 @@ def _max_kernel(program: Program) -> int:
 def _add_golden(net: NetFile, graph: Graph) -> None:
     """A deterministic input, the float32 reference output, and a tolerance set from the
     error the simulator shows on it (FP16 arithmetic), so ``--selftest`` means something."""
+    from ..runtime.handle import to_ir, to_model
     from ..runtime.net import Net
 
     rng = np.random.default_rng(20261122)
-    feeds = {n: rng.uniform(0, 1, graph.shape(n)).astype(np.float32) for n in graph.inputs}
-    ref = run_graph(graph, feeds)
+    # in the model's layout, as net.run takes and returns them
+    feeds = {s["name"]: rng.uniform(0, 1, s["shape"]).astype(np.float32)
+             for s in net.meta["inputs"]}
+    ref = run_graph(graph, {s["tensor"]: to_ir(dict(s, transpose=False), feeds[s["name"]])
+                            for s in net.meta["inputs"]})
+    ref = {s["name"]: to_model(dict(s, transpose=False), ref[s["tensor"]])
+           for s in net.meta["outputs"]}
     with Net(net, "sim://?coherence=error&dram_mb=" + str(_dram_mb(net))) as sim_net:
         got = sim_net.run(feeds)
     blob = BlobBuilder(align=16)

@@ -73,7 +73,7 @@ def _is_canonical_gemm(g: Graph, op: Op) -> bool:
 
 
 def _foldable_producer(g: Graph, op: Op | None) -> bool:
-    if op is None or not g.is_const(op.inputs[1]):
+    if op is None or not g.is_const(op.input(1)):
         return False
     if op.type in ("Conv", "ConvTranspose"):
         return not op.input(2) or g.is_const(op.input(2))
@@ -390,15 +390,17 @@ def split_grouped_conv(graph: Graph) -> Graph:
         sizes = g.add_const(f"{conv.name}_split", np.full(grp, cg, dtype=np.int64))
         parts = [g.add_tensor(f"{conv.name}_in{i}") for i in range(grp)]
         outs = [g.add_tensor(f"{conv.name}_out{i}") for i in range(grp)]
-        new = [Op("Split", g.unique_name(f"{conv.name}_split"), [x, sizes], parts, {"axis": 1})]
+        new = [Op("Split", g.unique_name(f"{conv.name}_split"), [x, sizes], parts, {"axis": 1},
+                  conv.origin)]
         for i in range(grp):
             ins = [parts[i], g.add_const(f"{conv.name}_w{i}", w[i * mg:(i + 1) * mg])]
             if b is not None:
                 ins.append(g.add_const(f"{conv.name}_b{i}", b[i * mg:(i + 1) * mg]))
             attrs = {**conv.attrs, "group": 1}
-            new.append(Op("Conv", g.unique_name(f"{conv.name}_g{i}"), ins, [outs[i]], attrs))
+            new.append(Op("Conv", g.unique_name(f"{conv.name}_g{i}"), ins, [outs[i]], attrs,
+                          conv.origin))
         new.append(Op("Concat", g.unique_name(f"{conv.name}_concat"), outs,
-                      [conv.outputs[0]], {"axis": 1}))
+                      [conv.outputs[0]], {"axis": 1}, conv.origin))
         g.replace_op(conv, new)
     return _finish(g)
 

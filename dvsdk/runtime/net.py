@@ -3,10 +3,10 @@
 ``net = dvsdk.load("net.bin")`` allocates the activation arena and the weights
 once, uploads the weights, rebuilds every command from its relocatable record
 and commits one command list per hardware segment.  ``net.run(x)`` takes the
-model's own inputs (NCHW float32 for an ONNX model, a dict for several) and
-returns ``{output name: float32 array}`` in the model's own shapes, so results
-compare directly with onnxruntime.  CPU ops run between segments; every
-CPU↔device hand-over is an explicit cache sync.
+model's own inputs (float32 in the model's layout: NCHW for ONNX, NHWC for
+Keras; a dict for several) and returns ``{output name: float32 array}`` in the
+model's own shapes and layout, so results compare directly with the framework's.
+CPU ops run between segments; every CPU↔device hand-over is an explicit cache sync.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from ..driver.device import Device, open_device
 from ..errors import DvsdkError, InvalidArgument, NetFileError
 from ..hw import layout
 from ..netfile import REGIONS, NetFile, check_hardware, read
-from .handle import RunContext, RunHandle, RunStats, SegmentStats
+from .handle import RunContext, RunHandle, RunStats, SegmentStats, to_ir
 
 
 def decode_attr(v: Any) -> Any:
@@ -173,8 +173,7 @@ class Net:
                 else:
                     raise InvalidArgument("input shape does not match the model", field=name,
                                           value=arr.shape, limit=want)
-            # a --transpose net runs on x/y-exchanged tensors; only the boundary flips
-            out[name] = arr.transpose(0, 1, 3, 2) if spec.get("transpose") else arr
+            out[name] = to_ir(spec, arr)
         if feeds:
             raise InvalidArgument("unknown input", field="inputs", value=sorted(feeds),
                                   limit=[i["name"] for i in self.inputs])

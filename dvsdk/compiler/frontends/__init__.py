@@ -38,6 +38,7 @@ class Frontend:
 
 FRONTENDS: dict[str, Frontend] = {f.name: f for f in (
     Frontend("onnx", "ONNX", "onnx", "a .onnx file", (".onnx",)),
+    Frontend("keras", "Keras", "keras", "a Keras .h5 model file", (".h5", ".hdf5")),
 )}
 
 
