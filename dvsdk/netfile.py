@@ -283,6 +283,10 @@ def check_meta(meta: dict[str, Any], name: str = "net.bin") -> None:
             _want(isinstance(flip, bool) and (not flip or len(spec["shape"]) == 4), name,
                   f"{side}[{i}].transpose must be a boolean, true only for 4-D tensors",
                   f"{side}[{i}].transpose", flip)
+            lay = spec.get("layout", "NCHW")
+            _want(lay in ("NCHW", "ND") or (lay == "NHWC" and len(spec["shape"]) == 4), name,
+                  f"{side}[{i}].layout must be NCHW, ND, or NHWC for a 4-D tensor",
+                  f"{side}[{i}].layout", lay, ("NCHW", "NHWC", "ND"))
             want = int(np.prod(tensors[spec["tensor"]]["shape"], dtype=np.int64))
             _want(int(np.prod(spec["shape"], dtype=np.int64)) == want, name,
                   f"{side}[{i}] shape does not match its tensor", f"{side}[{i}].shape",

@@ -72,6 +72,36 @@ def render() -> str:
     return "\n".join(lines) + "\n"
 
 
+KERAS_BEGIN = "<!-- keras-table:begin -->"
+KERAS_END = "<!-- keras-table:end -->"
+
+
+def render_keras() -> str:
+    """The Keras layer table, from the frontend's own tables
+    (``dvsdk.compiler.frontends.keras_layers.LAYERS`` and ``ACTIVATION_RUNS``)."""
+    from dvsdk.compiler.frontends.keras_layers import ACTIVATION_RUNS, LAYERS
+
+    lines = [NOTE, "", "| Keras layer | IR ops | runs on | notes |", "|---|---|---|---|"]
+    for cls, spec in sorted(LAYERS.items(), key=lambda kv: kv[0].lower()):
+        ops = ", ".join(f"`{op}`" for op in spec.ir_ops) or "-"
+        lines.append(f"| `{cls}` | {ops} | {spec.runs} | {_cell(spec.note)} |")
+    runs: dict[str, list[str]] = {}
+    for name, where in sorted(ACTIVATION_RUNS.items()):
+        runs.setdefault(where, []).append(f"`{name}`")
+    lines += ["", "Activations (`activation=` and `Activation`): `linear` is removed; "
+              + "; ".join(f"{w}: " + ", ".join(names) for w, names in sorted(runs.items()))
+              + ". Any other layer class or activation is refused by name."]
+    return "\n".join(lines) + "\n"
+
+
+def splice_keras(text: str) -> str:
+    """``text`` with the Keras table region (if the README has one) regenerated."""
+    start, end = text.find(KERAS_BEGIN), text.find(KERAS_END)
+    if start < 0 or end < start:
+        return text
+    return text[: start + len(KERAS_BEGIN)] + "\n" + render_keras() + text[end:]
+
+
 def mismatches() -> list[str]:
     """Ops the frontend calls hardware ops but HARDWARE_OPS does not describe."""
     hw, _, _, hw_claimed = tables()
@@ -105,7 +135,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     text = args.readme.read_text()
     try:
-        new = splice(text, block)
+        new = splice_keras(splice(text, block))
     except ValueError as e:
         print(f"gen_ops_table: {args.readme}: {e}", file=sys.stderr)
         return 2

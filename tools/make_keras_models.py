@@ -124,7 +124,8 @@ def build_convs(k):
     sub = L.Subtract(name="sub")([c1, bn])
     avg = L.Average(name="avg")([c1, bn, sub])
     mx = L.Maximum(name="max")([c1, sub])
-    return k.Model(x, [c2, dw, grp, tr1, tr2, tr3, avg, mx], name="convs")
+    mn = L.Minimum(name="min")([c1, sub])
+    return k.Model(x, [c2, dw, grp, tr1, tr2, tr3, avg, mx, mn], name="convs")
 
 
 def build_acts(k, major: int):
@@ -148,6 +149,8 @@ def build_acts(k, major: int):
     outs.append(L.PReLU(name="prelu_full")(base))
     outs.append(L.ELU(alpha=0.7, name="elu_layer")(base))
     outs.append(L.Softmax(name="softmax_layer")(base))
+    if hasattr(L, "ThresholdedReLU"):   # Keras 2 only
+        outs.append(L.ThresholdedReLU(theta=0.4, name="thresholded")(base))
     outs.append(L.Conv2D(4, 1, activation="relu6", name="conv_relu6")(base))
     flat = L.Flatten(name="flat")(base)
     outs.append(L.Dense(6, activation="hard_sigmoid", name="fc_hsig")(flat))
@@ -173,7 +176,8 @@ def build_shapes(k):
     outs.append(L.UpSampling2D((2, 3), interpolation="bilinear", name="up_bilinear")(x))
     outs.append(L.Cropping2D(((1, 0), (2, 1)), name="crop")(x))
     conv = L.Conv2D(6, 3, strides=2, padding="same", name="conv_s2")(x)
-    drop = L.Dropout(0.5, name="drop")(conv)
+    drop = L.Dropout(0.5, name="drop")(L.SpatialDropout2D(0.2, name="sdrop")(
+        L.GaussianNoise(0.1, name="noise")(conv)))
     flat = L.Flatten(name="flat")(drop)
     outs.append(L.Dense(10, activation="softmax", name="fc_softmax")(flat))
     outs.append(L.Dense(5, name="fc_raw")(flat))

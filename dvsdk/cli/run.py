@@ -214,8 +214,8 @@ def _bench(net, kind: str, payload, n: int, as_json: bool, progress_ok: bool) ->
     progress = Progress(n, enabled=progress_ok)
     for _ in range(n):
         t0 = time.perf_counter()
-        x = preprocess(payload, spec["shape"], spec["preprocess"]) if kind == "image" \
-            else payload
+        x = preprocess(payload, spec["shape"], spec["preprocess"], spec.get("layout", "NCHW")) \
+            if kind == "image" else payload
         t1 = time.perf_counter()
         net.run(x)
         st = net.last_run
@@ -313,7 +313,7 @@ def _first_input(net, jobs):
     name, (kind, payload) = jobs[0]
     if kind == "image":
         spec = net.inputs[0]
-        return preprocess(payload, spec["shape"], spec["preprocess"])
+        return preprocess(payload, spec["shape"], spec["preprocess"], spec.get("layout", "NCHW"))
     return payload
 
 

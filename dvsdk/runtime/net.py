@@ -273,8 +273,8 @@ class Net:
                                   value=[i["name"] for i in self.inputs])
         spec = self.inputs[0]
         if not ipu:
-            return self.run(preprocess(image, tuple(spec["shape"]),
-                                       spec.get("preprocess", {})), timeout)
+            return self.run(preprocess(image, tuple(spec["shape"]), spec.get("preprocess", {}),
+                                       spec.get("layout", "NCHW")), timeout)
         from .ipu import ipu_preprocess
 
         while self._pending:

@@ -77,8 +77,21 @@ def _depth(obj: Any) -> int:
     return deepest
 
 
+def _attr(obj: Any, name: str, limit: int, where: str) -> Any:
+    """Attribute ``name`` of an HDF5 object, or None; its size is checked before it is read
+    (a damaged header can claim gigabytes)."""
+    if name not in obj.attrs:
+        return None
+    aid = obj.attrs.get_id(name)
+    count = int(np.prod(aid.shape)) if aid.shape else 1
+    size = max(aid.get_storage_size(), count)
+    if size > limit:
+        raise ModelError(f"attribute {name} too large", field=where, value=size, limit=limit)
+    return obj.attrs[name]
+
+
 def _config(f: Any, label: str) -> dict:
-    raw = f.attrs.get("model_config")
+    raw = _attr(f, "model_config", MAX_CONFIG_BYTES, label)
     if raw is None:
         raise ModelError("the .h5 file has no model_config (a weights-only file?)",
                          field=label, hint="save the whole model: model.save('model.h5')")
@@ -102,8 +115,8 @@ def _config(f: Any, label: str) -> dict:
 
 
 def _keras_major(f: Any, cfg: dict) -> int:
-    for attrs in (f.attrs, f["model_weights"].attrs if "model_weights" in f else {}):
-        v = attrs.get("keras_version")
+    for obj in (f, f["model_weights"] if "model_weights" in f else None):
+        v = None if obj is None else _attr(obj, "keras_version", 256, "keras_version")
         if v is not None:
             m = re.match(r"\s*(\d+)", _text(v))
             if m:
@@ -123,7 +136,7 @@ class _Weights:
         if name not in self.root:
             return []
         g = self.root[name]
-        names = g.attrs.get("weight_names")
+        names = _attr(g, "weight_names", 1 << 16, f"{self.label}:model_weights/{name}")
         out = []
         if names is not None:
             for n in np.asarray(names).reshape(-1):
@@ -155,8 +168,12 @@ class _Weights:
             if want not in cache:
                 raise ModelError("weight missing from model_weights", field=origin,
                                  value=want, limit=sorted(cache) or "no weights stored")
+            ds = cache[want]
+            if not isinstance(ds, self.h5py.Dataset) or tuple(ds.shape) != tuple(shape):
+                raise ModelError("weight has the wrong shape", field=f"{origin}/{want}",
+                                 value=tuple(getattr(ds, "shape", ())), limit=tuple(shape))
             try:
-                arr = np.asarray(cache[want][()])
+                arr = np.asarray(ds[()])
             except Exception as e:  # noqa: BLE001 - h5py raises OSError/KeyError/...
                 raise ModelError(f"cannot read weight: {e}", field=f"{origin}/{want}") from None
             if arr.dtype.kind != "f":
@@ -425,7 +442,7 @@ def load_keras(path: str | os.PathLike, input_size: tuple[int, int] | None = Non
             inputs, outputs = _build(b, layers, seq, inner, _Weights(f, label), input_size)
     except (ModelError, UnsupportedOps):
         raise
-    except (OSError, KeyError, RuntimeError) as e:   # a damaged file part-way through
+    except (OSError, KeyError, RuntimeError, ValueError, TypeError) as e:   # a damaged file
         raise ModelError(f"cannot read the .h5 file: {e}", field=label,
                          hint="a corrupt or truncated file") from None
     name = inner.get("name") if isinstance(inner.get("name"), str) else Path(label).stem

@@ -472,12 +472,18 @@ def identity(b: Builder, layer: Layer, xs: list[KT]) -> KT:
 
 
 # ----------------------------------------------------------------------------- the table
+HW, CPU, EITHER, GONE = "DV700", "CPU", "DV700 or CPU", "removed"
+
+
 @dataclass(frozen=True)
 class LayerSpec:
-    """How one Keras class converts: the converter, the IR ops it emits, and a refusal check."""
+    """How one Keras class converts: the converter, the IR ops it emits (activations
+    aside), where those run (:data:`HW`, :data:`CPU`, :data:`EITHER` as ``note`` says, or
+    :data:`GONE`), and a config-only refusal check."""
 
     convert: Callable[[Builder, Layer, list[KT]], KT]
     ir_ops: tuple[str, ...]
+    runs: str
     note: str = ""
     #: config-only check: a refusal label ("Conv2D[data_format=channels_first]") or None
     check: Callable[[Layer], str | None] | None = None
@@ -503,54 +509,62 @@ def _groups_deconv(layer: Layer) -> str | None:
 
 
 _CONV = _checks(channels_last, check_activation)
-_IDENTITY = LayerSpec(identity, (), "removed (inference)")
+_IDENTITY = LayerSpec(identity, (), GONE, "inference: an identity")
+_TENSORS = "of two tensors: on the CPU"
 
 #: Keras class -> how it converts (the README's Keras table is generated from this)
 LAYERS: dict[str, LayerSpec] = {
-    "InputLayer": LayerSpec(identity, (), "the network input"),
-    "Conv2D": LayerSpec(conv2d, ("Conv",), "activation fused", _CONV),
-    "DepthwiseConv2D": LayerSpec(depthwise_conv2d, ("Conv",), "group = C", _CONV),
-    "SeparableConv2D": LayerSpec(separable_conv2d, ("Conv", "Conv"), "depthwise + 1x1", _CONV),
-    "Conv2DTranspose": LayerSpec(conv2d_transpose, ("ConvTranspose",), "",
+    "InputLayer": LayerSpec(identity, (), GONE, "the network input"),
+    "Conv2D": LayerSpec(conv2d, ("Conv",), HW, "activation fused; groups > 1 split into "
+                        "convs (CPU Split/Concat)", _CONV),
+    "DepthwiseConv2D": LayerSpec(depthwise_conv2d, ("Conv",), EITHER, "DV700 depthwise run "
+                                 "for depth_multiplier 1, else the CPU", _CONV),
+    "SeparableConv2D": LayerSpec(separable_conv2d, ("Conv",), EITHER,
+                                 "depthwise run + 1x1 conv (depth_multiplier 1)", _CONV),
+    "Conv2DTranspose": LayerSpec(conv2d_transpose, ("ConvTranspose",), HW, "deconv run",
                                  _checks(channels_last, check_activation, _groups_deconv)),
-    "Dense": LayerSpec(dense, ("Gemm",), "after Flatten: kernel rows permuted to the IR's "
-                       "C, H, W order; on rank-4 input a 1x1 conv", check_activation),
-    "BatchNormalization": LayerSpec(batch_norm, ("BatchNormalization",),
-                                    "folded into the conv before it"),
-    "Activation": LayerSpec(activation_layer, (), "see the activations below",
-                            check_activation),
-    "ReLU": LayerSpec(relu_layer, ("Relu", "LeakyRelu", "Clip"),
-                      "max_value and negative_slope fused; threshold != 0 on the CPU"),
-    "LeakyReLU": LayerSpec(leaky_relu, ("LeakyRelu",)),
-    "PReLU": LayerSpec(prelu, ("PRelu",)),
-    "ELU": LayerSpec(elu_layer, ("Elu",)),
-    "ThresholdedReLU": LayerSpec(thresholded_relu, ("Greater", "Where")),
-    "Softmax": LayerSpec(softmax_layer, ("Softmax",)),
-    "MaxPooling2D": LayerSpec(max_pool, ("MaxPool",), "", channels_last),
-    "AveragePooling2D": LayerSpec(avg_pool, ("AveragePool",),
-                                  "padding='same' excludes the pad from the count",
-                                  channels_last),
-    "GlobalAveragePooling2D": LayerSpec(global_avg_pool, ("GlobalAveragePool",), "keepdims",
-                                        channels_last),
-    "GlobalMaxPooling2D": LayerSpec(global_max_pool, ("GlobalMaxPool",), "keepdims",
+    "Dense": LayerSpec(dense, ("Gemm", "Conv"), HW, "after Flatten the kernel rows are "
+                       "permuted to the IR's C, H, W order (no runtime op); on a rank-4 input "
+                       "a 1x1 conv; on rank 3 MatMul on the CPU", check_activation),
+    "BatchNormalization": LayerSpec(batch_norm, ("BatchNormalization",), HW,
+                                    "folded into the conv before it, else a depthwise run; "
+                                    "not on the channel axis: CPU Mul/Add"),
+    "Activation": LayerSpec(activation_layer, (), "see below", "", check_activation),
+    "ReLU": LayerSpec(relu_layer, ("Relu",), EITHER, "fused; max_value 6 (or any with slope "
+                      "0) fused as Clip; threshold != 0 on the CPU"),
+    "LeakyReLU": LayerSpec(leaky_relu, ("LeakyRelu",), HW, "fused"),
+    "PReLU": LayerSpec(prelu, ("PRelu",), EITHER, "fused when shared over H and W"),
+    "ELU": LayerSpec(elu_layer, ("Elu",), HW, "fused"),
+    "ThresholdedReLU": LayerSpec(thresholded_relu, ("Greater", "Where"), CPU),
+    "Softmax": LayerSpec(softmax_layer, ("Softmax",), CPU),
+    "MaxPooling2D": LayerSpec(max_pool, ("MaxPool",), HW, "fused into the conv run before "
+                              "it when it can be", channels_last),
+    "AveragePooling2D": LayerSpec(avg_pool, ("AveragePool",), EITHER, "padding='same' "
+                                  "(pad left out of the count) on the CPU", channels_last),
+    "GlobalAveragePooling2D": LayerSpec(global_avg_pool, ("GlobalAveragePool",), HW,
+                                        "keepdims", channels_last),
+    "GlobalMaxPooling2D": LayerSpec(global_max_pool, ("GlobalMaxPool",), HW, "keepdims",
                                     channels_last),
-    "ZeroPadding2D": LayerSpec(zero_padding, ("Pad",), "folded into the next conv/pool",
-                               channels_last),
-    "Cropping2D": LayerSpec(cropping, ("Slice",), "", channels_last),
-    "UpSampling2D": LayerSpec(upsampling, ("Resize",), "nearest or bilinear",
+    "ZeroPadding2D": LayerSpec(zero_padding, ("Pad",), EITHER, "folded into the next conv "
+                               "or pool, else the CPU", channels_last),
+    "Cropping2D": LayerSpec(cropping, ("Slice",), CPU, "", channels_last),
+    "UpSampling2D": LayerSpec(upsampling, ("Resize",), EITHER, "2x nearest: upsample run; "
+                              "other sizes and bilinear: CPU",
                               _checks(channels_last, _upsampling_mode)),
-    "Add": LayerSpec(_merge("Add"), ("Add",)),
-    "Subtract": LayerSpec(_merge("Sub"), ("Sub",)),
-    "Multiply": LayerSpec(_merge("Mul"), ("Mul",)),
-    "Average": LayerSpec(_merge("Mean"), ("Mean",)),
-    "Maximum": LayerSpec(_merge("Max"), ("Max",)),
-    "Minimum": LayerSpec(_merge("Min"), ("Min",)),
-    "Concatenate": LayerSpec(concatenate, ("Concat",)),
-    "Flatten": LayerSpec(flatten, ("Flatten",), "free when a Dense reads it; else a "
-                         "Transpose to Keras's H, W, C order", channels_last),
-    "Reshape": LayerSpec(reshape, ("Reshape",), "rank-4 in or out: a Transpose to or from "
-                         "Keras's H, W, C order"),
-    "Permute": LayerSpec(permute, ("Transpose",)),
+    "Add": LayerSpec(_merge("Add"), ("Add",), HW, "element-wise run"),
+    "Subtract": LayerSpec(_merge("Sub"), ("Sub",), CPU, _TENSORS),
+    "Multiply": LayerSpec(_merge("Mul"), ("Mul",), CPU, _TENSORS),
+    "Average": LayerSpec(_merge("Mean"), ("Mean",), CPU),
+    "Maximum": LayerSpec(_merge("Max"), ("Max",), CPU),
+    "Minimum": LayerSpec(_merge("Min"), ("Min",), CPU),
+    "Concatenate": LayerSpec(concatenate, ("Concat",), HW, "channel axis: multi-run command "
+                             "or zero-copy placement"),
+    "Flatten": LayerSpec(flatten, ("Flatten",), EITHER, "read in place by a following Dense; "
+                         "any other reader gets a CPU Transpose to Keras's H, W, C order",
+                         channels_last),
+    "Reshape": LayerSpec(reshape, ("Reshape", "Transpose"), EITHER, "a free view when H = W "
+                         "= 1; else a CPU Transpose to/from Keras's H, W, C order"),
+    "Permute": LayerSpec(permute, ("Transpose",), CPU),
     "Dropout": _IDENTITY,
     "SpatialDropout2D": _IDENTITY,
     "GaussianNoise": _IDENTITY,
@@ -558,8 +572,10 @@ LAYERS: dict[str, LayerSpec] = {
     "AlphaDropout": _IDENTITY,
     "ActivityRegularization": _IDENTITY,
     # the base class with no weights: an identity (SegNet_Basic's input layer)
-    "Layer": LayerSpec(identity, (), "an identity (old models' input placeholder)"),
+    "Layer": LayerSpec(identity, (), GONE, "an identity (old models' input placeholder)"),
 }
 
-#: activation names the converters accept (``activation=`` and ``Activation``)
-ACTIVATION_NAMES = ("linear", *sorted(ACTIVATIONS))
+#: where each activation runs: the DV700 fuses these into the conv/pool run before them
+ACTIVATION_RUNS = {n: HW for n in ("relu", "relu6", "sigmoid", "tanh", "elu", "leaky_relu")}
+ACTIVATION_RUNS.update({n: f"{HW} + {CPU}" for n in ("swish", "silu", "mish")})
+ACTIVATION_RUNS.update({n: CPU for n in ACTIVATIONS if n not in ACTIVATION_RUNS})
