@@ -60,10 +60,11 @@ def assert_close(y: np.ndarray, r: np.ndarray, what: str) -> float:
     return err
 
 
-def run_batch(net, x: np.ndarray) -> dict[str, np.ndarray]:
-    """Run a (B, ...) batch one image at a time (the nets have batch 1)."""
+def run_batch(net, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Run a batch of (B, ...) inputs one sample at a time (the nets have batch 1)."""
+    batch = next(iter(feeds.values())).shape[0]
     with Net(net, SIM) as n:
-        outs = [n.run(x[i:i + 1]) for i in range(x.shape[0])]
+        outs = [n.run({k: v[i:i + 1] for k, v in feeds.items()}) for i in range(batch)]
     return {k: np.concatenate([o[k] for o in outs]) for k in outs[0]}
 
 
@@ -79,8 +80,8 @@ def test_model_agrees_with_the_framework(stem):
     size = tuple(meta["input_size"]) if "input_size" in meta else None
     net = compile(DATA / f"{stem}.h5", golden=False, input_size=size)
     assert [o["name"] for o in net.meta["outputs"]] == list(outs)
-    (x,) = ins.values()
-    got = run_batch(net, x)
+    assert [i["name"] for i in net.meta["inputs"]] == list(ins)
+    got = run_batch(net, ins)
     for name, r in outs.items():
         assert_close(got[name], r, f"{stem}:{name}")
 
@@ -117,7 +118,7 @@ def test_digits_cnn_trained_in_keras_classifies_like_keras(version, digits_nets)
     """The "real pretrained CNN": trained by Keras on the bundled model's digits data."""
     ins, outs, meta = ref(f"k{version}_digits")
     net = digits_nets[version]
-    got = run_batch(net, ins["image"])["probs"]
+    got = run_batch(net, ins)["probs"]
     assert_close(got, outs["probs"], "probs")
     assert np.array_equal(got.argmax(1), outs["probs"].argmax(1))
     assert np.mean(got.argmax(1) == meta["labels"]) >= 0.85
@@ -315,6 +316,16 @@ def test_channels_first_is_refused_by_name(tmp_path):
     assert ("MaxPooling2D[data_format=channels_first]", "max_pooling2d") in e.value.ops
 
 
+def test_bilinear_upsampling_of_tf1_era_keras_is_refused(tmp_path):
+    """Keras < 2.4 resized without half-pixel centers; that is refused, not mis-mapped."""
+    p = copy(tmp_path, "k2_shapes")
+    with h5py.File(p, "r+") as f:
+        f.attrs["keras_version"] = "2.2.4"
+    with pytest.raises(UnsupportedOps) as e:
+        load(p)
+    assert e.value.ops == [("UpSampling2D[bilinear, Keras 2.2]", "up_bilinear")]
+
+
 def test_weights_only_file_is_a_model_error():
     with pytest.raises(ModelError, match="no model_config"):
         load(DATA / "bad_weights_only.weights.h5")
@@ -458,3 +469,19 @@ def test_the_readme_keras_table_matches_where_layers_ran():
                 assert r["where"] == {HW: "hw", CPU: "cpu"}[runs], (stem, r)
                 checked += 1
     assert checked > 100
+
+
+def test_outputs_that_repeat_a_tensor_or_return_the_input(tmp_path):
+    p = copy(tmp_path, "k3_free")
+    cfg = get_config(p)
+    cfg["config"]["output_layers"] = [["c2", 0, 0], ["c2", 0, 0], ["x", 0, 0]]
+    set_config(p, cfg)
+    ins, outs, _ = ref("k3_free")
+    net = compile(p, golden=False, input_size=(10, 14))
+    names = [o["name"] for o in net.meta["outputs"]]
+    assert names[0] == "c2" and len(set(names)) == 3
+    with Net(net, SIM) as n:
+        got = n.run(ins["x"])
+    assert_close(got[names[0]], outs["c2"], "c2")
+    np.testing.assert_array_equal(got[names[1]], got[names[0]])
+    np.testing.assert_allclose(got[names[2]], ins["x"], rtol=1e-3, atol=1e-4)   # via FP16

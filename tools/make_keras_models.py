@@ -186,11 +186,25 @@ def build_shapes(k):
     outs.append(L.Permute((2, 1, 3), name="permute_hw")(conv))
     outs.append(L.Permute((3, 1, 2), name="permute_chw")(conv))
     outs.append(L.Dense(3, name="dense_on_pixels")(conv))
+    outs.append(L.Flatten(name="flat_out")(conv))          # Keras's H, W, C order out
     rs = L.Reshape((30, 6), name="rows")(conv)
     outs.append(L.Permute((2, 1), name="permute_rank3")(rs))
+    outs.append(L.Activation("softmax", name="softmax_rank3")(rs))
     outs.append(L.BatchNormalization(name="bn_rank3")(rs))
     outs.append(L.Dense(4, activation="relu", name="dense_rank3")(rs))
     return k.Model(x, outs, name="shapes")
+
+
+def build_multi(k):
+    """Two inputs, two outputs, a shared layer."""
+    L = k.layers
+    a = k.Input((8, 6, 3), name="img_a")
+    b = k.Input((8, 6, 3), name="img_b")
+    shared = L.Conv2D(8, 3, padding="same", activation="relu", name="shared")
+    s = L.Add(name="sum")([shared(a), shared(b)])
+    y1 = L.Conv2D(4, 1, name="head")(s)
+    y2 = L.Dense(3, name="logits")(L.GlobalAveragePooling2D(name="gap")(s))
+    return k.Model([a, b], [y1, y2], name="multi")
 
 
 def build_seq(k, major: int):
@@ -301,7 +315,8 @@ def make(major: int) -> None:
             ("convs", build_convs(k), [(12, 10, 3)]),
             ("acts", build_acts(k, major), [(6, 5, 4)]),
             ("shapes", build_shapes(k), [(9, 11, 8)]),
-            ("seq", build_seq(k, major), [(16, 16, 1)])):
+            ("seq", build_seq(k, major), [(16, 16, 1)]),
+            ("multi", build_multi(k), [(8, 6, 3), (8, 6, 3)])):
         randomize(model, rng)
         save(model, f"{prefix}_{name}", [feed(s) for s in shapes])
     free = build_free(k)

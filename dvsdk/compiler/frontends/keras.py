@@ -114,14 +114,16 @@ def _config(f: Any, label: str) -> dict:
     return cfg
 
 
-def _keras_major(f: Any, cfg: dict) -> int:
+def _keras_version(f: Any, cfg: dict) -> tuple[int, int]:
+    """(major, minor) of the Keras that wrote the file (``keras_version``), else a guess
+    from the config's form."""
     for obj in (f, f["model_weights"] if "model_weights" in f else None):
         v = None if obj is None else _attr(obj, "keras_version", 256, "keras_version")
         if v is not None:
-            m = re.match(r"\s*(\d+)", _text(v))
+            m = re.match(r"\s*(\d+)(?:\.(\d+))?", _text(v))
             if m:
-                return int(m.group(1))
-    return 3 if '"keras_history"' in json.dumps(cfg) else 2
+                return int(m.group(1)), int(m.group(2) or 0)
+    return (3, 0) if '"keras_history"' in json.dumps(cfg) else (2, 0)
 
 
 class _Weights:
@@ -301,12 +303,15 @@ def _input_shape(name: str, dims: Any, input_size: tuple[int, int] | None) -> tu
     return tuple(dims)
 
 
-def _refusals(layers: list[dict]) -> list[tuple[str, str]]:
+def _refusals(layers: list[dict], version: tuple[int, int]) -> list[tuple[str, str]]:
     bad = []
     for ly in layers:
         cls = ly["class_name"]
         spec = LAYERS.get(cls)
-        if cls in _NESTED:
+        if cls == "UpSampling2D" and ly["config"].get("interpolation") == "bilinear" \
+                and version < (2, 4):   # TF1-era resize (no half-pixel centers): not mapped
+            bad.append((f"{cls}[bilinear, Keras {version[0]}.{version[1]}]", ly["name"]))
+        elif cls in _NESTED:
             bad.append((f"{cls} (nested model)", ly["name"]))
         elif spec is None:
             bad.append((cls, ly["name"]))
@@ -402,6 +407,10 @@ def _build(b: Builder, layers: list[dict], seq: bool, inner: dict, weights: _Wei
 
 def _output(b: Builder, x: KT, name: str, taken: set[str]) -> str:
     """The IR tensor of graph output ``name``: an op's output, each used once."""
+    if x.chw is not None and x.name == name and name not in taken:
+        # a Flatten output: its name goes to the Keras-order copy made for the output
+        b.rename(name, b.fresh(f"{name}_chw"), 0)
+        b.rename(b.plain(x).name, name, 0)
     x = b.plain(x)
     if x.name == name and name not in taken:
         taken.add(name)
@@ -433,12 +442,12 @@ def load_keras(path: str | os.PathLike, input_size: tuple[int, int] | None = Non
     try:
         with f:
             cfg = _config(f, label)
-            major = _keras_major(f, cfg)
+            version = _keras_version(f, cfg)
             layers, seq, inner = _layers(cfg, label)
-            bad = _refusals(layers)
+            bad = _refusals(layers, version)
             if bad:
                 raise UnsupportedOps(bad)
-            b = Builder(major)
+            b = Builder(version[0])
             inputs, outputs = _build(b, layers, seq, inner, _Weights(f, label), input_size)
     except (ModelError, UnsupportedOps):
         raise

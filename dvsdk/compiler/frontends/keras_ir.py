@@ -111,7 +111,7 @@ class Builder:
 
     def rename(self, old: str, new: str, first_op: int) -> bool:
         """Give the tensor ``old`` (made by ops from index ``first_op`` on) the name ``new``."""
-        if old == new or new in self._names:
+        if old == new or new in self.tensors:
             return False
         made = [op for op in self.ops[first_op:] if old in op.outputs]
         if not made:
@@ -122,6 +122,8 @@ class Builder:
             op.outputs = [new if n == old else n for n in op.outputs]
         t = self.tensors.pop(old)
         self.tensors[new] = Tensor(new, t.shape, t.dtype, t.const)
+        self._plain = {k: KT(new, v.shape) if v.name == old else v
+                       for k, v in self._plain.items()}
         return True
 
     def plain(self, x: KT) -> KT:

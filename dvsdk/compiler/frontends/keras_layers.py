@@ -549,7 +549,8 @@ LAYERS: dict[str, LayerSpec] = {
                                "or pool, else the CPU", channels_last),
     "Cropping2D": LayerSpec(cropping, ("Slice",), CPU, "", channels_last),
     "UpSampling2D": LayerSpec(upsampling, ("Resize",), EITHER, "2x nearest: upsample run; "
-                              "other sizes and bilinear: CPU",
+                              "other sizes and bilinear: CPU (bilinear from Keras < 2.4 "
+                              "refused)",
                               _checks(channels_last, _upsampling_mode)),
     "Add": LayerSpec(_merge("Add"), ("Add",), HW, "element-wise run"),
     "Subtract": LayerSpec(_merge("Sub"), ("Sub",), CPU, _TENSORS),
