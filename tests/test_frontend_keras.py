@@ -485,3 +485,13 @@ def test_outputs_that_repeat_a_tensor_or_return_the_input(tmp_path):
     assert_close(got[names[0]], outs["c2"], "c2")
     np.testing.assert_array_equal(got[names[1]], got[names[0]])
     np.testing.assert_allclose(got[names[2]], ins["x"], rtol=1e-3, atol=1e-4)   # via FP16
+
+
+def test_transpose_option_on_an_nhwc_net():
+    """--transpose (x/y-exchanged device tensors) composes with the NHWC boundary."""
+    ins, outs, _ = ref("k3_free")
+    net = compile(DATA / "k3_free.h5", input_size=(10, 14), transpose=True)
+    assert net.meta["inputs"][0]["transpose"] and net.meta["inputs"][0]["layout"] == "NHWC"
+    with Net(net, SIM) as n:
+        assert_close(n.run(ins["x"])["c2"], outs["c2"], "c2")
+        assert n.selftest()["passed"]

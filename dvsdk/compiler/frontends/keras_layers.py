@@ -508,7 +508,11 @@ def _groups_deconv(layer: Layer) -> str | None:
     return None if int(layer.cfg.get("groups", 1) or 1) == 1 else f"{layer.cls}[groups]"
 
 
-_CONV = _checks(channels_last, check_activation)
+def _no_lora(layer: Layer) -> str | None:
+    return f"{layer.cls}[lora]" if layer.cfg.get("lora_rank") else None
+
+
+_CONV = _checks(channels_last, check_activation, _no_lora)
 _IDENTITY = LayerSpec(identity, (), GONE, "inference: an identity")
 _TENSORS = "of two tensors: on the CPU"
 
@@ -525,7 +529,8 @@ LAYERS: dict[str, LayerSpec] = {
                                  _checks(channels_last, check_activation, _groups_deconv)),
     "Dense": LayerSpec(dense, ("Gemm", "Conv"), HW, "after Flatten the kernel rows are "
                        "permuted to the IR's C, H, W order (no runtime op); on a rank-4 input "
-                       "a 1x1 conv; on rank 3 MatMul on the CPU", check_activation),
+                       "a 1x1 conv; on rank 3 MatMul on the CPU",
+                       _checks(check_activation, _no_lora)),
     "BatchNormalization": LayerSpec(batch_norm, ("BatchNormalization",), HW,
                                     "folded into the conv before it, else a depthwise run; "
                                     "not on the channel axis: CPU Mul/Add"),
