@@ -49,6 +49,8 @@ DTYPES: dict[str, np.dtype] = {np.dtype(s).str: np.dtype(s) for s in NB["dtypes"
 DTYPES.update({d.name: d for d in list(DTYPES.values())})
 #: META keys every reader needs (netbin.md, "Metadata"); the others are optional
 META_REQUIRED = ("inputs", "outputs", "tensors", "program", "arena")
+#: the layouts inputs and outputs may be given in (see netbin.md: NHWC for Keras models)
+LAYOUTS = ("NCHW", "NHWC", "ND")
 
 
 @dataclass
@@ -457,8 +459,12 @@ def check(net: NetFile, name: str = "net.bin") -> None:
             if offsets.get(tname) != want:
                 m.fail(f"arena.offsets.{tname}", "disagrees with the tensor's device placement",
                        offsets.get(tname), want)
-    m.lst(meta["inputs"], "inputs")
-    m.lst(meta["outputs"], "outputs")
+    for side in ("inputs", "outputs"):
+        for i, spec in enumerate(m.lst(meta[side], side)):
+            spec = m.obj(spec, f"{side}[{i}]")
+            lay = m.text(spec.get("layout", "NCHW"), f"{side}[{i}].layout", LAYOUTS)
+            if lay == "NHWC" and len(m.shape(spec.get("shape"), f"{side}[{i}].shape")) != 4:
+                m.fail(f"{side}[{i}].layout", "NHWC is for 4-D tensors", lay, "NCHW or ND")
     _check_program(m, net, tensors, constants)
     if meta.get("labels") is not None:
         m.names(meta["labels"], "labels")

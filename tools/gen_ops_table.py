@@ -168,11 +168,34 @@ def render_openvino() -> str:
     return "\n".join(lines) + "\n"
 
 
+KERAS_BEGIN = "<!-- keras-table:begin -->"
+KERAS_END = "<!-- keras-table:end -->"
+
+
+def render_keras() -> str:
+    """The Keras layer table, from the frontend's own tables
+    (``dvsdk.compiler.frontends.keras_layers.LAYERS`` and ``ACTIVATION_RUNS``)."""
+    from dvsdk.compiler.frontends.keras_layers import ACTIVATION_RUNS, LAYERS
+
+    lines = [NOTE, "", "| Keras layer | IR ops | runs on | notes |", "|---|---|---|---|"]
+    for cls, spec in sorted(LAYERS.items(), key=lambda kv: kv[0].lower()):
+        ops = ", ".join(f"`{op}`" for op in spec.ir_ops) or "-"
+        lines.append(f"| `{cls}` | {ops} | {spec.runs} | {_cell(spec.note)} |")
+    runs: dict[str, list[str]] = {}
+    for name, where in sorted(ACTIVATION_RUNS.items()):
+        runs.setdefault(where, []).append(f"`{name}`")
+    lines += ["", "Activations (`activation=` and `Activation`): `linear` is removed; "
+              + "; ".join(f"{w}: " + ", ".join(names) for w, names in sorted(runs.items()))
+              + ". Any other layer class or activation is refused by name."]
+    return "\n".join(lines) + "\n"
+
+
 #: (begin marker, end marker, renderer) of every generated README block
 SECTIONS: list[tuple[str, str, object]] = [
     (BEGIN, END, render),
     ("<!-- ops-table-nnef:begin -->", "<!-- ops-table-nnef:end -->", render_nnef),
     (OV_BEGIN, OV_END, render_openvino),
+    (KERAS_BEGIN, KERAS_END, render_keras),
 ]
 
 

@@ -66,7 +66,8 @@ def load_input(net, path: str | None):
         raise InvalidArgument(f"cannot read the input: {e}", field="input", value=path) from None
     if suffix in IMAGE_SUFFIXES:
         spec = net.inputs[0]
-        return preprocess(path, tuple(spec["shape"]), spec.get("preprocess", {}))
+        return preprocess(path, tuple(spec["shape"]), spec.get("preprocess", {}),
+                          spec.get("layout", "NCHW"))
     raise InvalidArgument("the input must be an image, a .npy or an .npz", field="input",
                           value=path)
 

@@ -178,4 +178,5 @@ def preprocessed(net: Any, job: Job) -> Any:
     from ..runtime.images import preprocess
 
     spec = net.inputs[0]
-    return preprocess(job.payload, tuple(spec["shape"]), spec.get("preprocess", {}))
+    return preprocess(job.payload, tuple(spec["shape"]), spec.get("preprocess", {}),
+                      spec.get("layout", "NCHW"))

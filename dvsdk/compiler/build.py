@@ -218,13 +218,15 @@ def compile_graph(graph: Graph, options: Options, source: str = "") -> NetFile:
     def dtype(n: str) -> str:
         return str(model_graph.tensors[n].dtype or "float32")
 
-    inputs = [{"name": n, "tensor": n, "shape": list(model_graph.shape(n)), "dtype": dtype(n),
-               "layout": "NCHW", "preprocess": preprocess, "transpose": swapped(n)}
-              for n in graph.inputs]
-    outputs = [{"name": n, "tensor": n, "shape": list(model_graph.shape(n)),
-                "dtype": dtype(n), "transpose": swapped(n),
-                "layout": "NCHW" if len(model_graph.shape(n) or ()) == 4 else "ND"}
-               for n in graph.outputs]
+    inputs, outputs = [], []
+    for n in graph.inputs:
+        shape, lay = boundary(model_graph, n, "NCHW")
+        inputs.append({"name": n, "tensor": n, "shape": shape, "dtype": dtype(n),
+                       "layout": lay, "preprocess": preprocess, "transpose": swapped(n)})
+    for n in graph.outputs:
+        shape, lay = boundary(model_graph, n, "ND")
+        outputs.append({"name": n, "tensor": n, "shape": shape, "dtype": dtype(n),
+                        "transpose": swapped(n), "layout": lay})
     hw_ops = sum(1 for r in program.report if r["where"] == "hw")
     meta = {
         "format_version": FORMAT_VERSION, "compiler": f"dvsdk {__version__}", "source": source,
@@ -247,6 +249,18 @@ def compile_graph(graph: Graph, options: Options, source: str = "") -> NetFile:
         add_golden(net, model_graph)
     meta["stats"]["compile_s"] = round(time.perf_counter() - t0, 3)
     return net
+
+
+def boundary(graph: Graph, name: str, other: str) -> tuple[list[int], str]:
+    """(shape, layout) of a graph input/output as the source model sees it: 4-D tensors in
+    the model's layout (``graph.layout``: NCHW, or NHWC for Keras, whose tensors the runtime
+    transposes at the boundary), others in their own order with layout ``other``."""
+    shape = list(graph.shape(name) or ())
+    if len(shape) != 4:
+        return shape, other
+    if graph.layout == "NHWC":
+        shape = [shape[0], shape[2], shape[3], shape[1]]
+    return shape, graph.layout
 
 
 def _max_kernel(program: Program) -> int:

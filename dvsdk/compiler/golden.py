@@ -102,9 +102,15 @@ def _reference(graph: Graph) -> tuple[dict[str, np.ndarray], dict[str, np.ndarra
 def add_golden(net: NetFile, graph: Graph) -> None:
     """Add the golden pair to ``net`` (META.golden and the GOLD section) and the precision
     warnings; ``graph`` is the model graph the pair is computed on."""
+    from ..runtime.handle import to_model
     from ..runtime.net import Net, golden_error
 
     feeds, ref = _reference(graph)
+    # in the model's layout, as net.run takes and returns them (NHWC for Keras)
+    specs = {s["tensor"]: dict(s, transpose=False)
+             for s in net.meta["inputs"] + net.meta["outputs"]}
+    feeds = {specs[n]["name"]: to_model(specs[n], v) for n, v in feeds.items()}
+    ref = {specs[n]["name"]: to_model(specs[n], np.asarray(v)) for n, v in ref.items()}
     url = "sim://?coherence=error&dram_mb=" + str(_dram_mb(net))
     with Net(net, url) as sim_net:
         got = sim_net.run(feeds)

@@ -64,6 +64,8 @@ class Lowering(OpLowerings, MultiRunLowerings):
         self.deferred: dict[str, Op] = {}  # view output -> view op a Gemm may absorb
         self.emit_sink: list[HwCmd] | None = None
         self.written: set[str] = set()  # tensors hardware commands (or placements) produce
+        #: zero-copy concats: (op, members, where in the program it was lowered)
+        self.concats: list[tuple[Op, list[str], tuple[int, int | None]]] = []
 
     # -- helpers ------------------------------------------------------------------------
     def shape(self, name: str) -> tuple[int, ...]:
@@ -147,6 +149,7 @@ class Lowering(OpLowerings, MultiRunLowerings):
                         self.report[:] = [r for r in self.report if r["op"] != view.name]
                         self.cpu(view, "its Gemm consumer runs on the CPU")
                 self.cpu(op, reason or f"{op.type} has no hardware mapping")
+        self.settle_concats()
         for step in self.steps:
             if isinstance(step, HwStep):
                 for cmd in step.commands:
@@ -157,6 +160,44 @@ class Lowering(OpLowerings, MultiRunLowerings):
             self.device.setdefault(base, self.dev_shape(base))
             self.device[name] = self.dev_shape(name)
         return Program(self.g, self.steps, self.device, self.aliases, self.report)
+
+    def position(self) -> tuple[int, int | None]:
+        """Where the program is now: the step count, and the commands in the last step if
+        it is a hardware step (see :meth:`insert_cpu`)."""
+        last = self.steps[-1] if self.steps else None
+        return len(self.steps), (len(last.commands) if isinstance(last, HwStep) else None)
+
+    def insert_cpu(self, pos: tuple[int, int | None], op: Op) -> None:
+        """Put a CPU step for ``op`` where :meth:`position` was taken, splitting the
+        hardware step that has grown since."""
+        k, n = pos
+        hw = self.steps[k - 1] if n is not None else None
+        if hw is None or len(hw.commands) == n:
+            self.steps.insert(k, CpuStep(op))
+            return
+        tail = HwStep(hw.commands[n:])
+        hw.commands = hw.commands[:n]
+        self.steps[k:k] = [CpuStep(op), tail]
+
+    def settle_concats(self) -> None:
+        """A zero-copy concat places its members in the output's slot: worth it when DV700
+        commands write the members or read the output.  One whose output only the CPU reads
+        and some member only the CPU makes would move CPU data through the arena for
+        nothing (and leave placements no command touches): it runs on the CPU instead."""
+        read = {t for s in self.steps if isinstance(s, HwStep) for c in s.commands
+                for t in (c.input, c.eltwise) if t}
+        for op, members, pos in reversed(self.concats):
+            out = op.outputs[0]
+            views = {n for n, (b, _) in self.aliases.items() if b == out} - set(members)
+            if out in read or views or out in self.aliases \
+                    or all(m in self.written for m in members):
+                continue
+            for m in members:
+                del self.aliases[m]
+            self.written.discard(out)
+            self.report[:] = [_entry(op, "cpu", "concat of CPU results no DV700 command reads")
+                              if r["op"] == op.name else r for r in self.report]
+            self.insert_cpu(pos, op)
 
     def emit(self, cmd: HwCmd) -> None:
         if self.emit_sink is not None:  # a dry run (multirun.lower_group) collects

@@ -369,5 +369,6 @@ class OpLowerings:
         for name, off in members:
             self.aliases[name] = (op.outputs[0], off)
         self.written.add(op.outputs[0])
+        self.concats.append((op, [name for name, _ in members], self.position()))
         self.note(op, "hw", f"zero-copy: {len(members)} producers write into place")
         return True

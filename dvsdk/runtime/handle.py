@@ -111,9 +111,7 @@ class RunHandle:
             result = {}
             for spec in net.outputs:
                 val = np.asarray(net._value(self, spec["tensor"]), spec_dtype(spec))
-                if spec.get("transpose"):
-                    val = val.transpose(0, 1, 3, 2)
-                result[spec["name"]] = val.reshape(spec["shape"])
+                result[spec["name"]] = to_model(spec, val)
         finally:
             if self in net._pending:
                 net._pending.remove(self)
@@ -126,3 +124,21 @@ class RunHandle:
         if net._pending and net._pending[0].pc == 0 and net._pending[0].exec_id is None:
             net._pending[0].advance(block=False)  # its input is packed: kick it now
         return result
+
+
+def to_ir(spec: dict, arr: np.ndarray) -> np.ndarray:
+    """A model-layout input (``spec``: a META inputs entry) as the program's tensor: NHWC
+    (Keras) becomes NCHW, and a --transpose net runs on x/y-exchanged tensors."""
+    if spec.get("layout") == "NHWC":
+        arr = arr.transpose(0, 3, 1, 2)
+    return arr.transpose(0, 1, 3, 2) if spec.get("transpose") else arr
+
+
+def to_model(spec: dict, val: np.ndarray) -> np.ndarray:
+    """A program tensor as the model takes or returns it (``spec``: a META inputs or outputs
+    entry): the inverse of :func:`to_ir`."""
+    if spec.get("transpose"):
+        val = val.transpose(0, 1, 3, 2)
+    if spec.get("layout") == "NHWC":
+        val = val.transpose(0, 2, 3, 1)
+    return val.reshape(spec["shape"])

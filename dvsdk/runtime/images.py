@@ -3,7 +3,7 @@
 PNG, JPEG, BMP (anything Pillow reads); grayscale, RGBA and palette images are
 converted.  :func:`preprocess` resizes (stretch or letterbox), orders channels,
 subtracts the mean, multiplies by the scale and divides by the std, and returns
-the model's NCHW float32 input.
+the model's float32 input in its own layout (NCHW, or NHWC for Keras).
 """
 
 from __future__ import annotations
@@ -77,12 +77,18 @@ def resize(rgb: np.ndarray, height: int, width: int, mode: str = "stretch") -> n
     return out
 
 
-def preprocess(image: Any, shape: tuple[int, ...], spec: dict[str, Any]) -> np.ndarray:
-    """An image (path or array) → the model's NCHW float32 input of ``shape``."""
-    if len(shape) != 4 or shape[1] not in (1, 3):
+def preprocess(image: Any, shape: tuple[int, ...], spec: dict[str, Any],
+               layout: str = "NCHW") -> np.ndarray:
+    """An image (path or array) → the model's float32 input of ``shape`` in its ``layout``
+    (NCHW, or NHWC for Keras models)."""
+    nhwc = layout == "NHWC"
+    if len(shape) != 4 or shape[3 if nhwc else 1] not in (1, 3):
         raise ImageError("this network's input is not an image", field="input shape",
-                         value=tuple(shape), limit="(N, 1|3, H, W)")
-    _, c, h, w = shape
+                         value=tuple(shape), limit="(N, H, W, 1|3)" if nhwc else "(N, 1|3, H, W)")
+    if nhwc:
+        _, h, w, c = shape
+    else:
+        _, c, h, w = shape
     rgb = resize(as_rgb(image), h, w, spec.get("resize", "stretch"))
     x = rgb.astype(np.float32)
     if spec.get("channel_order", "RGB") == "BGR":
@@ -94,4 +100,4 @@ def preprocess(image: Any, shape: tuple[int, ...], spec: dict[str, Any]) -> np.n
     std = spec.get("std")
     if std:
         x = x / np.asarray(std, np.float32)[:c]
-    return np.ascontiguousarray(x.transpose(2, 0, 1)[None], np.float32)
+    return np.ascontiguousarray(x[None] if nhwc else x.transpose(2, 0, 1)[None], np.float32)

@@ -47,6 +47,8 @@ def ipu_preprocess(net: Any, ctx: Any, spec: dict[str, Any], rgb: np.ndarray,
         raise InvalidArgument("this device has no IPU", field="device", value=info.units,
                               limit="ipu")
     shape = tuple(spec["shape"])
+    if spec.get("layout") == "NHWC" and len(shape) == 4:   # the device tensor is NCHW
+        shape = (shape[0], shape[3], shape[1], shape[2])
     dev = net._dev(spec["tensor"])
     if len(shape) != 4 or shape[1] != 3 or dev is None:
         raise InvalidArgument("the IPU fills a 3-channel image input on the device",
@@ -85,6 +87,9 @@ def class_map(net: Any, output: str | None = None) -> np.ndarray:
     if name not in outs:
         raise InvalidArgument("no such output", field="output", value=name, limit=names)
     scores = outs[name]
+    spec = next(o for o in net.outputs if o["name"] == name)
+    if spec.get("layout") == "NHWC" and scores.ndim == 4:   # Keras: classes last
+        scores = scores.transpose(0, 3, 1, 2)
     if scores.ndim != 4 or scores.shape[0] != 1 or scores.shape[1] < 2:
         raise InvalidArgument("a class map needs a (1, K, H, W) output", field=name,
                               value=scores.shape, limit="(1, K>=2, H, W)")
@@ -94,7 +99,6 @@ def class_map(net: Any, output: str | None = None) -> np.ndarray:
     info = net.device.info()
     if dev is None or "maximizer" not in info.units or k > 255:
         return np.argmax(scores[0], axis=0).astype(np.uint8)
-    spec = next(o for o in net.outputs if o["name"] == name)
     out = net.device.alloc(max(height * width, 16), align=64, name="class-map")
     try:
         # the device tensor of a --transpose net is x/y-exchanged: its x-major argmax map

@@ -23,7 +23,7 @@ from ..driver.device import Device, open_device
 from ..errors import DeviceError, InvalidArgument, NetFileError
 from ..hw import layout
 from ..netfile import NetFile, check, check_hardware, read
-from .handle import RunContext, RunHandle, RunStats, SegmentStats, spec_dtype
+from .handle import RunContext, RunHandle, RunStats, SegmentStats, spec_dtype, to_ir
 from .records import decode_attr, relocate, verify
 
 
@@ -160,8 +160,7 @@ class Net:
                 else:
                     raise InvalidArgument("input shape does not match the model", field=name,
                                           value=arr.shape, limit=want)
-            # a --transpose net runs on x/y-exchanged tensors; only the boundary flips
-            out[spec["tensor"]] = arr.transpose(0, 1, 3, 2) if spec.get("transpose") else arr
+            out[spec["tensor"]] = to_ir(spec, arr)  # NHWC and --transpose flip at the boundary
         if feeds:
             raise InvalidArgument("unknown input", field="inputs", value=sorted(feeds),
                                   limit=[i["name"] for i in self.inputs])
@@ -266,8 +265,8 @@ class Net:
                                   value=[i["name"] for i in self.inputs])
         spec = self.inputs[0]
         if not ipu:
-            return self.run(preprocess(image, tuple(spec["shape"]),
-                                       spec.get("preprocess", {})), timeout)
+            return self.run(preprocess(image, tuple(spec["shape"]), spec.get("preprocess", {}),
+                                       spec.get("layout", "NCHW")), timeout)
         from .ipu import ipu_preprocess
 
         while self._pending:

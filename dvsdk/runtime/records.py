@@ -318,8 +318,10 @@ def _check_io(m: MetaReader, meta: dict, side: str, tensors: dict, constants: di
         if flip != (transposed and len(shape) == 4):
             m.fail(f"{path}.transpose", "disagrees with META.transposed (true exactly for "
                    "4-D tensors of a --transpose net)", flip, transposed and len(shape) == 4)
+        nhwc = spec.get("layout") == "NHWC"      # (checked by netfile.check)
+        ir = (shape[0], shape[3], shape[1], shape[2]) if nhwc else shape
         want = m.shape(known[tname].get("shape"), f"{path}.tensor")
-        if (_swap_hw(shape) if flip else shape) != want:
+        if (_swap_hw(ir) if flip else ir) != want:
             m.fail(f"{path}.shape", "does not match its tensor", list(shape), list(want))
         if "dtype" in spec:  # the model's own element type (integer and bool I/O run on the CPU)
             m.text(spec["dtype"], f"{path}.dtype", IO_DTYPES)

@@ -42,6 +42,7 @@ FRONTENDS: dict[str, Frontend] = {f.name: f for f in (
              ".tgz/.tar.gz/.tar of one", (".nnef", ".tgz", ".tar.gz", ".tar")),
     Frontend("openvino", "OpenVINO IR", "openvino", "an .xml file with its .bin beside it",
              (".xml",)),
+    Frontend("keras", "Keras", "keras", "a Keras .h5 model file", (".h5", ".hdf5")),
 )}
 
 
