@@ -89,6 +89,11 @@ class RunHandle:
         return self.result is not None
 
     def wait(self) -> dict[str, np.ndarray]:
+        """The run's outputs (finishing it, and any earlier run, first).  Thread-safe."""
+        with self.net.lock:
+            return self._wait()
+
+    def _wait(self) -> dict[str, np.ndarray]:
         if self.result is not None:
             return self.result
         net = self.net
