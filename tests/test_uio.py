@@ -520,8 +520,9 @@ def test_url_options(tmp_path):
     try:
         with pytest.raises(InvalidURL, match="unknown option"):
             UioDevice.from_url(b.url + "&colour=blue")
-        with pytest.raises(InvalidURL):
-            UioDevice.from_url(b.url + "&timeout=soon")
+        for bad in ("soon", "inf", "nan", "-1", "1e300"):
+            with pytest.raises(InvalidURL):
+                UioDevice.from_url(b.url + f"&timeout={bad}")
         with pytest.raises(DeviceNotFound, match="board"):
             UioDevice.from_url(b.url + "&board=1")
         with UioDevice.from_url(b.url + "&clock_mhz=100&init=0") as d:
