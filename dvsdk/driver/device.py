@@ -40,6 +40,8 @@ def check_timeout(timeout: object, field: str = "timeout") -> float:
     finite, ``0 <= timeout <=`` :data:`MAX_TIMEOUT`.  Every wait of the driver and the
     runtime (``wait_irq``, ``CommandList.exec/wait/run``, ``Net.run``...) goes through it,
     so ``inf``, NaN, negative or absurd values fail before any deadline arithmetic."""
+    if type(timeout) in (float, int) and 0 <= timeout <= MAX_TIMEOUT:  # the usual case
+        return float(timeout)
     limit = f"0..{MAX_TIMEOUT:g} s, finite"
     if isinstance(timeout, bool) or not isinstance(timeout, numbers.Real):
         raise InvalidArgument("timeout must be a number of seconds", field=field,

@@ -11,9 +11,10 @@ URL options (``sim://?ub_size=524288&clock_mhz=300``): ``ub_size``, ``mac_num``,
 (``error`` | ``warn`` | ``off``), ``fault`` (``hang``, ``lost_irq``,
 ``dma_error``, ``bitflip``: once, on the next kick).
 
-Threads: one re-entrant lock serializes the simulated hardware (register accesses, the
+Threads: one re-entrant lock serializes the simulated hardware (register writes and the
 kick that runs in ``write32``, allocation, DMA syncs, checked CPU accesses), as the
-single DV700 it models is serial; ``wait_irq`` waits outside it.  Coherence problems a
+single DV700 it models is serial; a register read is one word and needs no lock;
+``wait_irq`` waits outside it.  Coherence problems a
 kick finds are reported by the next ``wait_irq`` of that kick's unit.
 """
 
@@ -200,9 +201,10 @@ class SimDevice(Device):
                                   value=unit, limit=self.params.units)
 
     def read32(self, unit: str, offset: int) -> int:
-        with self.lock:
-            self._unit(unit, offset)
-            return self.core.read_reg(unit, offset)
+        # one word of the register file: atomic without the lock (a read while another
+        # thread's kick runs sees the register as it is, as on hardware)
+        self._unit(unit, offset)
+        return self.core.read_reg(unit, offset)
 
     def write32(self, unit: str, offset: int, value: int) -> None:
         with self.lock:

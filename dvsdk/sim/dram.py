@@ -46,6 +46,8 @@ def same_bytes(a: np.ndarray, b: np.ndarray) -> bool:
     """Byte equality of two uint8 vectors of the same size: 8 bytes at a time where the
     length allows, in blocks, so the comparison's temporaries stay small."""
     n = a.size
+    if n <= _COMPARE_BLOCK and n % 8 == 0:
+        return np.array_equal(a.view(np.uint64), b.view(np.uint64))
     for i in range(0, n, _COMPARE_BLOCK):
         x, y = a[i : i + _COMPARE_BLOCK], b[i : i + _COMPARE_BLOCK]
         k = x.size & ~7
@@ -248,16 +250,15 @@ class Dram:
         self._kept_bytes -= t.values.nbytes
 
     def _overlapping(self, a: int, b: int) -> list[StoredTensor]:
-        """The stored tensors overlapping ``[a, b)``, by address."""
-        if b <= a or not self.tensors:
-            return []
+        """The stored tensors overlapping ``[a, b)`` (their live ranges are disjoint, so
+        the order does not matter)."""
+        tensors = self.tensors
         first, last = a >> PAGE_SHIFT, (b - 1) >> PAGE_SHIFT
-        if last - first >= len(self._pages):
-            keys = [k for k in self.tensors if k[0] < b and a < k[1]]
-        else:
-            keys = {k for p in range(first, last + 1) for k in self._pages.get(p, ())
-                    if k[0] < b and a < k[1]}
-        return [self.tensors[k] for k in sorted(keys)]
+        if len(tensors) <= 32 or last - first >= len(self._pages):
+            return [t for (s, e), t in tensors.items() if s < b and a < e]
+        keys = {k for p in range(first, last + 1) for k in self._pages.get(p, ())
+                if k[0] < b and a < k[1]}
+        return [tensors[k] for k in keys]
 
     def _clip(self, a: int, b: int) -> None:
         """``[a, b)`` is about to be overwritten whole: written tensors there are dropped,
