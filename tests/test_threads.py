@@ -114,6 +114,36 @@ def test_two_nets_on_one_device_from_threads(inputs, onnx_probs):
     assert outcomes == {"ok": THREADS * 50}, outcomes
 
 
+def test_runs_start_in_order_when_another_net_held_the_unit(inputs):
+    """run_async could not kick its run while another net's exec held the unit; the next
+    run_async must kick that older run first (before: it kicked the newer one, and the
+    older one's wait then met its own thread's exec on the unit)."""
+    with dvsdk.open_device("sim://") as dev, dvsdk.load(DIGITS, dev) as a, \
+            dvsdk.load(DIGITS, dev) as b:
+        expected = [next(iter(a.run(x).values())) for x in inputs[:2]]
+        other = b._contexts[0].lists[0]
+        held = threading.Event()
+        go = threading.Event()
+
+        def hold() -> None:  # another thread: b's exec holds the conv unit a while
+            exec_id = other.exec()
+            held.set()
+            go.wait(5)
+            other.wait(exec_id)
+
+        t = threading.Thread(target=hold)
+        t.start()
+        held.wait(5)
+        h1 = a.run_async(inputs[0])
+        assert h1.exec_id is None          # the unit is busy: not kicked
+        go.set()
+        t.join(5)
+        h2 = a.run_async(inputs[1])
+        assert h1.exec_id is not None and h2.exec_id is None  # the older run goes first
+        for h, want in ((h1, expected[0]), (h2, expected[1])):
+            np.testing.assert_array_equal(next(iter(h.wait().values())), want)
+
+
 def _conv_list(dev, seed: int):
     rng = np.random.default_rng(seed)
     x = rng.choice([-1.0, 1.0, 2.0], (6, 7, 8)).astype(np.float32)

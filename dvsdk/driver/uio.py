@@ -204,6 +204,8 @@ class IrqLine:
         #: one waiter at a time: poll objects refuse concurrent use, and the count seen
         #: and the device's pending set change together
         self.lock = threading.Lock()
+        #: a unit's interrupt register was seen non-zero on this (shared) line
+        self.flags_read_back = False
         count = self.read_count()
         if count is None:
             count = node.event_count() or 0
@@ -436,7 +438,9 @@ class UioDevice(Device):
 
         On a combined node the units share one line; after an event the units'
         interrupt registers (0x420 / 0x020) say whose it was [INFER: they read back
-        non-zero while pending]; if none does, the event goes to the waiter.
+        non-zero while pending]; if none does, the event goes to the waiter, unless
+        flags were seen before on this line: then it is a leftover of raises already
+        attributed, and the wait goes on.
 
         Thread-safe: waiters on one line take turns (the time spent waiting for the line
         counts against ``timeout``); an event seen by one waiter for another unit of the
@@ -456,9 +460,15 @@ class UioDevice(Device):
                                         "snapshot, then reset()")
                 if len(shared) == 1:
                     self._pending.add(unit)
-                else:
-                    flagged = [u for u in shared if self._windows[u].read32(IRQ_REG[u])]
-                    self._pending.update(flagged or [unit])
+                    continue
+                flagged = [u for u in shared if self._windows[u].read32(IRQ_REG[u])]
+                if flagged:
+                    line.flags_read_back = True
+                    self._pending.update(flagged)
+                elif not line.flags_read_back:
+                    self._pending.add(unit)  # flags unreadable here: the event is ours
+                # else: an event whose flags were all acknowledged already (two raises
+                # while the line was masked, both attributed by the first): not ours
             self._pending.discard(unit)
             self._windows[unit].write32(IRQ_REG[unit], 0)
             for other in list(self._pending):  # ack flags of units that stay pending

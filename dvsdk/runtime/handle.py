@@ -118,6 +118,6 @@ class RunHandle:
         net._last_result = result
         self.result = result
         self.host = {}
-        if net._pending and net._pending[0].pc == 0 and net._pending[0].exec_id is None:
+        if net._pending and net._pending[0].exec_id is None:
             net._pending[0].advance(block=False)  # its input is packed: kick it now
         return result

@@ -224,9 +224,10 @@ class Net:
             h.host[name] = arr
             if self._dev(name) is not None:
                 self._upload(ctx, name, arr, h.stats)
-        if not any(p.exec_id is not None for p in self._pending):
-            h.advance(block=False)  # the unit takes one stream at a time: kick when idle
         self._pending.append(h)
+        head = self._pending[0]
+        if head.exec_id is None:  # runs start in order, one stream at a time: kick the
+            head.advance(block=False)  # oldest if the unit is free (this one, if alone)
         return h
 
     def _step(self, h: RunHandle, block: bool) -> bool:
@@ -236,11 +237,14 @@ class Net:
             name, index, _ = payload
             cl = h.ctx.lists[index]
             if h.exec_id is None:
-                h.t_kick = time.perf_counter()
+                t_kick = time.perf_counter()
                 if not block:  # kick only if the unit is free (another net may hold it)
                     h.exec_id = cl.try_exec()
+                    if h.exec_id is not None:
+                        h.t_kick = t_kick
                     return False
                 h.exec_id = cl.exec(h.timeout)
+                h.t_kick = t_kick
             us = cl.wait(h.exec_id, h.timeout)
             wall = (time.perf_counter() - h.t_kick) * 1e6
             h.exec_id = None
