@@ -236,9 +236,9 @@ def test_a_jump_loop_is_a_hang_the_driver_times_out_on(sim):
     words, loop = _self_loop(sim)
     sim.write32("conv", _r("conv", "CMD_ADDR"), loop.phys)
     sim.write32("conv", _r("conv", "CMD_LEN"), words.size // 2)
-    with Peak() as p:
-        sim.write32("conv", _r("conv", "KICK"), 1)
-    assert p.seconds < 5 and p.bytes < 1 << 20
+    t0 = time.perf_counter()
+    sim.write32("conv", _r("conv", "KICK"), 1)  # (memory: see test_sim_fuzz.py)
+    assert time.perf_counter() - t0 < 5
     with pytest.raises(DeviceTimeout) as e:
         sim.wait_irq("conv", 0.01)
     assert f"SIM_STATUS=7 (hang) SIM_FAULT_ADDR={loop.phys:#010x}" in str(e.value)
