@@ -65,14 +65,15 @@ class UnitGate:
     def __init__(self) -> None:
         self._cond = threading.Condition(threading.Lock())
         self._owner: dict[str, tuple[object, int]] = {}
+        self._waiting = 0  # threads blocked in acquire
 
     def acquire(self, unit: str, owner: object, timeout: float, block: bool = True) -> bool:
         """Take ``unit`` for ``owner``; False if busy and not ``block``.  Blocks up to
         ``timeout`` s, then DeviceBusy; InvalidCommand at once if this thread itself holds
         the unit for another owner (it would wait for itself)."""
         me = threading.get_ident()
-        deadline = time.monotonic() + timeout
         with self._cond:
+            deadline = None
             while unit in self._owner:
                 holder, thread = self._owner[unit]
                 if not block:
@@ -82,13 +83,18 @@ class UnitGate:
                         f"the {unit} unit is still running another command list's exec "
                         "started by this thread", field="unit", value=unit,
                         limit="one exec per unit at a time: wait() for it first")
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
+                now = time.monotonic()
+                deadline = now + timeout if deadline is None else deadline
+                if now >= deadline:
                     raise DeviceBusy(f"the {unit} unit stayed busy with another command "
                                      f"list's exec for {timeout:g} s", field="unit",
                                      value=unit, hint="that exec was never waited for, "
                                      "or runs longer than this timeout")
-                self._cond.wait(remaining)
+                self._waiting += 1
+                try:
+                    self._cond.wait(deadline - now)
+                finally:
+                    self._waiting -= 1
             self._owner[unit] = (owner, me)
             return True
 
@@ -97,7 +103,8 @@ class UnitGate:
         with self._cond:
             if unit in self._owner and self._owner[unit][0] is owner:
                 del self._owner[unit]
-                self._cond.notify_all()
+                if self._waiting:
+                    self._cond.notify_all()
 
     def holder(self, unit: str) -> object | None:
         with self._cond:

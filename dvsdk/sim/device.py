@@ -78,23 +78,15 @@ class SimDmaBuffer(DmaBuffer):
                 else len(data)
             self.cpu_written = _add_span(self.cpu_written, offset, offset + n)
 
-    def read(self, offset: int = 0, nbytes: int | None = None) -> np.ndarray:
-        with self.sim.lock:
-            return super().read(offset, nbytes)
-
-    def sync_for_device(self, offset: int = 0, nbytes: int | None = None) -> None:
-        with self.sim.lock:
-            super().sync_for_device(offset, nbytes)
-
-    def sync_for_cpu(self, offset: int = 0, nbytes: int | None = None) -> None:
-        with self.sim.lock:
-            super().sync_for_cpu(offset, nbytes)
-
     def free(self) -> None:
         with self.sim.lock:
             super().free()
 
     def _sync_for_device(self, offset: int, nbytes: int) -> None:
+        with self.sim.lock:
+            self._clean(offset, nbytes)
+
+    def _clean(self, offset: int, nbytes: int) -> None:
         """Clean: write back what the CPU stored since the last sync (write() spans, plus
         any byte changed through the raw view)."""
         cpu = self.view[offset : offset + nbytes]
@@ -115,14 +107,16 @@ class SimDmaBuffer(DmaBuffer):
 
     def _sync_for_cpu(self, offset: int, nbytes: int) -> None:
         """Clean and invalidate: CPU stores go out, then the CPU view reloads from DRAM."""
-        self._sync_for_device(offset, nbytes)
-        self.sim.core.mem.materialize(self.phys + offset, nbytes)
-        fresh = self._dram(offset, nbytes)
-        self.view[offset : offset + nbytes] = fresh
-        self.snapshot[offset : offset + nbytes] = fresh
-        self.device_dirty = remove_span(self.device_dirty, offset, offset + nbytes)
+        with self.sim.lock:
+            self._clean(offset, nbytes)
+            self.sim.core.mem.materialize(self.phys + offset, nbytes)
+            fresh = self._dram(offset, nbytes)
+            self.view[offset : offset + nbytes] = fresh
+            self.snapshot[offset : offset + nbytes] = fresh
+            self.device_dirty = remove_span(self.device_dirty, offset, offset + nbytes)
 
     def _check_cpu_read(self, offset: int, nbytes: int) -> None:
+        # device_dirty is replaced whole (never mutated), so reading it needs no lock
         hit = _intervals_overlap(self.device_dirty, offset, offset + nbytes)
         if hit:
             self.sim.coherence_problem(
@@ -212,11 +206,8 @@ class SimDevice(Device):
             if offset == IRQ_REGS[unit] and not value & 1:
                 self._irq[unit].clear()
             self._clean_in_kick.clear()  # any register write may start a unit: check afresh
-            self._running = unit
-            try:
-                self.core.write_reg(unit, offset, int(value))
-            finally:
-                self._running = None
+            self._running = unit  # whose kick a coherence problem belongs to
+            self.core.write_reg(unit, offset, int(value))
 
     def alloc(self, nbytes: int, align: int = 64, name: str = "") -> SimDmaBuffer:
         with self.lock:

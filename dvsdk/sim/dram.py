@@ -115,7 +115,8 @@ class Dram:
         self.flip_next_write = False
         self.tensor_limit = self.TENSOR_LIMIT
         self.tensors: dict[tuple[int, int], StoredTensor] = {}  # by (start, end) address
-        self._pages: dict[int, set[tuple[int, int]]] = {}  # page -> keys of tensors on it
+        #: page -> keys of the tensors on it; built once there are many tensors
+        self._pages: dict[int, set[tuple[int, int]]] | None = None
         self._kept_bytes = 0
         self._clock = 0
         # lazy mode: the write clock of each 64-byte line, for version() (np.zeros: pages
@@ -198,7 +199,9 @@ class Dram:
         """Write out the stored tensors whose unwritten bytes overlap ``[addr, addr+n)``
         (lazy mode); the simulated DMA calls it before the CPU reads DRAM."""
         end = addr + n
-        for t in [t for t in self._overlapping(addr, end) if t.packed is None
+        near = self._overlapping(addr, end) if len(self.tensors) > 32 else \
+            self.tensors.values()
+        for t in [t for t in near if t.packed is None
                   and any(s < end and addr < e for s, e in t.live)]:
             packed = layout.pack(f32_to_f16(t.values)).view(np.uint8)
             for s, e in t.live:
@@ -235,26 +238,37 @@ class Dram:
         t.values.flags.writeable = False
         key = (t.addr, t.end)
         self.tensors[key] = t
-        for page in range(t.addr >> PAGE_SHIFT, ((t.end - 1) >> PAGE_SHIFT) + 1):
-            self._pages.setdefault(page, set()).add(key)
+        if self._pages is not None:
+            self._index(key)
         self._kept_bytes += t.values.nbytes
 
     def _drop(self, t: StoredTensor) -> None:
         key = (t.addr, t.end)
         del self.tensors[key]
-        for page in range(t.addr >> PAGE_SHIFT, ((t.end - 1) >> PAGE_SHIFT) + 1):
-            keys = self._pages[page]
-            keys.discard(key)
-            if not keys:
-                del self._pages[page]
+        if self._pages is not None:
+            for page in range(t.addr >> PAGE_SHIFT, ((t.end - 1) >> PAGE_SHIFT) + 1):
+                keys = self._pages[page]
+                keys.discard(key)
+                if not keys:
+                    del self._pages[page]
         self._kept_bytes -= t.values.nbytes
+
+    def _index(self, key: tuple[int, int]) -> None:
+        assert self._pages is not None
+        for page in range(key[0] >> PAGE_SHIFT, ((key[1] - 1) >> PAGE_SHIFT) + 1):
+            self._pages.setdefault(page, set()).add(key)
 
     def _overlapping(self, a: int, b: int) -> list[StoredTensor]:
         """The stored tensors overlapping ``[a, b)`` (their live ranges are disjoint, so
-        the order does not matter)."""
+        the order does not matter); used once there are many (the page index is built on
+        first use and kept up to date from then on)."""
         tensors = self.tensors
+        if self._pages is None:
+            self._pages = {}
+            for key in tensors:
+                self._index(key)
         first, last = a >> PAGE_SHIFT, (b - 1) >> PAGE_SHIFT
-        if len(tensors) <= 32 or last - first >= len(self._pages):
+        if last - first >= len(self._pages):
             return [t for (s, e), t in tensors.items() if s < b and a < e]
         keys = {k for p in range(first, last + 1) for k in self._pages.get(p, ())
                 if k[0] < b and a < k[1]}
@@ -263,7 +277,9 @@ class Dram:
     def _clip(self, a: int, b: int) -> None:
         """``[a, b)`` is about to be overwritten whole: written tensors there are dropped,
         unwritten ones lose that part (and are dropped when nothing is left)."""
-        for t in self._overlapping(a, b):
+        near = self._overlapping(a, b) if len(self.tensors) > 32 else \
+            [t for t in self.tensors.values() if t.addr < b and a < t.end]
+        for t in near:
             if t.packed is not None:
                 self._drop(t)
                 continue
