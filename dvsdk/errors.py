@@ -137,11 +137,14 @@ class DeviceLost(DeviceError):
 
 
 class DeviceFault(DeviceError):
-    """The device reported an error status for a command (``reason`` says why)."""
+    """The device reported an error status for a command (``reason`` says why).
+    ``registers`` is a snapshot of the unit's status registers."""
 
-    def __init__(self, message: str, *, status: int = 0, reason: str = "", **kw: Any) -> None:
+    def __init__(self, message: str, *, status: int = 0, reason: str = "",
+                 registers: dict | None = None, **kw: Any) -> None:
         self.status = status
         self.reason = reason
+        self.registers = registers or {}
         super().__init__(message, **kw)
 
 

@@ -10,6 +10,7 @@ import pytest
 import dvsdk
 from dvsdk.driver.cmdlist import CommandList
 from dvsdk.driver.commands import ConvCommand, ConvRun, MaximizerCommand
+from dvsdk.driver.device import MAX_TIMEOUT
 from dvsdk.errors import (
     CoherenceError,
     DeviceFault,
@@ -286,3 +287,99 @@ def test_dilated_depthwise_is_rejected(device):
     cmd = ConvCommand(input_buf=buf, output_buf=buf, w=8, h=8, c=16, runs=[run])
     with pytest.raises(InvalidCommand, match="cannot be depthwise"):
         CommandList(device).add(cmd)
+
+
+# -- timeouts ------------------------------------------------------------------------------
+BAD_TIMEOUTS = [float("inf"), -float("inf"), 1e300, float("nan"), -1.0, -1e-9,
+                MAX_TIMEOUT * 1.001, True, "1", None, 1j]
+
+
+def _timeout_calls(dev, digits_path):
+    """Every public call of the driver and the runtime that takes a timeout."""
+    cl, _, _ = _committed(dev, 12)
+    net = dvsdk.load(digits_path, dev)
+    x = np.zeros((1, 1, 16, 16), np.float32)
+    calls = {
+        "wait_irq": lambda t: dev.wait_irq("conv", t),
+        "CommandList.exec": lambda t: cl.exec(t),
+        "CommandList.wait": lambda t: cl.wait(1, t),
+        "CommandList.run": lambda t: cl.run(t),
+        "Net.run": lambda t: net.run(x, t),
+        "Net.run_async": lambda t: net.run_async(x, t),
+        "Net.run_image": lambda t: net.run_image(np.zeros((8, 8, 3), np.uint8), t),
+    }
+    return calls, cl, net
+
+
+@pytest.mark.parametrize("backend", ["sim", "uio"])
+def test_every_timeout_is_validated(backend):
+    """inf / 1e300 raised a raw OverflowError, NaN and negatives were accepted: now each
+    is an InvalidArgument naming the limit, before anything is started."""
+    from .conftest import ROOT
+
+    if backend == "sim":
+        dev = dvsdk.open_device("sim://")
+    else:
+        from .fakeboard import open_fake_device
+
+        dev = open_fake_device()
+    try:
+        calls, cl, net = _timeout_calls(dev, ROOT / "examples" / "models" / "digits.bin")
+        for name, call in calls.items():
+            for bad in BAD_TIMEOUTS:
+                if bad is None and name == "wait_irq" and backend == "uio":
+                    continue  # None means the URL's default timeout there
+                with pytest.raises(InvalidArgument) as e:
+                    call(bad)
+                assert e.value.field == "timeout" and f"{MAX_TIMEOUT:g}" in str(e.value), name
+                assert cl._pending is None and not net._pending, name  # nothing started
+        # the limits themselves are accepted
+        cl.run(MAX_TIMEOUT)
+        cl.wait(cl.exec(0), 2)
+        assert net.run(np.zeros((1, 1, 16, 16), np.float32), np.float32(5.0))
+        net.close()
+    finally:
+        dev.close()
+
+
+# -- what a timeout or a fault says ----------------------------------------------------------
+
+def test_timeout_and_fault_messages_carry_the_key_registers(sim):
+    cl, _, _ = _committed(sim, 13)
+    sim.inject("hang")
+    with pytest.raises(DeviceTimeout) as e:
+        cl.run(timeout=0.01)
+    msg = str(e.value)
+    addr = e.value.registers["CMD_ADDR"]
+    assert "\n" not in msg and f"CMD_ADDR={addr:#010x}" in msg and "CMD_LEN=" in msg
+    assert "IRQ=0" in msg and "SIM_STATUS=0" in msg
+    sim.reset()
+    sim.inject("dma_error")
+    with pytest.raises(DeviceFault) as e:
+        cl.run()
+    msg = str(e.value)
+    assert "\n" not in msg and "SIM_STATUS=6 (dma_error)" in msg and "IRQ=1" in msg
+    assert f"CMD_ADDR={addr:#010x}" in msg and f"SIM_FAULT_ADDR={addr:#010x}" in msg
+    assert e.value.registers["SIM_STATUS"] == 6
+
+
+def test_uio_timeout_message_carries_the_key_registers(tmp_path):
+    from dvsdk.driver.uio import UioDevice
+
+    from .fakeboard import DEFAULT_DMA_PHYS, make_fake_board
+
+    b = make_fake_board(tmp_path, start=False, core="stub")  # nobody plays the hardware
+    try:
+        with UioDevice.from_url(b.url) as d:
+            d.write32("conv", 0x400, DEFAULT_DMA_PHYS + 0x40)
+            d.write32("conv", 0x404, 3)
+            d.write32("conv", 0x408, 1)
+            with pytest.raises(DeviceTimeout) as e:
+                d.wait_irq("conv", 0.02)
+            msg = str(e.value)
+            assert f"CMD_ADDR={DEFAULT_DMA_PHYS + 0x40:#010x} CMD_LEN=3 KICK=1 IRQ=0" in msg
+            assert "irq_seen=0 irq_events=0" in msg
+            with pytest.raises(DeviceTimeout, match="START=0 IRQ=0 irq_seen=0"):
+                d.wait_irq("maximizer", 0.01)
+    finally:
+        b.close()

@@ -3,12 +3,14 @@
 Both the on-board backend (one u-dma-buf mapped once) and the simulator (one
 simulated DRAM) hand out :class:`~dvsdk.driver.device.DmaBuffer` slices of a
 single region through this allocator: first fit, power-of-two alignment,
-coalescing on free, leak accounting.
+coalescing on free, leak accounting.  ``alloc`` and ``free`` may be called from
+several threads.
 """
 
 from __future__ import annotations
 
 import bisect
+import threading
 
 from ..errors import InvalidArgument, OutOfDeviceMemory
 
@@ -21,9 +23,14 @@ class RegionAllocator:
         self.base = int(base)
         self._free: list[tuple[int, int]] = [(0, self.size)] if size > 0 else []  # (start, end)
         self._used: dict[int, int] = {}  # start -> end
+        self._lock = threading.Lock()
 
     def alloc(self, nbytes: int, align: int = 64) -> int:
         """Return the offset of a free block of ``nbytes``; alignment is of base+offset."""
+        with self._lock:
+            return self._alloc(nbytes, align)
+
+    def _alloc(self, nbytes: int, align: int) -> int:
         if nbytes <= 0:
             raise InvalidArgument("allocation size must be positive", field="nbytes", value=nbytes,
                                   limit=">= 1")
@@ -52,6 +59,10 @@ class RegionAllocator:
         )
 
     def free(self, offset: int) -> None:
+        with self._lock:
+            self._free_block(offset)
+
+    def _free_block(self, offset: int) -> None:
         end = self._used.pop(offset, None)
         if end is None:
             raise InvalidArgument("double free or foreign pointer", field="offset", value=offset)
@@ -69,17 +80,17 @@ class RegionAllocator:
 
     @property
     def used_bytes(self) -> int:
-        return sum(e - s for s, e in self._used.items())
+        return sum(e - s for s, e in list(self._used.items()))
 
     @property
     def free_bytes(self) -> int:
-        return sum(e - s for s, e in self._free)
+        return sum(e - s for s, e in list(self._free))
 
     @property
     def largest_free(self) -> int:
-        return max((e - s for s, e in self._free), default=0)
+        return max((e - s for s, e in list(self._free)), default=0)
 
     @property
     def live(self) -> dict[int, int]:
         """Offset -> size of every block not yet freed (leak accounting)."""
-        return {s: e - s for s, e in self._used.items()}
+        return {s: e - s for s, e in list(self._used.items())}

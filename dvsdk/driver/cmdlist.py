@@ -7,16 +7,24 @@ keeps it, so a committed list runs any number of times.  ``exec`` programs the
 stream address, its length in 8-byte units and the kick (conv), or replays the
 register writes of §10.6/§10.7 (IPU, maximizer).  ``wait`` takes the interrupt,
 acknowledges it and reports the execution time.
+
+Threads: a list may be used from several threads (its methods take its lock; ``run`` is
+one exec + wait).  ``exec`` takes the device's unit (:class:`~dvsdk.driver.device.UnitGate`)
+and ``wait`` gives it back, so lists sharing a device run one at a time per unit, as the
+hardware does: an ``exec`` waits up to its ``timeout`` for the unit (DeviceBusy after),
+and fails at once with InvalidCommand if this thread's own exec of another list still
+holds it.  Timeouts must be finite, ``0..MAX_TIMEOUT`` s (InvalidArgument otherwise).
 """
 
 from __future__ import annotations
 
+import threading
 import time
 from dataclasses import dataclass
 
 import numpy as np
 
-from ..errors import DeviceFault, DeviceTimeout, InvalidArgument, InvalidCommand
+from ..errors import DeviceFault, InvalidArgument, InvalidCommand
 from ..hw.spec import SPEC
 from ..hw.weights import pack_conv_weights, unpack_fc_weights
 from .commands import (
@@ -27,7 +35,8 @@ from .commands import (
     ConvRun,
     FcCommand,
 )
-from .device import Device
+from .device import Device, check_timeout
+from .regdump import describe_registers
 from .stream import CHUNK_BYTES, Stream, build_stream, conv_words
 from .unitregs import ipu_writes, maximizer_writes
 from .validate import validate
@@ -35,6 +44,8 @@ from .validate import validate
 REG = {unit: {name: SPEC.reg(unit, name) for name in SPEC.unit(unit)["registers"]}
        for unit in ("conv", "ipu", "maximizer")}
 STATUS = SPEC.status
+#: what a DeviceFault shows (the simulator's status registers, the kick, the interrupt)
+_FAULT_REGS = ("SIM_STATUS", "SIM_FAULT_ADDR", "CMD_ADDR", "CMD_LEN", "IRQ")
 _FC_TO_CONV_ACT = {int(k): int(v) for k, v in SPEC.commands["fc_to_conv_actfunc"].items()}
 
 
@@ -65,10 +76,15 @@ class CommandList:
         self._exec_id = 0
         self._started_at = 0.0
         self._pending: int | None = None
+        self._lock = threading.RLock()
         self.last = ExecStats()
 
     # -- building -------------------------------------------------------------------
     def add(self, cmd: Command) -> None:
+        with self._lock:
+            self._add(cmd)
+
+    def _add(self, cmd: Command) -> None:
         if self.committed:
             raise InvalidCommand("the list is already committed", field="state",
                                  value="committed", limit="add before commit")
@@ -86,6 +102,10 @@ class CommandList:
         self.commands.append(cmd)
 
     def commit(self) -> None:
+        with self._lock:
+            self._commit()
+
+    def _commit(self) -> None:
         if self.committed:
             raise InvalidCommand("the list is already committed", field="state",
                                  value="committed", limit="commit once")
@@ -130,7 +150,21 @@ class CommandList:
                            runs=[run], topo=1)
 
     # -- running ------------------------------------------------------------------------
-    def exec(self) -> int:
+    def exec(self, timeout: float = 2.0) -> int:
+        """Start the list; returns its exec id for :meth:`wait`.  Waits up to ``timeout``
+        s for the unit while another list's exec holds it (see the module docstring)."""
+        timeout = check_timeout(timeout)
+        with self._lock:
+            exec_id = self._exec(timeout, block=True)
+        assert exec_id is not None
+        return exec_id
+
+    def try_exec(self) -> int | None:
+        """:meth:`exec` if the unit is free now, else None (nothing started)."""
+        with self._lock:
+            return self._exec(0.0, block=False)
+
+    def _exec(self, timeout: float, block: bool) -> int | None:
         if not self.committed:
             raise InvalidCommand("commit the list before exec", field="state",
                                  value="not committed", limit="committed")
@@ -138,16 +172,22 @@ class CommandList:
             raise InvalidCommand("the previous exec has not been waited for", field="exec_id",
                                  value=self._pending, limit="wait() first")
         dev, unit = self.device, self.unit
-        self._exec_id += 1
-        self._started_at = time.perf_counter()
-        if unit == "conv":
-            regs = REG["conv"]
-            dev.write32("conv", regs["IRQ"], 0)
-            dev.write32("conv", regs["CMD_ADDR"], self._stream.address)
-            dev.write32("conv", regs["CMD_LEN"], self._stream.length8)
-            dev.write32("conv", regs["KICK"], 1)
-        else:
-            self._start_unit(0)
+        if not dev.gate.acquire(unit, self, timeout, block):
+            return None
+        try:
+            self._exec_id += 1
+            self._started_at = time.perf_counter()
+            if unit == "conv":
+                regs = REG["conv"]
+                dev.write32("conv", regs["IRQ"], 0)
+                dev.write32("conv", regs["CMD_ADDR"], self._stream.address)
+                dev.write32("conv", regs["CMD_LEN"], self._stream.length8)
+                dev.write32("conv", regs["KICK"], 1)
+            else:
+                self._start_unit(0)
+        except BaseException:
+            dev.gate.release(unit, self)
+            raise
         self._pending = self._exec_id
         return self._exec_id
 
@@ -159,7 +199,14 @@ class CommandList:
         self.device.write32(self.unit, regs["START"], 1)
 
     def wait(self, exec_id: int, timeout: float = 2.0) -> float:
-        """Wait for ``exec_id``; returns the execution time in µs (simulator: from cycles)."""
+        """Wait for ``exec_id``; returns the execution time in µs (simulator: from cycles).
+        ``timeout`` applies to each interrupt (IPU / maximizer lists wait one per command).
+        DeviceTimeout and DeviceFault carry the unit's key registers in their message."""
+        timeout = check_timeout(timeout)
+        with self._lock:
+            return self._wait(exec_id, timeout)
+
+    def _wait(self, exec_id: int, timeout: float) -> float:
         if exec_id != self._pending:
             raise InvalidArgument("no such pending exec", field="exec_id", value=exec_id,
                                   limit=self._pending)
@@ -174,6 +221,7 @@ class CommandList:
                 cycles += self._sim_cycles(unit) or 0
         finally:
             self._pending = None
+            self.device.gate.release(unit, self)
         elapsed = (time.perf_counter() - self._started_at) * 1e6
         self.last = ExecStats(exec_time_us=elapsed)
         if self.info.simulated:
@@ -185,23 +233,27 @@ class CommandList:
         return self.last.exec_time_us
 
     def run(self, timeout: float = 2.0) -> float:
-        return self.wait(self.exec(), timeout)
+        """``wait(exec(timeout), timeout)`` as one step: no other thread's use of this list
+        comes in between."""
+        timeout = check_timeout(timeout)
+        with self._lock:
+            exec_id = self._exec(timeout, block=True)
+            return self._wait(exec_id, timeout)
 
     def _wait_one(self, unit: str, timeout: float) -> None:
         dev, regs = self.device, REG[unit]
-        try:
-            dev.wait_irq(unit, timeout)
-        except DeviceTimeout:
-            raise
+        dev.wait_irq(unit, timeout)
+        snap = None
+        if self.info.simulated and dev.read32(unit, regs["SIM_STATUS"]):
+            snap = {name: dev.read32(unit, regs[name]) for name in _FAULT_REGS if name in regs}
         dev.write32(unit, regs["IRQ"], 0)
-        if self.info.simulated:
-            status = dev.read32(unit, regs["SIM_STATUS"])
-            if status:
-                fault = dev.read32("conv", REG["conv"]["SIM_FAULT_ADDR"]) if unit == "conv" else 0
-                dev.write32(unit, regs["SIM_STATUS"], 0)
-                reason = STATUS.name_of(status)
-                raise DeviceFault(f"{unit} reported {reason} at {fault:#x}", status=status,
-                                  reason=reason, field="SIM_STATUS", value=status)
+        if snap is not None:
+            status = snap["SIM_STATUS"]
+            dev.write32(unit, regs["SIM_STATUS"], 0)
+            reason = STATUS.name_of(status)
+            raise DeviceFault(f"{unit} reported {reason} at {snap['SIM_FAULT_ADDR']:#x}: "
+                              f"{describe_registers(unit, snap)}", status=status,
+                              reason=reason, registers=snap, field="SIM_STATUS", value=status)
 
     def _sim_cycles(self, unit: str) -> int | None:
         if not self.info.simulated:
@@ -222,6 +274,13 @@ class CommandList:
 
     # -- lifetime -----------------------------------------------------------------------
     def close(self) -> None:
+        with self._lock:
+            self._close()
+
+    def _close(self) -> None:
+        if self._pending is not None:  # an exec never waited for: give the unit back
+            self._pending = None
+            self.device.gate.release(self.unit, self)
         if self._stream is not None:
             self._stream.free()
             self._stream = None

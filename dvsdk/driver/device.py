@@ -13,7 +13,11 @@ above it (command lists, the runtime) is written once against this interface.
 from __future__ import annotations
 
 import importlib
+import math
+import numbers
 import os
+import threading
+import time
 from abc import ABC, abstractmethod
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -21,9 +25,93 @@ from urllib.parse import parse_qsl, urlsplit
 
 import numpy as np
 
-from ..errors import InvalidArgument, InvalidURL
+from ..errors import DeviceBusy, InvalidArgument, InvalidCommand, InvalidURL
 
 UNITS = ("conv", "ipu", "maximizer")
+
+#: the longest wait (seconds) any timeout of the driver or the runtime accepts.  A DV700
+#: command takes milliseconds and the kernel driver gives up after 10 x 2 s (§10.5); an
+#: hour leaves room for slow links and debuggers and keeps every deadline computable.
+MAX_TIMEOUT = 3600.0
+
+
+def check_timeout(timeout: object, field: str = "timeout") -> float:
+    """``timeout`` as a float of seconds, or InvalidArgument: a real number (not a bool),
+    finite, ``0 <= timeout <=`` :data:`MAX_TIMEOUT`.  Every wait of the driver and the
+    runtime (``wait_irq``, ``CommandList.exec/wait/run``, ``Net.run``...) goes through it,
+    so ``inf``, NaN, negative or absurd values fail before any deadline arithmetic."""
+    if type(timeout) in (float, int) and 0 <= timeout <= MAX_TIMEOUT:  # the usual case
+        return float(timeout)
+    limit = f"0..{MAX_TIMEOUT:g} s, finite"
+    if isinstance(timeout, bool) or not isinstance(timeout, numbers.Real):
+        raise InvalidArgument("timeout must be a number of seconds", field=field,
+                              value=timeout, limit=limit)
+    value = float(timeout)
+    if not math.isfinite(value) or not 0.0 <= value <= MAX_TIMEOUT:
+        raise InvalidArgument("timeout out of range", field=field, value=timeout, limit=limit)
+    return value
+
+
+class UnitGate:
+    """One exec at a time per unit of one device: the DV700 takes one command stream (or
+    one IPU / maximizer register program) per unit and the kernel runs them strictly in
+    order (§10.5).  A :class:`~dvsdk.driver.cmdlist.CommandList` takes its unit at
+    ``exec`` and gives it back when ``wait`` ends (completed, faulted or timed out), so
+    lists used from several threads, or several networks sharing one device, take turns
+    instead of overwriting each other's stream address or stealing each other's
+    interrupt.
+    """
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition(threading.Lock())
+        self._owner: dict[str, tuple[object, int]] = {}
+        self._waiting = 0  # threads blocked in acquire
+
+    def acquire(self, unit: str, owner: object, timeout: float, block: bool = True) -> bool:
+        """Take ``unit`` for ``owner``; False if busy and not ``block``.  Blocks up to
+        ``timeout`` s, then DeviceBusy; InvalidCommand at once if this thread itself holds
+        the unit for another owner (it would wait for itself)."""
+        me = threading.get_ident()
+        with self._cond:
+            deadline = None
+            while unit in self._owner:
+                holder, thread = self._owner[unit]
+                if not block:
+                    return False
+                if thread == me and holder is not owner:
+                    raise InvalidCommand(
+                        f"the {unit} unit is still running another command list's exec "
+                        "started by this thread", field="unit", value=unit,
+                        limit="one exec per unit at a time: wait() for it first")
+                now = time.monotonic()
+                deadline = now + timeout if deadline is None else deadline
+                if now >= deadline:
+                    raise DeviceBusy(f"the {unit} unit stayed busy with another command "
+                                     f"list's exec for {timeout:g} s", field="unit",
+                                     value=unit, hint="that exec was never waited for, "
+                                     "or runs longer than this timeout")
+                self._waiting += 1
+                try:
+                    self._cond.wait(deadline - now)
+                finally:
+                    self._waiting -= 1
+            self._owner[unit] = (owner, me)
+            return True
+
+    def release(self, unit: str, owner: object) -> None:
+        """Give ``unit`` back if ``owner`` holds it (a no-op otherwise)."""
+        with self._cond:
+            if unit in self._owner and self._owner[unit][0] is owner:
+                del self._owner[unit]
+                if self._waiting:
+                    self._cond.notify_all()
+
+    def holder(self, unit: str) -> object | None:
+        with self._cond:
+            return self._owner.get(unit, (None, 0))[0]
+
+
+_GATE_LOCK = threading.Lock()
 
 #: scheme -> "module:callable"; the callable takes the URL string.
 BACKENDS: dict[str, str] = {
@@ -168,9 +256,24 @@ class DmaBuffer:
 
 
 class Device(ABC):
-    """One DV700: register windows, DMA memory, interrupts, facts."""
+    """One DV700: register windows, DMA memory, interrupts, facts.
+
+    Threads: every backend's register accesses, allocations, syncs and ``wait_irq`` may
+    be called from several threads.  A unit runs one exec at a time; :attr:`gate`
+    serializes command lists per unit (``CommandList`` uses it, so code above it needs
+    nothing more).  Raw ``write32`` kicks from several threads must take the gate too.
+    """
 
     url: str = ""
+
+    @property
+    def gate(self) -> UnitGate:
+        """This device's :class:`UnitGate` (created on first use)."""
+        gate = self.__dict__.get("_unit_gate")
+        if gate is None:
+            with _GATE_LOCK:
+                gate = self.__dict__.setdefault("_unit_gate", UnitGate())
+        return gate
 
     @abstractmethod
     def read32(self, unit: str, offset: int) -> int:
@@ -186,7 +289,9 @@ class Device(ABC):
 
     @abstractmethod
     def wait_irq(self, unit: str, timeout: float) -> None:
-        """Block until ``unit`` raises its interrupt; DeviceTimeout after ``timeout`` s."""
+        """Block until ``unit`` raises its interrupt; DeviceTimeout after ``timeout`` s
+        (validated by :func:`check_timeout`: InvalidArgument unless finite and within
+        ``0..MAX_TIMEOUT``)."""
 
     @abstractmethod
     def info(self) -> DeviceInfo:
@@ -243,7 +348,8 @@ class DeviceURL:
             raise InvalidURL("option out of range", field=key, value=value, limit=f"{lo}..{hi}")
         return value
 
-    def pop_float(self, key: str, default: float, lo: float | None = None) -> float:
+    def pop_float(self, key: str, default: float, lo: float | None = None,
+                  hi: float | None = None) -> float:
         if key not in self.options:
             return default
         text = self.options.pop(key)
@@ -253,8 +359,11 @@ class DeviceURL:
             raise InvalidURL(
                 "option is not a number", field=key, value=text, limit="number"
             ) from None
-        if lo is not None and value < lo:
-            raise InvalidURL("option out of range", field=key, value=value, limit=f">= {lo}")
+        if not math.isfinite(value) or (lo is not None and value < lo) or (
+                hi is not None and value > hi):
+            raise InvalidURL("option out of range", field=key, value=value,
+                             limit=f"{lo if lo is not None else '-inf'}.."
+                                   f"{hi if hi is not None else 'inf'}, finite")
         return value
 
     def pop_str(self, key: str, default: str, choices: tuple[str, ...] | None = None) -> str:

@@ -48,6 +48,7 @@ import mmap
 import os
 import select
 import struct
+import threading
 import time
 from dataclasses import dataclass
 
@@ -57,9 +58,8 @@ from ..errors import (
     DeviceLost,
     DeviceNotFound,
     DeviceTimeout,
-    InvalidArgument,
 )
-from .device import Device, DeviceInfo, DmaBuffer, parse_url
+from .device import MAX_TIMEOUT, Device, DeviceInfo, DmaBuffer, check_timeout, parse_url
 from .discovery import (
     Dv700Board,
     Inventory,
@@ -82,6 +82,7 @@ from .mmio import (
     MmioWindow,
     mmap_uio_map,
 )
+from .regdump import describe_registers
 from .udmabuf import UdmaBufRegion, open_dma_heap
 
 #: fake-board layout: the unmask word and the event counter, past any register map
@@ -200,6 +201,11 @@ class IrqLine:
         self.can_unmask = True
         self.poller = select.poll()
         self.poller.register(fd, select.POLLIN | select.POLLPRI)
+        #: one waiter at a time: poll objects refuse concurrent use, and the count seen
+        #: and the device's pending set change together
+        self.lock = threading.Lock()
+        #: a unit's interrupt register was seen non-zero on this (shared) line
+        self.flags_read_back = False
         count = self.read_count()
         if count is None:
             count = node.event_count() or 0
@@ -316,7 +322,7 @@ class UioDevice(Device):
         dma = u.pop_str("dma", "")
         index = u.pop_int("board", 0, lo=0)
         system_text = u.pop_str("system", "")
-        timeout = u.pop_float("timeout", DEFAULT_TIMEOUT, lo=0.0)
+        timeout = u.pop_float("timeout", DEFAULT_TIMEOUT, lo=0.0, hi=MAX_TIMEOUT)
         lock_dir = u.pop_str("lock", "") or None
         clock = u.pop_int("clock_mhz", 0, lo=0, hi=10000)
         cache = bool(u.pop_int("cache", 1, lo=0, hi=1))
@@ -383,12 +389,19 @@ class UioDevice(Device):
         self._ack_all()
 
     def _ack_all(self) -> None:
-        for unit in self._windows:
-            self._windows[unit].write32(IRQ_REG[unit], 0)
-        for line in {id(v): v for v in self._irq.values()}.values():
-            line.consume()  # forget events from before we owned the board
-            line.unmask()
-        self._pending.clear()
+        lines = list({id(v): v for v in self._irq.values()}.values())
+        for line in lines:  # let running waiters finish (they are bounded by their timeout)
+            line.lock.acquire()
+        try:
+            for unit in self._windows:
+                self._windows[unit].write32(IRQ_REG[unit], 0)
+            for line in lines:
+                line.consume()  # forget events from before we owned the board
+                line.unmask()
+            self._pending.clear()
+        finally:
+            for line in lines:
+                line.lock.release()
 
     # -- Device API ---------------------------------------------------------------
     @property
@@ -425,31 +438,50 @@ class UioDevice(Device):
 
         On a combined node the units share one line; after an event the units'
         interrupt registers (0x420 / 0x020) say whose it was [INFER: they read back
-        non-zero while pending]; if none does, the event goes to the waiter.
+        non-zero while pending]; if none does, the event goes to the waiter, unless
+        flags were seen before on this line: then it is a leftover of raises already
+        attributed, and the wait goes on.
+
+        Thread-safe: waiters on one line take turns (the time spent waiting for the line
+        counts against ``timeout``); an event seen by one waiter for another unit of the
+        line stays pending for that unit.
         """
         self._window(unit, 0)
-        timeout = self.timeout if timeout is None else timeout
-        if timeout < 0:
-            raise InvalidArgument("timeout must be >= 0", field="timeout", value=timeout)
+        timeout = check_timeout(self.timeout if timeout is None else timeout)
         line = self._irq[unit]
-        shared = [u for u, ln in self._irq.items() if ln is line]
         deadline = time.monotonic() + timeout
-        while unit not in self._pending:
-            if not line.wait(deadline):
-                raise DeviceTimeout(
-                    f"no {unit} interrupt within {timeout:g} s", registers=self.snapshot(unit),
-                    field="timeout", value=timeout,
-                    hint="the engine may be hung; check the snapshot, then reset()")
-            if len(shared) == 1:
-                self._pending.add(unit)
-            else:
+        if not line.lock.acquire(timeout=timeout):
+            raise self._timeout(unit, timeout, "another thread kept the line busy")
+        try:
+            shared = [u for u, ln in self._irq.items() if ln is line]
+            while unit not in self._pending:
+                if not line.wait(deadline):
+                    raise self._timeout(unit, timeout, "the engine may be hung; check the "
+                                        "snapshot, then reset()")
+                if len(shared) == 1:
+                    self._pending.add(unit)
+                    continue
                 flagged = [u for u in shared if self._windows[u].read32(IRQ_REG[u])]
-                self._pending.update(flagged or [unit])
-        self._pending.discard(unit)
-        self._windows[unit].write32(IRQ_REG[unit], 0)
-        for other in list(self._pending):  # ack flags of units that stay pending
-            if self._irq[other] is line:
-                self._windows[other].write32(IRQ_REG[other], 0)
+                if flagged:
+                    line.flags_read_back = True
+                    self._pending.update(flagged)
+                elif not line.flags_read_back:
+                    self._pending.add(unit)  # flags unreadable here: the event is ours
+                # else: an event whose flags were all acknowledged already (two raises
+                # while the line was masked, both attributed by the first): not ours
+            self._pending.discard(unit)
+            self._windows[unit].write32(IRQ_REG[unit], 0)
+            for other in list(self._pending):  # ack flags of units that stay pending
+                if self._irq[other] is line:
+                    self._windows[other].write32(IRQ_REG[other], 0)
+        finally:
+            line.lock.release()
+
+    def _timeout(self, unit: str, timeout: float, hint: str) -> DeviceTimeout:
+        regs = self.snapshot(unit)
+        return DeviceTimeout(f"no {unit} interrupt within {timeout:g} s: "
+                             f"{describe_registers(unit, regs)}", registers=regs,
+                             field="timeout", value=timeout, hint=hint)
 
     def snapshot(self, unit: str | None = None) -> dict[str, int]:
         """Registers worth seeing after a hang: conv stream/kick/irq + counters, the unit's."""

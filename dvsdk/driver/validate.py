@@ -358,9 +358,10 @@ def validate_ipu(cmd: IpuCommand, info: DeviceInfo) -> None:
     fmts = IMAGE_FORMAT
     if cmd.fmt_wr not in (fmts.RGBA8888, fmts.RGB888, fmts.RGBFP16):
         _fail("unknown IPU output format", field="fmt_wr", value=cmd.fmt_wr, limit="0, 1, 2")
-    if not -32768 <= cmd.stride_wr <= 32767:
+    smax = LIMITS["ipu_stride_max"]
+    if not -smax - 1 <= cmd.stride_wr <= smax:
         _fail("stride_wr out of range", field="stride_wr", value=cmd.stride_wr,
-              limit="-32768..32767")
+              limit=f"{-smax - 1}..{smax}")
     rmax = LIMITS["ipu_rect_max"]
     for name in ("rect_width", "rect_height"):
         v = getattr(cmd, name)
@@ -397,9 +398,9 @@ def validate_ipu(cmd: IpuCommand, info: DeviceInfo) -> None:
     if cmd.use_rd:
         if cmd.fmt_rd not in (fmts.RGBA8888, fmts.RGB888):
             _fail("unknown IPU read format", field="fmt_rd", value=cmd.fmt_rd, limit="0, 1")
-        if cmd.stride_rd == 0 or not -32768 <= cmd.stride_rd <= 32767:
+        if cmd.stride_rd == 0 or not -smax - 1 <= cmd.stride_rd <= smax:
             _fail("stride_rd out of range", field="stride_rd", value=cmd.stride_rd,
-                  limit="non-zero, -32768..32767")
+                  limit=f"non-zero, {-smax - 1}..{smax}")
         check_buffer(cmd.rd, cmd.rect_width * cmd.rect_height * PIXEL_BYTES[cmd.fmt_rd],
                      "rd", 16)
     check_buffer(cmd.wr, cmd.rect_width * cmd.rect_height * PIXEL_BYTES[cmd.fmt_wr], "wr", 16)

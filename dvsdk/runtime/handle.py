@@ -99,6 +99,11 @@ class RunHandle:
         return self.result is not None
 
     def wait(self) -> dict[str, np.ndarray]:
+        """The run's outputs (finishing it, and any earlier run, first).  Thread-safe."""
+        with self.net.lock:
+            return self._wait()
+
+    def _wait(self) -> dict[str, np.ndarray]:
         if self.result is not None:
             return self.result
         net = self.net
@@ -121,7 +126,7 @@ class RunHandle:
         net._last_result = result
         self.result = result
         self.host = {}
-        if net._pending and net._pending[0].pc == 0 and net._pending[0].exec_id is None:
+        if net._pending and net._pending[0].exec_id is None:
             net._pending[0].advance(block=False)  # its input is packed: kick it now
         return result
 

@@ -7,11 +7,17 @@ model's own inputs (NCHW float32 for an ONNX model, a dict for several) and
 returns ``{output name: array}`` in the model's own shapes and element types (META
 ``dtype``: float32 for float tensors), so results compare directly with onnxruntime.
 CPU ops run between segments; every CPU↔device hand-over is an explicit cache sync.
+
+Threads: a :class:`Net` may be shared by threads.  Its runs take turns on one lock (the
+device runs one stream at a time anyway): ``run`` holds it from upload to outputs,
+``run_async`` and ``RunHandle.wait`` each for their part.  Several nets on one device
+take turns per unit through the device's unit gate.
 """
 
 from __future__ import annotations
 
 import os
+import threading
 import time
 from typing import Any
 
@@ -19,7 +25,7 @@ import numpy as np
 
 from ..cpu import ops as cpu_ops
 from ..driver.cmdlist import CommandList
-from ..driver.device import Device, open_device
+from ..driver.device import Device, check_timeout, open_device
 from ..errors import DeviceError, InvalidArgument, NetFileError
 from ..hw import layout
 from ..netfile import NetFile, check, check_hardware, read
@@ -39,6 +45,8 @@ class Net:
         self._commands = verify(self.file)
         meta = self.file.meta
         self._own_device = not isinstance(device, Device)
+        #: one run at a time moves through the arenas and handles (module docstring)
+        self.lock = threading.RLock()
         self.device = device if isinstance(device, Device) else open_device(device)
         self._buffers = []
         self._lists: list[CommandList] = []
@@ -167,8 +175,14 @@ class Net:
         return out
 
     def run(self, x: Any, timeout: float = 10.0) -> dict[str, np.ndarray]:
-        """Run once; returns ``{output name: array}`` in the model's shapes and dtypes."""
-        return self.run_async(x, timeout).wait()
+        """Run once; returns ``{output name: array}`` in the model's shapes and dtypes.
+
+        ``timeout`` (s) bounds each hardware segment's wait for its unit and for its
+        interrupt: finite, ``0..MAX_TIMEOUT`` (InvalidArgument otherwise).  Thread-safe:
+        concurrent calls run one after the other."""
+        timeout = check_timeout(timeout)
+        with self.lock:
+            return self._run_async(x, timeout).wait()
 
     def run_async(self, x: Any, timeout: float = 10.0) -> RunHandle:
         """Upload ``x`` into a free arena and start its first hardware segment.
@@ -177,8 +191,13 @@ class Net:
         the device runs input n from the other; n+1 is kicked as soon as the unit is
         free (it takes one stream at a time).  ``handle.wait()`` finishes the run and
         returns the outputs; handles complete in order, and a third call waits for the
-        oldest first.
+        oldest first.  Thread-safe (module docstring).
         """
+        timeout = check_timeout(timeout)
+        with self.lock:
+            return self._run_async(x, timeout)
+
+    def _run_async(self, x: Any, timeout: float) -> RunHandle:
         while len(self._pending) >= 2:
             self._pending[0].wait()
         busy = {id(h.ctx) for h in self._pending}
@@ -191,9 +210,10 @@ class Net:
             h.host[name] = arr
             if self._dev(name) is not None:
                 self._upload(ctx, name, arr, h.stats)
-        if not any(p.exec_id is not None for p in self._pending):
-            h.advance(block=False)  # the unit takes one stream at a time: kick when idle
         self._pending.append(h)
+        head = self._pending[0]
+        if head.exec_id is None:  # runs start in order, one stream at a time: kick the
+            head.advance(block=False)  # oldest if the unit is free (this one, if alone)
         return h
 
     def _step(self, h: RunHandle, block: bool) -> bool:
@@ -203,10 +223,14 @@ class Net:
             name, index, _ = payload
             cl = h.ctx.lists[index]
             if h.exec_id is None:
-                h.t_kick = time.perf_counter()
-                h.exec_id = cl.exec()
-                if not block:
+                t_kick = time.perf_counter()
+                if not block:  # kick only if the unit is free (another net may hold it)
+                    h.exec_id = cl.try_exec()
+                    if h.exec_id is not None:
+                        h.t_kick = t_kick
                     return False
+                h.exec_id = cl.exec(h.timeout)
+                h.t_kick = t_kick
             us = cl.wait(h.exec_id, h.timeout)
             wall = (time.perf_counter() - h.t_kick) * 1e6
             h.exec_id = None
@@ -250,7 +274,8 @@ class Net:
         """
         from .profile import profile_net
 
-        return profile_net(self, x)
+        with self.lock:
+            return profile_net(self, x)
 
     def run_image(self, image: Any, timeout: float = 10.0, ipu: bool = False
                   ) -> dict[str, np.ndarray]:
@@ -260,6 +285,7 @@ class Net:
         input tensor, when the recorded preprocessing has an IPU equivalent."""
         from .images import as_rgb, preprocess
 
+        timeout = check_timeout(timeout)
         if len(self.inputs) != 1:
             raise InvalidArgument("run_image needs a single-input network", field="inputs",
                                   value=[i["name"] for i in self.inputs])
@@ -269,21 +295,24 @@ class Net:
                                        spec.get("layout", "NCHW")), timeout)
         from .ipu import ipu_preprocess
 
-        while self._pending:
-            self._pending[0].wait()
-        ctx = self._contexts[0]
-        h = RunHandle(self, ctx, timeout)
-        with h.stats.stage("pack", "ipu"):
-            ipu_preprocess(self, ctx, spec, as_rgb(image), timeout)
-        self._pending.append(h)
-        return h.wait()
+        rgb = as_rgb(image)
+        with self.lock:
+            while self._pending:
+                self._pending[0].wait()
+            ctx = self._contexts[0]
+            h = RunHandle(self, ctx, timeout)
+            with h.stats.stage("pack", "ipu"):
+                ipu_preprocess(self, ctx, spec, rgb, timeout)
+            self._pending.append(h)
+            return h.wait()
 
     def class_map(self, output: str | None = None) -> np.ndarray:
         """Per-pixel class (H, W) uint8 of a (1, K, H, W) output of the last run: the
         maximizer unit when the device has one (§9.2), else numpy (lowest index wins)."""
         from .ipu import class_map
 
-        return class_map(self, output)
+        with self.lock:
+            return class_map(self, output)
 
     def selftest(self) -> dict[str, Any]:
         """Run the golden pair stored in the file; report pass/fail and the worst error."""
@@ -291,7 +320,8 @@ class Net:
         if not gold:
             raise NetFileError("this net.bin has no golden pair", field="GOLD")
         feeds = {n: self.file.array(e, "GOLD") for n, e in gold["inputs"].items()}
-        got = self.run(feeds)
+        with self.lock:
+            got = self.run(feeds)
         worst, ok = 0.0, True
         for name, entry in gold["outputs"].items():
             err = golden_error(got[name], self.file.array(entry, "GOLD"))
@@ -300,6 +330,10 @@ class Net:
         return {"passed": bool(ok), "max_abs_error": worst, "tolerance": gold["tolerance"]}
 
     def close(self) -> None:
+        with self.lock:
+            self._close()
+
+    def _close(self) -> None:
         for cl in self._lists:
             cl.close()
         self._lists = []

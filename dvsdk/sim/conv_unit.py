@@ -22,7 +22,7 @@ from ..hw.spec import SPEC
 from ..hw.weights import unpack_conv_weights, unpack_dilated_weights
 from . import ops
 from .core import CoreState
-from .status import HardwareError
+from .status import Hang, HardwareError
 from .timing import conv_run_bytes, conv_run_cycles
 
 CONFIG = SPEC.struct("conv_config")
@@ -71,6 +71,11 @@ def run_configuration(core: CoreState) -> None:
             if len(core.conv_plans) > 1024:
                 core.conv_plans.clear()
             core.conv_plans[key] = plan
+        batch = hdr["input_circular_offset"] or 1
+        cost = core.params.timing.command_overhead + batch * plan.one.cycles
+        if core.totals.cycles + cost > core.kick_cycle_limit:
+            raise Hang(CFG_ADDR, f"watchdog: this command's {cost} cycles take the kick past "
+                       f"{core.kick_cycle_limit} cycles")
         with np.errstate(all="ignore"):  # inf and NaN are values to the hardware, not errors
             _execute(core, plan, table_word)
     except HardwareError:
@@ -155,6 +160,10 @@ def _plan(core: CoreState, hdr: dict, runs: list[dict], u8_input: bool) -> ConvP
     if macs > MAX_MACS:
         raise HardwareError("bad_config", CFG_ADDR, f"{macs} MACs exceed the simulator's "
                             f"per-command limit of {MAX_MACS}")
+    work = _work_bytes(runs, shapes, sizes, w * h * c)
+    if work > core.work_limit:
+        raise HardwareError("bad_config", CFG_ADDR, f"the command needs ~{work} bytes of host "
+                            f"memory, over the simulator's limit of {core.work_limit}")
     one = ConvTotals()
     if eltwise:
         r0 = dict(runs[0], pool_enable=0 if runs[0]["pool_enable"] != POOL.avg else POOL.avg)
@@ -199,13 +208,41 @@ def _execute(core: CoreState, plan: ConvPlan, table_word: int) -> None:
     totals.out_bytes += batch * one.out_bytes
 
 
+def _work_bytes(runs: list[dict], shapes: list[tuple], sizes: list[int], in_elems: int
+                ) -> int:
+    """Host memory (bytes) one command needs at its peak, estimated from the shapes before
+    anything is allocated (samples of a batch run one after the other): the float32 input
+    kept for the runs, and per run its input, the conv stage's output before pooling (a
+    few copies: conv, add, pool, activation), a deconv's zero-inserted input and decoding
+    the weights (measured: at most ~11 bytes per byte of packed weights); im2col blocks
+    (``ops._IM2COL_BUDGET``) count at their size."""
+    peak = 0
+    for run, ((w, h, _, c), (ow, oh, _, m)), size in zip(runs, shapes, sizes):
+        pre = dict(run, pool_enable=0)
+        (tw, th, _, tc), _ = dims.run_output_shape(pre, (w, h, 1, c))
+        elems = w * h * c + 3 * max(tw, 1) * max(th, 1) * tc + ow * oh * m + 3 * size
+        if run["conv_enable"]:
+            kx, ky = _xy(run["p"])
+            cin = 1 if run["conv_enable"] & 2 else c
+            cols = max(tw, 1) * max(th, 1) * cin * max(kx, 1) * max(ky or kx, 1)
+            elems += min(cols, ops._IM2COL_BUDGET // 4)
+            if run["conv_enable"] & 4:
+                elems += max(tw, 1) * max(th, 1) * c
+        peak = max(peak, elems)
+    return 4 * (in_elems + peak)
+
+
 def _run_macs(run: dict, shapes: tuple) -> int:
+    """An upper bound of one run's multiply-accumulates (per sample): the conv stage at the
+    larger of its input, its pre-pooling output (a deconv's is larger) and the run's
+    output."""
     (w, h, _, c), (ow, oh, _, m) = shapes
     if not run["conv_enable"]:
         return ow * oh * m
+    (tw, th, _, _), _ = dims.run_output_shape(dict(run, pool_enable=0), (w, h, 1, c))
     kx, ky = _xy(run["p"])
     cin = 1 if run["conv_enable"] & 2 else c
-    return max(ow, w) * max(oh, h) * m * cin * kx * (ky or kx)
+    return max(ow, w, tw) * max(oh, h, th) * m * cin * kx * (ky or kx)
 
 
 def _read_input(core: CoreState, addr: int, hwc: tuple[int, int, int],
@@ -242,9 +279,13 @@ def _load_weights(core: CoreState, run: dict, in_c: int, size: int) -> tuple:
                             else np.array_equal(hit[1], blob)):
         return hit[2]
     decoded = _decode_weights(blob, run, in_c, size)
-    if len(cache) > 512:
+    nbytes = sum(a.nbytes for a in decoded[:3] if a is not None)
+    nbytes += 0 if version is not None else size
+    if len(cache) > 512 or core.weight_cache_bytes + nbytes > core.cache_limit:
         cache.clear()
+        core.weight_cache_bytes = 0
     cache[key] = (version, blob.copy() if version is None else None, decoded)
+    core.weight_cache_bytes += nbytes
     return decoded
 
 

@@ -26,7 +26,21 @@ PACKET = SPEC.packet
 WRITE_MAGIC = int(SPEC.stream["write_magic"])
 CFG_MEM_BYTES = int(SPEC.stream["controller_memory_bytes"])
 U8_TABLE_INDEX = SPEC.stream_reg("u8_table")
-MAX_STREAM_WORDS = 1 << 24
+_WATCHDOG = SPEC.stream["simulator_watchdog"]
+
+
+@dataclass(frozen=True)
+class Watchdog:
+    """The simulator's bounds on one kick (``firmware_spec/stream.yaml``,
+    ``simulator_watchdog``): past any of them the kick stops with SIM_STATUS = hang and no
+    interrupt, as a hung DV700 would leave the driver waiting; ``work_bytes`` caps the
+    host memory of one command (bad_config above it)."""
+
+    stream_words: int = int(_WATCHDOG["max_stream_words"])
+    stream_steps: int = int(_WATCHDOG["max_stream_steps"])
+    commands: int = int(_WATCHDOG["max_commands"])
+    kick_seconds: float = float(_WATCHDOG["max_kick_seconds"])
+    work_bytes: int = int(_WATCHDOG["max_work_bytes"])
 
 
 @dataclass
@@ -40,6 +54,7 @@ class SimParams:
     hw_version: int = 0x0700
     max_input_size: int = 0
     units: tuple[str, ...] = ("conv", "ipu", "maximizer")
+    watchdog: Watchdog = field(default_factory=Watchdog)
     timing: TimingParams = field(init=False)
 
     def __post_init__(self) -> None:
@@ -67,6 +82,14 @@ class CoreState:
                  memory: Dram | None = None) -> None:
         self.params = params or SimParams()
         self.mem = memory or Dram(dram, dram_base)
+        wd = self.params.watchdog
+        #: host bytes one command may use (Watchdog.work_bytes, at most 4 x DRAM)
+        self.work_limit = min(wd.work_bytes, 4 * self.mem.array.size)
+        #: cycles one kick may take before the watchdog stops it
+        self.kick_cycle_limit = int(wd.kick_seconds * self.params.clock_mhz * 1e6)
+        #: the caches (decoded weights, stored tensors) take a quarter of it each
+        self.cache_limit = self.work_limit // 4
+        self.mem.tensor_limit = min(self.mem.tensor_limit, self.cache_limit)
         self.regs = regs or {u: np.zeros(WINDOW // 4, np.uint32) for u in START_REGS}
         self.on_irq = on_irq
         self.cfg_mem = np.zeros(CFG_MEM_BYTES, np.uint8)
@@ -76,12 +99,15 @@ class CoreState:
         self.ipu_lut = np.zeros(0, np.uint32)  # palette loaded by the last LUT command
         self._lut_pending: list[int] = []
         self.stats: dict[str, int] = {"kicks": 0, "commands": 0, "cycles": 0}
-        #: decoded weights by (address, layout): reused while the DRAM bytes are unchanged
+        #: decoded weights by (address, layout): reused while the DRAM bytes are unchanged;
+        #: at most cache_limit bytes of arrays (emptied when a new entry would pass it)
         self.weight_cache: dict[tuple, tuple] = {}
+        self.weight_cache_bytes = 0
         #: configuration images worked out (conv_unit.ConvPlan), by image bytes
         self.conv_plans: dict[tuple, object] = {}
         #: the running stream's byte and cycle totals (conv_unit.ConvTotals)
         self.totals: Any = None
+        self.kick_commands = 0  # conv commands started by the running kick
         self.power_on()
 
     # -- register file ------------------------------------------------------------------
@@ -112,6 +138,7 @@ class CoreState:
         for unit, r in self.regs.items():
             r[IRQ_REGS[unit] // 4] = 0
             r[R[unit]["SIM_STATUS"] // 4] = 0
+            r[R[unit]["SIM_FAULT_ADDR"] // 4] = 0
             r[START_REGS[unit] // 4] = 0
         self.cfg_mem[:] = 0
         self.faults = Faults()

@@ -10,6 +10,12 @@ URL options (``sim://?ub_size=524288&clock_mhz=300``): ``ub_size``, ``mac_num``,
 ``clock_mhz``, ``dram_mb``, ``units`` (e.g. ``conv,maximizer``), ``coherence``
 (``error`` | ``warn`` | ``off``), ``fault`` (``hang``, ``lost_irq``,
 ``dma_error``, ``bitflip``: once, on the next kick).
+
+Threads: one re-entrant lock serializes the simulated hardware (register writes and the
+kick that runs in ``write32``, allocation, DMA syncs, checked CPU accesses), as the
+single DV700 it models is serial; a register read is one word and needs no lock;
+``wait_irq`` waits outside it.  Coherence problems a
+kick finds are reported by the next ``wait_irq`` of that kick's unit.
 """
 
 from __future__ import annotations
@@ -21,7 +27,8 @@ import numpy as np
 
 from .. import native
 from ..driver.allocator import RegionAllocator
-from ..driver.device import UNITS, Device, DeviceInfo, DmaBuffer, parse_url
+from ..driver.device import UNITS, Device, DeviceInfo, DmaBuffer, check_timeout, parse_url
+from ..driver.regdump import describe_registers
 from ..errors import CoherenceError, DeviceTimeout, InvalidArgument, InvalidURL
 from .core import IRQ_REGS, Faults, R, SimParams
 from .dram import Dram, remove_span, same_bytes
@@ -65,11 +72,21 @@ class SimDmaBuffer(DmaBuffer):
 
     def write(self, offset: int, data) -> None:
         """A CPU store: the lines become dirty whatever the value (as in a real cache)."""
-        super().write(offset, data)
-        n = np.asarray(data).nbytes if not isinstance(data, (bytes, bytearray)) else len(data)
-        self.cpu_written = _add_span(self.cpu_written, offset, offset + n)
+        with self.sim.lock:
+            super().write(offset, data)
+            n = np.asarray(data).nbytes if not isinstance(data, (bytes, bytearray)) \
+                else len(data)
+            self.cpu_written = _add_span(self.cpu_written, offset, offset + n)
+
+    def free(self) -> None:
+        with self.sim.lock:
+            super().free()
 
     def _sync_for_device(self, offset: int, nbytes: int) -> None:
+        with self.sim.lock:
+            self._clean(offset, nbytes)
+
+    def _clean(self, offset: int, nbytes: int) -> None:
         """Clean: write back what the CPU stored since the last sync (write() spans, plus
         any byte changed through the raw view)."""
         cpu = self.view[offset : offset + nbytes]
@@ -90,14 +107,16 @@ class SimDmaBuffer(DmaBuffer):
 
     def _sync_for_cpu(self, offset: int, nbytes: int) -> None:
         """Clean and invalidate: CPU stores go out, then the CPU view reloads from DRAM."""
-        self._sync_for_device(offset, nbytes)
-        self.sim.core.mem.materialize(self.phys + offset, nbytes)
-        fresh = self._dram(offset, nbytes)
-        self.view[offset : offset + nbytes] = fresh
-        self.snapshot[offset : offset + nbytes] = fresh
-        self.device_dirty = remove_span(self.device_dirty, offset, offset + nbytes)
+        with self.sim.lock:
+            self._clean(offset, nbytes)
+            self.sim.core.mem.materialize(self.phys + offset, nbytes)
+            fresh = self._dram(offset, nbytes)
+            self.view[offset : offset + nbytes] = fresh
+            self.snapshot[offset : offset + nbytes] = fresh
+            self.device_dirty = remove_span(self.device_dirty, offset, offset + nbytes)
 
     def _check_cpu_read(self, offset: int, nbytes: int) -> None:
+        # device_dirty is replaced whole (never mutated), so reading it needs no lock
         hit = _intervals_overlap(self.device_dirty, offset, offset + nbytes)
         if hit:
             self.sim.coherence_problem(
@@ -124,7 +143,11 @@ class SimDevice(Device):
         self.allocator = RegionAllocator(self.dram.size, base=self.dram_base)
         self.buffers: dict[int, SimDmaBuffer] = {}
         self.coherence = coherence
-        self.coherence_errors: list[CoherenceError] = []
+        #: serializes the simulated hardware (module docstring)
+        self.lock = threading.RLock()
+        #: coherence problems found by a kick, by unit, reported by its next wait_irq
+        self.coherence_errors: dict[str, list[CoherenceError]] = {u: [] for u in UNITS}
+        self._running: str | None = None  # the unit whose kick runs now
         self._clean_in_kick: set[int] = set()  # buffers found clean since the last kick
         self._irq = {u: threading.Event() for u in UNITS}
         mem = Dram(self.dram, self.dram_base, on_read=self._device_read,
@@ -172,38 +195,48 @@ class SimDevice(Device):
                                   value=unit, limit=self.params.units)
 
     def read32(self, unit: str, offset: int) -> int:
+        # one word of the register file: atomic without the lock (a read while another
+        # thread's kick runs sees the register as it is, as on hardware)
         self._unit(unit, offset)
         return self.core.read_reg(unit, offset)
 
     def write32(self, unit: str, offset: int, value: int) -> None:
-        self._unit(unit, offset)
-        if offset == IRQ_REGS[unit] and not value & 1:
-            self._irq[unit].clear()
-        self._clean_in_kick.clear()  # any register write may start a unit: check afresh
-        self.core.write_reg(unit, offset, int(value))
+        with self.lock:
+            self._unit(unit, offset)
+            if offset == IRQ_REGS[unit] and not value & 1:
+                self._irq[unit].clear()
+            self._clean_in_kick.clear()  # any register write may start a unit: check afresh
+            self._running = unit  # whose kick a coherence problem belongs to
+            self.core.write_reg(unit, offset, int(value))
 
     def alloc(self, nbytes: int, align: int = 64, name: str = "") -> SimDmaBuffer:
-        off = self.allocator.alloc(int(nbytes), align)
-        buf = SimDmaBuffer(self, off, int(nbytes), name or f"buf{len(self.buffers)}")
-        self.core.mem.release(self.dram_base + off, int(nbytes))
-        self.dram[off : off + nbytes] = 0
-        self.buffers[off] = buf
-        return buf
+        with self.lock:
+            off = self.allocator.alloc(int(nbytes), align)
+            buf = SimDmaBuffer(self, off, int(nbytes), name or f"buf{len(self.buffers)}")
+            self.core.mem.release(self.dram_base + off, int(nbytes))
+            self.dram[off : off + nbytes] = 0
+            self.buffers[off] = buf
+            return buf
 
     def release(self, buf: SimDmaBuffer) -> None:
-        self.buffers.pop(buf.dram_off, None)
-        self.allocator.free(buf.dram_off)
+        with self.lock:
+            self.buffers.pop(buf.dram_off, None)
+            self.allocator.free(buf.dram_off)
 
     def wait_irq(self, unit: str, timeout: float) -> None:
         self.check_reg(unit, IRQ_REGS[unit])
-        ev = self._irq[unit]
-        if not ev.wait(max(float(timeout), 0.0)):
-            raise DeviceTimeout(f"{unit} interrupt did not arrive within {timeout:g} s",
-                                registers=self.snapshot(unit), field="timeout", value=timeout)
-        if self.coherence_errors and self.coherence == "error":
-            err = self.coherence_errors.pop(0)
-            self.coherence_errors.clear()
-            raise err
+        timeout = check_timeout(timeout)
+        if not self._irq[unit].wait(timeout):
+            regs = self.snapshot(unit)
+            raise DeviceTimeout(f"{unit} interrupt did not arrive within {timeout:g} s: "
+                                f"{describe_registers(unit, regs)}", registers=regs,
+                                field="timeout", value=timeout)
+        with self.lock:
+            errors = self.coherence_errors[unit]
+            if errors and self.coherence == "error":
+                err = errors[0]
+                errors.clear()
+                raise err
 
     def info(self) -> DeviceInfo:
         p = self.params
@@ -214,15 +247,18 @@ class SimDevice(Device):
                           extra={"clock_mhz": p.clock_mhz, "dram_base": self.dram_base})
 
     def reset(self) -> None:
-        self.core.reset()
-        for ev in self._irq.values():
-            ev.clear()
-        self.coherence_errors.clear()
+        with self.lock:
+            self.core.reset()
+            for ev in self._irq.values():
+                ev.clear()
+            for errors in self.coherence_errors.values():
+                errors.clear()
 
     def close(self) -> None:
-        for buf in list(self.buffers.values()):
-            buf.free()
-        self.closed = True
+        with self.lock:
+            for buf in list(self.buffers.values()):
+                buf.free()
+            self.closed = True
 
     # -- simulator extras -------------------------------------------------------------
     def inject(self, fault: str, times: int = 1) -> None:
@@ -231,7 +267,8 @@ class SimDevice(Device):
         if fault not in Faults.__dataclass_fields__:
             raise InvalidArgument("unknown fault", field="fault", value=fault,
                                   limit=sorted(Faults.__dataclass_fields__))
-        setattr(self.core.faults, fault, getattr(self.core.faults, fault) + times)
+        with self.lock:
+            setattr(self.core.faults, fault, getattr(self.core.faults, fault) + times)
 
     @property
     def errors(self) -> list[str]:
@@ -239,8 +276,9 @@ class SimDevice(Device):
         return self.core.errors
 
     def snapshot(self, unit: str) -> dict[str, int]:
-        return {name: self.core.read_reg(unit, off) for name, off in R[unit].items()
-                if not name.startswith("BYTE_COUNTERS")}
+        with self.lock:
+            return {name: self.core.read_reg(unit, off) for name, off in R[unit].items()
+                    if not name.startswith("BYTE_COUNTERS")}
 
     def coherence_problem(self, message: str, buffer: str, start: int, end: int) -> None:
         err = CoherenceError(message, buffer=buffer, start=start, end=end)
@@ -284,7 +322,7 @@ class SimDevice(Device):
                 err = CoherenceError(msg, buffer=buf.name, start=int(a + diff[0]),
                                      end=int(a + diff[-1] + 1))
                 if self.coherence == "error":
-                    self.coherence_errors.append(err)
+                    self.coherence_errors[self._running or "conv"].append(err)
                 else:
                     warnings.warn(msg, stacklevel=2)
 

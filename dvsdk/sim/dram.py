@@ -33,13 +33,29 @@ from .status import HardwareError
 #: bytes per entry of the write clock behind :meth:`Dram.version` (2**6: the DMA
 #: allocators' alignment, so two buffers never share an entry)
 LINE_SHIFT = 6
+#: the stored tensors are indexed by 64 KiB page, so finding those that overlap an access
+#: costs the tensors near it, not all of them (a batch of N samples stores N tensors)
+PAGE_SHIFT = 16
+
+
+#: bytes compared at a time by :func:`same_bytes` (its temporary is an eighth of this)
+_COMPARE_BLOCK = 8 << 20
 
 
 def same_bytes(a: np.ndarray, b: np.ndarray) -> bool:
-    """Byte equality of two uint8 vectors of the same size (8 bytes at a time if possible)."""
-    if a.size % 8 == 0:
+    """Byte equality of two uint8 vectors of the same size: 8 bytes at a time where the
+    length allows, in blocks, so the comparison's temporaries stay small."""
+    n = a.size
+    if n <= _COMPARE_BLOCK and n % 8 == 0:
         return np.array_equal(a.view(np.uint64), b.view(np.uint64))
-    return np.array_equal(a, b)
+    for i in range(0, n, _COMPARE_BLOCK):
+        x, y = a[i : i + _COMPARE_BLOCK], b[i : i + _COMPARE_BLOCK]
+        k = x.size & ~7
+        if k and not np.array_equal(x[:k].view(np.uint64), y[:k].view(np.uint64)):
+            return False
+        if k < x.size and not np.array_equal(x[k:], y[k:]):
+            return False
+    return True
 
 
 def remove_span(spans: list[tuple[int, int]], a: int, b: int) -> list[tuple[int, int]]:
@@ -84,6 +100,7 @@ class Dram:
     """
 
     #: stored tensors are written out and forgotten past this many bytes of kept arrays
+    #: (``tensor_limit`` per instance; the simulator lowers it to its host memory budget)
     TENSOR_LIMIT = 256 << 20
 
     def __init__(self, array: np.ndarray, base: int,
@@ -96,7 +113,10 @@ class Dram:
         self.on_write = on_write
         self.lazy = lazy
         self.flip_next_write = False
+        self.tensor_limit = self.TENSOR_LIMIT
         self.tensors: dict[tuple[int, int], StoredTensor] = {}  # by (start, end) address
+        #: page -> keys of the tensors on it; built once there are many tensors
+        self._pages: dict[int, set[tuple[int, int]]] | None = None
         self._kept_bytes = 0
         self._clock = 0
         # lazy mode: the write clock of each 64-byte line, for version() (np.zeros: pages
@@ -179,7 +199,9 @@ class Dram:
         """Write out the stored tensors whose unwritten bytes overlap ``[addr, addr+n)``
         (lazy mode); the simulated DMA calls it before the CPU reads DRAM."""
         end = addr + n
-        for t in [t for t in self.tensors.values() if t.packed is None
+        near = self._overlapping(addr, end) if len(self.tensors) > 32 else \
+            self.tensors.values()
+        for t in [t for t in near if t.packed is None
                   and any(s < end and addr < e for s, e in t.live)]:
             packed = layout.pack(f32_to_f16(t.values)).view(np.uint8)
             for s, e in t.live:
@@ -209,22 +231,55 @@ class Dram:
 
     # -- bookkeeping --------------------------------------------------------------------
     def _keep(self, t: StoredTensor) -> None:
-        if self._kept_bytes + t.values.nbytes > self.TENSOR_LIMIT:
+        if self._kept_bytes + t.values.nbytes > self.tensor_limit:
             self.materialize(self.base, self.array.size)
             for old in list(self.tensors.values()):
                 self._drop(old)
         t.values.flags.writeable = False
-        self.tensors[t.addr, t.end] = t
+        key = (t.addr, t.end)
+        self.tensors[key] = t
+        if self._pages is not None:
+            self._index(key)
         self._kept_bytes += t.values.nbytes
 
     def _drop(self, t: StoredTensor) -> None:
-        del self.tensors[t.addr, t.end]
+        key = (t.addr, t.end)
+        del self.tensors[key]
+        if self._pages is not None:
+            for page in range(t.addr >> PAGE_SHIFT, ((t.end - 1) >> PAGE_SHIFT) + 1):
+                keys = self._pages[page]
+                keys.discard(key)
+                if not keys:
+                    del self._pages[page]
         self._kept_bytes -= t.values.nbytes
+
+    def _index(self, key: tuple[int, int]) -> None:
+        assert self._pages is not None
+        for page in range(key[0] >> PAGE_SHIFT, ((key[1] - 1) >> PAGE_SHIFT) + 1):
+            self._pages.setdefault(page, set()).add(key)
+
+    def _overlapping(self, a: int, b: int) -> list[StoredTensor]:
+        """The stored tensors overlapping ``[a, b)`` (their live ranges are disjoint, so
+        the order does not matter); used once there are many (the page index is built on
+        first use and kept up to date from then on)."""
+        tensors = self.tensors
+        if self._pages is None:
+            self._pages = {}
+            for key in tensors:
+                self._index(key)
+        first, last = a >> PAGE_SHIFT, (b - 1) >> PAGE_SHIFT
+        if last - first >= len(self._pages):
+            return [t for (s, e), t in tensors.items() if s < b and a < e]
+        keys = {k for p in range(first, last + 1) for k in self._pages.get(p, ())
+                if k[0] < b and a < k[1]}
+        return [tensors[k] for k in keys]
 
     def _clip(self, a: int, b: int) -> None:
         """``[a, b)`` is about to be overwritten whole: written tensors there are dropped,
         unwritten ones lose that part (and are dropped when nothing is left)."""
-        for t in [t for t in self.tensors.values() if t.addr < b and a < t.end]:
+        near = self._overlapping(a, b) if len(self.tensors) > 32 else \
+            [t for t in self.tensors.values() if t.addr < b and a < t.end]
+        for t in near:
             if t.packed is not None:
                 self._drop(t)
                 continue

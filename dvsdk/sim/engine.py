@@ -15,18 +15,21 @@ unit's start register runs that unit to completion and raises its interrupt:
 Anything the hardware cannot execute (unknown packets, bad or misaligned
 addresses, impossible configurations) sets ``SIM_STATUS``/``SIM_FAULT_ADDR``,
 records a reason in :attr:`Dv700Core.errors` and raises the interrupt: it never
-raises into the host.
+raises into the host.  The watchdog (:class:`~dvsdk.sim.core.Watchdog`) bounds the
+work of one kick: a stream that loops or runs too long stops with ``SIM_STATUS`` =
+hang and no interrupt, as a hung DV700 leaves the driver to time out.  Both status
+registers describe the last kick: a kick clears them.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from ..errors import DvsdkError
 from .conv_unit import ConvTotals, run_configuration
 from .core import (
     CFG_MEM_BYTES,
     IRQ_REGS,
-    MAX_STREAM_WORDS,
     PACKET,
     START_REGS,
     U8_TABLE_INDEX,
@@ -34,7 +37,7 @@ from .core import (
     CoreState,
     R,
 )
-from .status import STATUS, HardwareError
+from .status import STATUS, Hang, HardwareError
 from .timing import byte_counter_values
 from .units import run_ipu, run_maximizer
 
@@ -62,10 +65,12 @@ class Dv700Core(CoreState):
         regs = self.regs[unit]
         regs[START_REGS[unit] // 4] = 0
         self.stats["kicks"] += 1
+        status_reg = R[unit]["SIM_STATUS"] // 4
+        fault_reg = R[unit]["SIM_FAULT_ADDR"] // 4
+        regs[status_reg] = regs[fault_reg] = 0
         if self.faults.hang:
             self.faults.hang -= 1
             return
-        status_reg = R[unit]["SIM_STATUS"] // 4
         cycles = 0
         try:
             if self.faults.dma_error:
@@ -78,20 +83,17 @@ class Dv700Core(CoreState):
                 self.mem.flip_next_write = True
             if unit == "conv":
                 cycles = self._run_stream()
-            elif unit == "maximizer":
-                cycles = run_maximizer(self)
             else:
-                if self._lut_pending:  # ncolor_lut == 0 reuses the last palette (§3.5)
-                    self.ipu_lut = np.array(self._lut_pending, np.uint32)
-                    self._lut_pending = []
-                cycles = run_ipu(self)
+                cycles = self._run_unit(unit)
         except HardwareError as e:
             regs[status_reg] = e.status
-            if unit == "conv":
-                regs[R["conv"]["SIM_FAULT_ADDR"] // 4] = e.address & 0xFFFFFFFF
+            regs[fault_reg] = e.address & 0xFFFFFFFF
             self.errors.append(f"{unit}: {STATUS.name_of(e.status)}: {e.reason}")
+            if len(self.errors) > 1000:
+                del self.errors[:-100]
             self.mem.flip_next_write = False
-            self.raise_irq(unit)
+            if not isinstance(e, Hang):  # a hung unit never interrupts
+                self.raise_irq(unit)
             return
         self.stats["cycles"] += cycles
         regs[R[unit]["SIM_CYCLES_LO"] // 4] = cycles & 0xFFFFFFFF
@@ -110,8 +112,26 @@ class Dv700Core(CoreState):
             else:
                 self.raise_irq(unit)
 
+    def _run_unit(self, unit: str) -> int:
+        """The maximizer or the IPU from its registers; anything they cannot run that their
+        checks missed is still a status, never a host exception."""
+        try:
+            if unit == "maximizer":
+                return run_maximizer(self)
+            if self._lut_pending:  # ncolor_lut == 0 reuses the last palette (§3.5)
+                self.ipu_lut = np.array(self._lut_pending, np.uint32)
+                self._lut_pending = []
+            return run_ipu(self)
+        except HardwareError:
+            raise
+        except (DvsdkError, ValueError, IndexError, ZeroDivisionError, OverflowError) as e:
+            base = R[unit]["IN_ADDR" if unit == "maximizer" else "WR_ADDR"]
+            raise HardwareError("bad_config", self.read_reg(unit, base),
+                                f"{unit} program cannot run: {e}") from None
+
     def _run_stream(self) -> int:
-        """Fetch and decode the command stream (§10.2-10.4); returns cycles."""
+        """Fetch and decode the command stream (§10.2-10.4) under the watchdog; returns
+        cycles."""
         conv = self.regs["conv"]
         addr = int(conv[R["conv"]["CMD_ADDR"] // 4])
         length = int(conv[R["conv"]["CMD_LEN"] // 4]) * 8
@@ -119,21 +139,24 @@ class Dv700Core(CoreState):
             conv[(R["conv"]["BYTE_COUNTERS_LO"] if i < 8 else R["conv"]["BYTE_COUNTERS_HI"]) // 4
                  + i % 8] = 0
         self.totals = ConvTotals()
+        self.kick_commands = 0
         if addr % 8:
             raise HardwareError("misaligned", addr, "command stream address not 8-byte aligned")
         if length == 0:
             raise HardwareError("stream_overrun", addr, "command stream length is 0")
-        words_done = 0
+        wd = self.params.watchdog
+        fetched = 0
+        chunk = self._fetch(addr, length, fetched)
         fetched = length
-        chunk = self.mem.read(addr, length).view("<u4").copy()
-        pos = 0
+        pos = steps = 0
         irq_seen = False
         while pos < chunk.size:
             word = int(chunk[pos])
             here = addr + 4 * pos
-            words_done += 1
-            if words_done > MAX_STREAM_WORDS:
-                raise HardwareError("stream_overrun", here, "command stream does not end")
+            steps += 1
+            if steps > wd.stream_steps:
+                raise Hang(here, f"watchdog: {wd.stream_steps} packets decoded and no "
+                           "interrupt write (the stream loops or does not end)")
             if word == 0:  # pad word
                 pos += 1
                 continue
@@ -145,7 +168,7 @@ class Dv700Core(CoreState):
                     raise HardwareError("misaligned", here, f"jump length {nlen} not 8k")
                 if naddr % 8:
                     raise HardwareError("misaligned", naddr, "jump target not 8-byte aligned")
-                addr, chunk, pos = naddr, self.mem.read(naddr, nlen).view("<u4").copy(), 0
+                addr, chunk, pos = naddr, self._fetch(naddr, nlen, fetched), 0
                 fetched += nlen
                 continue
             hdr = PACKET.unpack(word)
@@ -169,8 +192,21 @@ class Dv700Core(CoreState):
         for i, v in enumerate(counters):
             base = R["conv"]["BYTE_COUNTERS_LO"] if i < 8 else R["conv"]["BYTE_COUNTERS_HI"]
             conv[base // 4 + i % 8] = v & 0xFFFFFFFF
-        stream_cycles = -(-fetched // self.params.bus_bytes_per_cycle)
-        return t.cycles + stream_cycles
+        return t.cycles + self._stream_cycles(fetched)
+
+    def _stream_cycles(self, fetched: int) -> int:
+        return -(-fetched // self.params.bus_bytes_per_cycle)
+
+    def _fetch(self, addr: int, nbytes: int, fetched: int) -> np.ndarray:
+        """A chunk of the stream as words: DRAM range first, then the watchdog's word and
+        cycle budgets, then the copy (its size is bounded by then)."""
+        self.mem.check_range(addr, nbytes)
+        wd = self.params.watchdog
+        if (fetched + nbytes) // 4 > wd.stream_words:
+            raise Hang(addr, f"watchdog: more than {wd.stream_words} stream words fetched")
+        if self.totals.cycles + self._stream_cycles(fetched + nbytes) > self.kick_cycle_limit:
+            raise Hang(addr, f"watchdog: the kick passed {self.kick_cycle_limit} cycles")
+        return self.mem.read(addr, nbytes).view("<u4").copy()
 
     def _cfg_data(self, words: np.ndarray, where: int) -> None:
         """CFG_DATA writes: each stores a word at the controller address CFG_ADDR, which
@@ -197,8 +233,15 @@ class Dv700Core(CoreState):
             self._cfg_data(np.array([value], "<u4"), where)
         elif offset == conv_regs["START"]:
             if value & 1:
+                self.kick_commands += 1
+                if self.kick_commands > self.params.watchdog.commands:
+                    raise Hang(where, f"watchdog: more than {self.params.watchdog.commands} "
+                               "conv commands in one kick")
                 self.stats["commands"] += 1
-                run_configuration(self)
+                try:
+                    run_configuration(self)
+                except Hang as e:
+                    raise Hang(where, e.reason) from None
         elif offset == IRQ_REGS["conv"]:
             if value & 1:
                 self.regs["conv"][offset // 4] = 1

@@ -115,9 +115,25 @@ def _pixels(a: np.ndarray, fmt: int, field: str) -> np.ndarray:
     return arr
 
 
+def check_swizzle(fmt: int, swizzle: Sequence[int]) -> None:
+    """InvalidArgument unless ``swizzle`` is valid for the texture format (§6.5): r, g, b
+    distinct byte indices of a pixel, and for 4-byte pixels a permutation of 0..3."""
+    ridx, gidx, bidx, aidx = (int(v) for v in swizzle)
+    nbytes = 3 if fmt == FMT_RGB888 else 4
+    rgb = (ridx, gidx, bidx)
+    if min(rgb) < 0 or max(rgb) >= nbytes or len(set(rgb)) != 3:
+        raise InvalidArgument("swizzle r/g/b indices must be distinct byte indices",
+                              field="swizzle", value=tuple(swizzle), limit=f"0..{nbytes - 1}")
+    if nbytes == 4 and (not 0 <= aidx <= 3 or len({ridx, gidx, bidx, aidx}) != 4):
+        raise InvalidArgument("swizzle indices must be a permutation of 0..3",
+                              field="swizzle", value=tuple(swizzle), limit="0..3")
+
+
 def _decode_texture(tex: np.ndarray, fmt: int, lut: np.ndarray | Sequence[int] | None,
                     swizzle: Sequence[int]) -> np.ndarray:
-    """Raw texture → ``(H, W, 4)`` int32 RGBA after palette lookup and swizzle."""
+    """Raw texels ``(H, W, bpp)`` → ``(H, W, 4)`` int32 RGBA after palette lookup and
+    swizzle (texel by texel: the caller may pass only the texels it samples)."""
+    check_swizzle(fmt, swizzle)
     if fmt == FMT_LUT:
         if lut is None:
             raise InvalidArgument("LUT texture needs a palette", field="lut", value=None)
@@ -133,32 +149,33 @@ def _decode_texture(tex: np.ndarray, fmt: int, lut: np.ndarray | Sequence[int] |
         src = tex
     src = src.astype(np.int32)
     ridx, gidx, bidx, aidx = (int(v) for v in swizzle)
-    nbytes = src.shape[2]
-    rgb = (ridx, gidx, bidx)
-    if min(rgb) < 0 or max(rgb) >= nbytes or len(set(rgb)) != 3:
-        raise InvalidArgument("swizzle r/g/b indices must be distinct byte indices",
-                              field="swizzle", value=tuple(swizzle), limit=f"0..{nbytes - 1}")
-    if nbytes == 4:
-        if not 0 <= aidx <= 3 or len({ridx, gidx, bidx, aidx}) != 4:
-            raise InvalidArgument("swizzle indices must be a permutation of 0..3",
-                                  field="swizzle", value=tuple(swizzle), limit="0..3")
+    if src.shape[2] == 4:
         alpha = src[:, :, aidx]
     else:  # RGB888: aidx unchecked (§6.5); [AMBIG] alpha is opaque
         alpha = np.full(src.shape[:2], 255, np.int32)
     return np.stack([src[:, :, ridx], src[:, :, gidx], src[:, :, bidx], alpha], axis=-1)
 
 
-def _sample(img: np.ndarray, rect_w: int, rect_h: int, bilinear: bool) -> np.ndarray:
-    """Resample ``(th, tw, 4)`` int32 to ``(rect_h, rect_w, 4)`` int32."""
-    th, tw = img.shape[:2]
+def _sample(raw: np.ndarray, fmt: int, lut: np.ndarray | Sequence[int] | None,
+            swizzle: Sequence[int], rect_w: int, rect_h: int, rows: tuple[int, int],
+            bilinear: bool) -> np.ndarray:
+    """Output rows ``rows = (a, b)`` of the raw ``(th, tw, bpp)`` texture resampled to
+    ``(rect_h, rect_w)``: ``(b - a, rect_w, 4)`` int32 RGBA.  Texels are gathered raw and
+    decoded after, so the memory follows the band of rows, not the texture."""
+    th, tw = raw.shape[:2]
+    a, b = rows
+
+    def texels(ys: np.ndarray, xs: np.ndarray) -> np.ndarray:
+        return _decode_texture(raw[ys[:, None], xs[None, :]], fmt, lut, swizzle)
+
     if not bilinear:
         # nearest: the texel containing the output pixel centre, in exact integers
-        ys = ((2 * np.arange(rect_h) + 1) * th) // (2 * rect_h)
+        ys = ((2 * np.arange(a, b) + 1) * th) // (2 * rect_h)
         xs = ((2 * np.arange(rect_w) + 1) * tw) // (2 * rect_w)
-        return img[ys[:, None], xs[None, :]]
+        return texels(ys, xs)
     # bilinear between texel centres, clamp to edge
     u = (np.arange(rect_w, dtype=np.float32) + 0.5) * np.float32(tw / rect_w) - 0.5
-    v = (np.arange(rect_h, dtype=np.float32) + 0.5) * np.float32(th / rect_h) - 0.5
+    v = (np.arange(a, b, dtype=np.float32) + 0.5) * np.float32(th / rect_h) - 0.5
     u = np.clip(u, 0, tw - 1)
     v = np.clip(v, 0, th - 1)
     x0 = np.floor(u).astype(np.int64)
@@ -167,9 +184,10 @@ def _sample(img: np.ndarray, rect_w: int, rect_h: int, bilinear: bool) -> np.nda
     y1 = np.minimum(y0 + 1, th - 1)
     fx = (u - x0).astype(np.float32)[None, :, None]
     fy = (v - y0).astype(np.float32)[:, None, None]
-    f = img.astype(np.float32)
-    top = f[y0[:, None], x0[None, :]] * (1 - fx) + f[y0[:, None], x1[None, :]] * fx
-    bot = f[y1[:, None], x0[None, :]] * (1 - fx) + f[y1[:, None], x1[None, :]] * fx
+    top = texels(y0, x0).astype(np.float32) * (1 - fx) + \
+        texels(y0, x1).astype(np.float32) * fx
+    bot = texels(y1, x0).astype(np.float32) * (1 - fx) + \
+        texels(y1, x1).astype(np.float32) * fx
     res = top * (1 - fy) + bot * fy
     return np.clip(np.floor(res + 0.5), 0, 255).astype(np.int32)
 
@@ -191,6 +209,7 @@ def ipu_render(
     fmt_rd: int | None = None,
     alpha: int = 255,
     use_const_alpha: bool = False,
+    rows: tuple[int, int] | None = None,
 ) -> np.ndarray:
     """Render one IPU command's rectangle (§9.1, register programming §10.6).
 
@@ -211,10 +230,12 @@ def ipu_render(
             1 DIV_255 ``F16(v / 255)``.  Ignored for 8-bit outputs.
         rd, fmt_rd: optional source image ``(rect_h, rect_w, 3|4)`` (``use_rd``).
         alpha, use_const_alpha: blend with constant ``alpha`` or texture alpha.
+        rows: render only output rows ``[a, b)`` (default all); ``rd`` then holds just
+            those rows.  The simulator renders bands of rows to bound its memory.
 
     Returns:
-        ``uint8 (rect_h, rect_w, 4|3)`` for RGBA8888/RGB888 (bytes R, G, B[, A]),
-        or ``float16 (rect_h, rect_w, 3)`` (R, G, B) for RGBFP16.  Strides are
+        ``uint8 (rows, rect_w, 4|3)`` for RGBA8888/RGB888 (bytes R, G, B[, A]),
+        or ``float16 (rows, rect_w, 3)`` (R, G, B) for RGBFP16.  Strides are
         the caller's business (it writes the rows).
 
     [AMBIG] choices (the hardware behaviour is not specified):
@@ -244,6 +265,10 @@ def ipu_render(
     fmt_wr = _check_fmt(fmt_wr, (FMT_RGBA8888, FMT_RGB888, FMT_RGBFP16), "fmt_wr")
     if tex is None and rd is None:
         raise InvalidArgument("IPU needs a texture or an rd image", field="use_tex", value=0)
+    a, b = (0, rect_h) if rows is None else (int(rows[0]), int(rows[1]))
+    if not 0 <= a < b <= rect_h:
+        raise InvalidArgument("rows outside the rectangle", field="rows", value=rows,
+                              limit=f"0 <= a < b <= {rect_h}")
 
     src: np.ndarray | None = None
     if tex is not None:
@@ -251,19 +276,19 @@ def ipu_render(
         t = _pixels(tex, fmt_tex, "tex")
         if transpose:
             t = t.transpose(1, 0, 2)
-        src = _sample(_decode_texture(t, fmt_tex, lut, swizzle), rect_w, rect_h, bool(bilinear))
+        src = _sample(t, fmt_tex, lut, swizzle, rect_w, rect_h, (a, b), bool(bilinear))
 
     if rd is not None:
         if fmt_rd is None:
             raise InvalidArgument("rd image needs fmt_rd", field="fmt_rd", value=None)
         fmt_rd = _check_fmt(fmt_rd, (FMT_RGBA8888, FMT_RGB888), "fmt_rd")
         r = _pixels(rd, fmt_rd, "rd")
-        if r.shape[:2] != (rect_h, rect_w):
+        if r.shape[:2] != (b - a, rect_w):
             raise InvalidArgument("rd image must have the rectangle's size", field="rd",
-                                  value=r.shape[:2], limit=(rect_h, rect_w))
+                                  value=r.shape[:2], limit=(b - a, rect_w))
         r = r.astype(np.int32)
         if fmt_rd == FMT_RGB888:
-            r = np.concatenate([r, np.full((rect_h, rect_w, 1), 255, np.int32)], axis=2)
+            r = np.concatenate([r, np.full((b - a, rect_w, 1), 255, np.int32)], axis=2)
         if src is None:
             src = r
         else:

@@ -20,3 +20,11 @@ class HardwareError(Exception):
         self.status = STATUS[status]
         self.address = address
         self.reason = reason
+
+
+class Hang(HardwareError):
+    """Internal: the watchdog stopped a kick (``firmware_spec/stream.yaml``
+    ``simulator_watchdog``).  The unit reports ``hang`` and raises no interrupt."""
+
+    def __init__(self, address: int, reason: str) -> None:
+        super().__init__("hang", address, reason)
