@@ -34,6 +34,7 @@ __all__ = [
     "UnsupportedOps",
     "ImageError",
     "DatasetError",
+    "RecordError",
 ]
 
 _UNSET = object()
@@ -219,3 +220,7 @@ class ImageError(DvsdkError):
 
 class DatasetError(DvsdkError):
     """A dataset for ``dvsdk eval`` is malformed: layout, labels, CSV rows or masks."""
+
+
+class RecordError(DvsdkError):
+    """A ``.dvrec`` recording is missing, truncated, damaged or of another version."""

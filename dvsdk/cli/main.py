@@ -14,10 +14,11 @@ COMMANDS = {
     "info": "print what the device reports (sysfs keys)",
     "eval": "accuracy on a dataset (top-1/top-5, mIoU), locally, on boards or a cluster",
     "analyze": "per-layer error of a net.bin against its source model",
+    "replay": "re-execute a recording (dvsdk-run --record) and diff it bit by bit",
 }
 
 #: subcommands with their own parser (and --help): module name under dvsdk.cli
-OWN_PARSER = {"doctor": "doctor", "eval": "eval", "analyze": "analyze"}
+OWN_PARSER = {"doctor": "doctor", "eval": "eval", "analyze": "analyze", "replay": "replay"}
 
 EPILOG = """examples:
   dvsdk --version --device sim://

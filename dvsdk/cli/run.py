@@ -60,6 +60,9 @@ def build_parser() -> Parser:
                    help="seconds to wait per run")
     p.add_argument("--json", action="store_true", help="machine-readable results")
     p.add_argument("--save", metavar="OUT.npz", help="save every output")
+    p.add_argument("--record", metavar="RUN.dvrec",
+                   help="record every kick (commands, stream, inputs, outputs, timing) for "
+                        "dvsdk replay")
     p.add_argument("--bench", type=positive_int, metavar="N",
                    help="time N runs per stage (random input if none is given)")
     p.add_argument("-t", "--time", type=positive_float, metavar="SECONDS",
@@ -120,6 +123,23 @@ def main(argv: list[str]) -> int:
 
 
 def _main(args) -> int:
+    if not args.record:
+        return _run(args, args.device)
+    from ..driver.device import open_device
+    from ..qa.record import Recorder
+
+    with open_device(args.device) as dev:
+        recorder = Recorder().attach(dev)
+        try:
+            return _run(args, dev)
+        finally:
+            recorder.save(args.record)
+            if not args.quiet and not args.json:
+                print(f"recorded {len(recorder.execs)} kicks to {args.record}",
+                      file=sys.stderr)
+
+
+def _run(args, device) -> int:
     from ..errors import ImageError, InvalidArgument
     from ..runtime.net import load
     from .inputs import check_image_input, image_jobs, random_job, tensor_jobs
@@ -128,7 +148,7 @@ def _main(args) -> int:
     if not os.path.exists(args.net):
         raise InvalidArgument("net.bin not found", field="net", value=args.net)
     benching = args.bench is not None or args.time is not None
-    with load(args.net, args.device) as net:
+    with load(args.net, device) as net:
         if args.selftest:
             res = net.selftest()
             if args.json:

@@ -174,8 +174,11 @@ class CommandList:
         dev, unit = self.device, self.unit
         if not dev.gate.acquire(unit, self, timeout, block):
             return None
+        recorder = dev.recorder
         try:
             self._exec_id += 1
+            if recorder is not None:  # dvsdk-run --record: what this kick will consume
+                recorder.before_exec(self)
             self._started_at = time.perf_counter()
             if unit == "conv":
                 regs = REG["conv"]
@@ -186,6 +189,8 @@ class CommandList:
             else:
                 self._start_unit(0)
         except BaseException:
+            if recorder is not None:
+                recorder.abandon(self)
             dev.gate.release(unit, self)
             raise
         self._pending = self._exec_id
@@ -213,12 +218,17 @@ class CommandList:
         unit = self.unit
         cycles = 0
         n = len(self._reg_writes) if unit != "conv" else 1
+        recorder = self.device.recorder
         try:
             for i in range(n):
                 if i:
                     self._start_unit(i)
                 self._wait_one(unit, timeout)
                 cycles += self._sim_cycles(unit) or 0
+        except BaseException:
+            if recorder is not None:
+                recorder.abandon(self)
+            raise
         finally:
             self._pending = None
             self.device.gate.release(unit, self)
@@ -230,6 +240,8 @@ class CommandList:
             self.last.exec_time_us = cycles / clock
         if unit == "conv":
             self._read_counters()
+        if recorder is not None:
+            recorder.after_wait(self, self.last)
         return self.last.exec_time_us
 
     def run(self, timeout: float = 2.0) -> float:

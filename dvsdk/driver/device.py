@@ -265,6 +265,9 @@ class Device(ABC):
     """
 
     url: str = ""
+    #: a :class:`dvsdk.qa.record.Recorder` that command lists tell about every exec
+    #: (``dvsdk-run --record``), or None
+    recorder: Any = None
 
     @property
     def gate(self) -> UnitGate:

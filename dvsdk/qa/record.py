@@ -1,0 +1,223 @@
+"""Recording what a device consumed and produced, kick by kick (``dvsdk-run --record``).
+
+A :class:`Recorder` attached to a device (``device.recorder``) is told by every
+:class:`~dvsdk.driver.cmdlist.CommandList` before it starts the unit and after the unit
+completes.  For each exec it stores the commands (the list's own dataclasses, with buffers
+as recorded buffer ids), the conv command stream the device fetched, the contents of every
+DRAM range the kick reads (taken right before the kick) and writes (right after completion)
+as :mod:`dvsdk.driver.streamwalk` works them out from the stream or the unit's register
+program, the measured and predicted time, and the device's facts.  The file format,
+``.dvrec``, is ``firmware_spec/dvrec.md``: a zip archive (deflate) of a JSON manifest and
+content-addressed blobs, so weights that every kick reads are stored once.
+
+:mod:`dvsdk.qa.replay` re-executes a recording on any device and diffs it bit by bit.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import threading
+import time
+import zipfile
+from dataclasses import fields, is_dataclass
+from typing import Any
+
+import numpy as np
+
+from .. import __version__
+from ..driver import commands as C
+from ..driver import streamwalk
+from ..errors import InvalidArgument, RecordError
+from ..fsutil import atomic_write
+
+FORMAT = "dvrec"
+FORMAT_VERSION = 1
+MANIFEST = "manifest.json"
+#: the command dataclasses a recording may hold, by name
+COMMAND_TYPES = {t.__name__: t for t in (C.ConvCommand, C.ConvRun, C.FcCommand,
+                                         C.IpuCommand, C.MaximizerCommand)}
+
+
+# -- commands as JSON ----------------------------------------------------------------------
+
+def encode_command(obj: Any, buf_id: Any) -> Any:
+    """A command dataclass as JSON, buffers as ``{"buf": id, "offset": n}``."""
+    if isinstance(obj, C.BufferRef):
+        return {"buf": None if obj.buffer is None else buf_id(obj.buffer),
+                "offset": int(obj.offset)}
+    if is_dataclass(obj):
+        return {"type": type(obj).__name__,
+                **{f.name: encode_command(getattr(obj, f.name), buf_id)
+                   for f in fields(obj) if f.init}}
+    if isinstance(obj, (list, tuple)):
+        return [encode_command(v, buf_id) for v in obj]
+    if isinstance(obj, np.generic):
+        return obj.item()
+    if obj is None or isinstance(obj, (bool, int, float, str)):
+        return obj
+    raise InvalidArgument("cannot record this command field", field="command",
+                          value=type(obj).__name__)
+
+
+def decode_command(doc: Any, buffer_of: Any) -> Any:
+    """The inverse of :func:`encode_command`; ``buffer_of(id)`` gives the DmaBuffer."""
+    if isinstance(doc, dict) and set(doc) == {"buf", "offset"}:
+        buf = None if doc["buf"] is None else buffer_of(doc["buf"])
+        return C.BufferRef(buf, int(doc["offset"]))
+    if isinstance(doc, dict) and "type" in doc:
+        cls = COMMAND_TYPES.get(doc["type"])
+        if cls is None:
+            raise RecordError("unknown command type in the recording", field="type",
+                              value=doc["type"], limit=sorted(COMMAND_TYPES))
+        kwargs = {k: decode_command(v, buffer_of) for k, v in doc.items() if k != "type"}
+        if cls is C.IpuCommand and isinstance(kwargs.get("cnv_param"), list):
+            kwargs["cnv_param"] = tuple(kwargs["cnv_param"])
+        try:
+            return cls(**kwargs)
+        except TypeError as e:
+            raise RecordError(f"a recorded {cls.__name__} does not fit this dvsdk: {e}",
+                              field="commands") from None
+    if isinstance(doc, list):
+        return [decode_command(v, buffer_of) for v in doc]
+    return doc
+
+
+# -- the recorder ------------------------------------------------------------------------
+
+class Recorder:
+    """Collects executions; :meth:`save` writes the ``.dvrec`` file."""
+
+    def __init__(self) -> None:
+        self.blobs: dict[str, bytes] = {}
+        self.buffers: dict[int, dict[str, Any]] = {}   # id(DmaBuffer) -> {"id", "size", ...}
+        self.execs: list[dict[str, Any]] = []
+        self.device_info: dict[str, Any] | None = None
+        self._open: dict[int, dict[str, Any]] = {}     # id(CommandList) -> exec in flight
+        self._refs: dict[int, Any] = {}                 # id -> DmaBuffer (kept alive)
+        self._lock = threading.Lock()
+        self.t0 = time.time()
+
+    def attach(self, device: Any) -> Recorder:
+        device.recorder = self
+        self.device_info = _jsonable(device.info().as_dict())
+        return self
+
+    # -- blobs and buffers ---------------------------------------------------------------
+    def _blob(self, data: np.ndarray | bytes) -> str:
+        raw = data.tobytes() if isinstance(data, np.ndarray) else bytes(data)
+        key = hashlib.sha256(raw).hexdigest()
+        self.blobs.setdefault(key, raw)
+        return key
+
+    def _buf_id(self, buf: Any) -> int:
+        rec = self.buffers.get(id(buf))
+        if rec is None:
+            rec = self.buffers[id(buf)] = {"id": len(self.buffers), "size": int(buf.size),
+                                           "name": str(buf.name), "phys": int(buf.phys)}
+            self._refs[id(buf)] = buf
+        return rec["id"]
+
+    # -- the CommandList hooks ------------------------------------------------------------
+    def before_exec(self, cl: Any) -> None:
+        """The list is about to start its unit: its commands, stream and inputs."""
+        with self._lock:
+            bufs = _buffers_of(cl)
+            accesses = _accesses(cl, bufs)
+            entry = {"index": len(self.execs) + len(self._open), "unit": cl.unit,
+                     "commands": [encode_command(c, self._buf_id) for c in cl.commands],
+                     "reads": [], "writes": [], "started": time.time() - self.t0}
+            if cl.unit == "conv" and cl._stream is not None:
+                chunks = [c.view[:n] for c, n in zip(cl._stream.chunks, cl._stream.lengths)]
+                entry["stream"] = {"blob": self._blob(b"".join(c.tobytes() for c in chunks)),
+                                   "address": int(cl._stream.address)}
+            for a in accesses:
+                buf, off = _locate(bufs, a)
+                item = {"buf": self._buf_id(buf), "offset": off, "nbytes": a.nbytes,
+                        "what": a.what}
+                if a.write:
+                    entry["writes"].append(item)
+                else:
+                    item["blob"] = self._blob(buf.view[off:off + a.nbytes])
+                    entry["reads"].append(item)
+            entry["_buffers"] = [_locate(bufs, a)[0] for a in accesses if a.write]
+            self._open[id(cl)] = entry
+
+    def after_wait(self, cl: Any, stats: Any) -> None:
+        """The unit completed: what it wrote, and the time."""
+        with self._lock:
+            entry = self._open.pop(id(cl), None)
+            if entry is None:
+                return
+            for item, buf in zip(entry["writes"], entry.pop("_buffers")):
+                buf.sync_for_cpu(item["offset"], item["nbytes"])
+                item["blob"] = self._blob(buf.view[item["offset"]:item["offset"]
+                                                   + item["nbytes"]])
+            entry["time_us"] = float(stats.exec_time_us)
+            entry["cycles"] = None if stats.cycles is None else int(stats.cycles)
+            self.execs.append(entry)
+
+    def abandon(self, cl: Any) -> None:
+        """The exec failed: nothing to record."""
+        with self._lock:
+            self._open.pop(id(cl), None)
+
+    # -- the file --------------------------------------------------------------------------
+    def manifest(self) -> dict[str, Any]:
+        return {"format": FORMAT, "format_version": FORMAT_VERSION,
+                "recorder": f"dvsdk {__version__}", "device": self.device_info,
+                "buffers": sorted(({k: v for k, v in b.items()} for b in self.buffers.values()),
+                                  key=lambda b: b["id"]),
+                "execs": sorted(self.execs, key=lambda e: e["index"])}
+
+    def save(self, path: str | os.PathLike) -> None:
+        """Write the recording atomically (nothing half-written at ``path``)."""
+        buf = io.BytesIO()
+        with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED, compresslevel=6) as z:
+            z.writestr(MANIFEST, json.dumps(self.manifest(), separators=(",", ":")))
+            for key, data in self.blobs.items():
+                z.writestr(f"blobs/{key}", data)
+        atomic_write(path, lambda f: f.write(buf.getvalue()))
+
+
+def _jsonable(v: Any) -> Any:
+    if isinstance(v, dict):
+        return {str(k): _jsonable(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_jsonable(x) for x in v]
+    return v if v is None or isinstance(v, (bool, int, float, str)) else str(v)
+
+
+def _buffers_of(cl: Any) -> list[Any]:
+    """Every DMA buffer the list's commands (and its stream) refer to."""
+    seen: dict[int, Any] = {}
+    for cmd in cl.commands:
+        for ref in cmd.buffers():
+            seen.setdefault(id(ref.buffer), ref.buffer)
+    if cl.unit == "conv" and cl._stream is not None:
+        for chunk in cl._stream.chunks:
+            seen.setdefault(id(chunk), chunk)
+    return list(seen.values())
+
+
+def _locate(bufs: list[Any], a: streamwalk.Access) -> tuple[Any, int]:
+    for b in bufs:
+        if b.phys <= a.address and a.end <= b.phys + b.size:
+            return b, a.address - b.phys
+    raise RecordError("a range the kick touches lies in no buffer of its commands",
+                      field=a.what, value=f"{a.address:#x}+{a.nbytes}")
+
+
+def _accesses(cl: Any, bufs: list[Any]) -> list[streamwalk.Access]:
+    """What the kick reads and writes, from the stream (conv) or register program."""
+    if cl.unit == "conv":
+        def fetch(addr: int, n: int) -> np.ndarray:
+            b, off = _locate(bufs, streamwalk.Access(addr, n, False, "stream"))
+            return b.view[off:off + n]
+        accesses, _ = streamwalk.conv_kick_accesses(fetch, cl._stream.address,
+                                                    cl._stream.length8)
+        return accesses
+    walk = streamwalk.ipu_accesses if cl.unit == "ipu" else streamwalk.maximizer_accesses
+    return [a for writes in cl._reg_writes for a in walk(dict(writes))]
