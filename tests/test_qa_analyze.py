@@ -163,3 +163,29 @@ def test_quantize_candidates_cli(tmp_path, capsys):
     assert doc["q8_bytes"] < doc["fp16_bytes"] and len(doc["layers"]) == 4
     assert sum(c["saved_bytes"] for c in doc["layers"]) == doc["fp16_bytes"] - doc["q8_bytes"]
     assert all(c["rel_error"] >= 0 for c in doc["layers"])
+
+
+@pytest.mark.parametrize("model", ["nnef/digits.nnef", "openvino/digits_fp32.xml",
+                                   "keras/k3_convs.h5"])
+def test_other_formats_are_compared_with_dvsdks_own_float32_interpreter(model):
+    """NNEF, OpenVINO IR and Keras: the reference is the frontend's graph run by
+    dvsdk.compiler.interpret (float32), independent of the device path."""
+    path = ROOT / "tests" / "data" / model
+    net = dvsdk.compile(path, golden=False)
+    with dvsdk.load(net) as n:
+        x = {i["name"]: np.random.default_rng(4).uniform(0, 1, i["shape"]).astype(np.float32)
+             for i in n.inputs}
+        rows = analyze(n, path, x)
+    assert len(rows) >= 3
+    assert max(r.rel for r in rows) < 0.02 and min(r.cosine for r in rows) > 0.999
+
+
+def test_a_real_framework_export(tmp_path):
+    """torch.onnx.export's MobileNetV2-style network (tests/data): every compared tensor."""
+    model = ROOT / "tests" / "data" / "torch_mbv2_tiny.onnx"
+    net = dvsdk.compile(model, golden=False)
+    with dvsdk.load(net) as n:
+        x = np.random.default_rng(5).uniform(0, 1, n.inputs[0]["shape"]).astype(np.float32)
+        rows = analyze(n, model, x)
+    assert len(rows) > 10 and rows[-1].where == "cpu"          # the final Softmax
+    assert max(r.rel for r in rows) < 0.02
