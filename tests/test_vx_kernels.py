@@ -84,7 +84,7 @@ def test_convolution_matches_numpy(ctx, case):
     node = vx.convolution_layer(g, tensor(ctx, x), tensor(ctx, w), tensor(ctx, b), params, y)
     run(g)
     close(y.copy_patch(), want)
-    assert node.derived == {} or True
+    assert node.derived["skip"] == case["skip"]
     assert node.where == "DV700", node.placement
 
 

@@ -235,6 +235,8 @@ class Graph(Reference):
             root = plan.roots[rid]
             if root._graph is not None:
                 root._resolved, root._resolved_type = tuple(dims), typ
+        for n in plan.order:
+            n.derived = plan.derived[id(n)]
         self._net, self._built, self._ir, self._order = net, built, ir, plan.order
         self._shares, self._raw, self._profile_feeds = None, [], None
         self._place(netfile.meta.get("report", []), built)
@@ -251,16 +253,17 @@ class Graph(Reference):
         for n in self.nodes:
             n.placement = []
         for entry in report:
-            node = built.op_nodes.get(entry["op"]) or _owner(entry["op"], by_name)
-            if node is None:
-                continue
-            where = "DV700" if entry["where"] == "hw" else "CPU"
-            detail = entry["detail"]
-            note = built.notes.get(id(node))
-            if note and entry["type"] == "LRN":
-                detail = f"{detail}: {note}" if where == "DV700" else note
-            node.placement.append({"op": entry["op"], "type": entry["type"], "where": where,
-                                   "detail": detail})
+            nodes = _nodes_of(entry["op"], built, by_name)
+            for node in nodes:
+                where = "DV700" if entry["where"] == "hw" else "CPU"
+                detail = entry["detail"]
+                note = built.notes.get(id(node))
+                if note and entry["type"] == "LRN":
+                    detail = f"{detail}: {note}" if where == "DV700" else note
+                if len(nodes) > 1:
+                    detail += f" (one grouped convolution of {len(nodes)} nodes)"
+                node.placement.append({"op": entry["op"], "type": entry["type"],
+                                       "where": where, "detail": detail})
 
     def report(self) -> str:
         """One line per node: kernel, where it runs, why."""
@@ -388,10 +391,9 @@ class Graph(Reference):
                     times[nid] = times.get(nid, 0.0) + seg.device_us * share
             for kind, label, _start, dur, _ in stats.events:
                 if kind == "cpu":
-                    op = label.split(" ", 1)[-1]
-                    node = built.op_nodes.get(op) or _owner(op, by_name)
-                    if node is not None:
-                        times[id(node)] = times.get(id(node), 0.0) + dur
+                    nodes = _nodes_of(label.split(" ", 1)[-1], built, by_name)
+                    for node in nodes:
+                        times[id(node)] = times.get(id(node), 0.0) + dur / len(nodes)
             for n in self._order:
                 n._perf.add(times.get(id(n), 0.0) * 1e3)
             host = stats.pack_us + stats.sync_us + stats.unpack_us
@@ -411,12 +413,10 @@ class Graph(Reference):
             if row["where"] != "hw":
                 continue
             seg, us = row["segment"], float(row["us"] or 0.0)
-            nodes = [self._built.op_nodes.get(s) or _owner(s, by_name) for s in row["sources"]]
-            nodes = [n for n in nodes if n is not None] or [None]
+            nodes = [n for s in row["sources"] for n in _nodes_of(s, self._built, by_name)]
             for n in nodes:
-                if n is not None:
-                    d = shares.setdefault(seg, {})
-                    d[id(n)] = d.get(id(n), 0.0) + us / len(nodes)
+                d = shares.setdefault(seg, {})
+                d[id(n)] = d.get(id(n), 0.0) + us / len(nodes)
             totals[seg] = totals.get(seg, 0.0) + us
         for seg, d in shares.items():
             for k in d:
@@ -462,10 +462,15 @@ class Graph(Reference):
         super()._destroy()
 
 
-def _owner(op_name: str, by_name: dict[str, Node]) -> Node | None:
-    """The node an IR op came from: ``name``, ``name/part`` or ``name#k``."""
+def _nodes_of(op_name: str, built: Built, by_name: dict[str, Node]) -> list[Node]:
+    """The node(s) an IR op came from (a grouped convolution has several); ops the
+    compiler made up are named after theirs (``name/part``, ``name_g0``...)."""
+    if op_name in built.op_nodes:
+        return built.op_nodes[op_name]
     base = op_name.split("/", 1)[0].split("#", 1)[0]
-    return by_name.get(base)
+    while base and base not in by_name and "_" in base:
+        base = base.rsplit("_", 1)[0]
+    return [by_name[base]] if base in by_name else []
 
 
 def _host_value(t: Tensor) -> np.ndarray:

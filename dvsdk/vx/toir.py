@@ -19,7 +19,8 @@ ceil rounding's overhang as extra end padding of zeros; unshared biases -> ``Add
 deconvolution -> ``ConvTranspose`` with the kernel turned 180 degrees (OpenVX convolves
 the upscaled input with the weights as given); fully connected -> [``Flatten``] + ``Gemm``;
 pooling -> ``MaxPool``/``AveragePool`` with ``count_include_pad`` (OpenVX pads with zeros:
-a max pool whose input may be negative gets an explicit zero ``Pad``); softmax ->
+a max pool whose input may be negative gets an explicit zero ``Pad``; one window over
+the whole input is the global pool, which the DV700 runs in stages); softmax ->
 ``Softmax`` over the canonical axis 1; normalization -> ``LRN`` (ACROSS_MAPS; marked for
 the DV700's LRN unit when :mod:`dvsdk.vx.lrn` allows) or, SAME_MAP, ``x / (1 + alpha * n *
 avgpool_nxn(x^2)) ** beta`` kept on the CPU; activations -> their ONNX ops; ROI pooling ->
@@ -37,6 +38,7 @@ import numpy as np
 from ..compiler.ir import Graph as IRGraph
 from ..compiler.ir import Op
 from ..compiler.ir import Tensor as IRTensor
+from .groups import find_groups
 from .lrn import hardware_lrn
 from .node import Node
 from .ranges import _real, analyze
@@ -70,7 +72,7 @@ class Built:
     graph: IRGraph
     inputs: list[tuple[str, Tensor]] = field(default_factory=list)
     outputs: list[tuple[str, Tensor, Node]] = field(default_factory=list)
-    op_nodes: dict[str, Node] = field(default_factory=dict)
+    op_nodes: dict[str, list[Node]] = field(default_factory=dict)   # IR op -> its nodes
     notes: dict[int, str] = field(default_factory=dict)       # node id -> vx-level reason
 
 
@@ -81,6 +83,8 @@ class _Builder:
         self.b = Built(self.g)
         self.values: dict[tuple[int, Box], str] = {}
         self.ranges = analyze(plan)
+        self.groups = find_groups(plan)
+        self.grouped = {id(n) for nodes in self.groups.values() for n in nodes[1:]}
         self.node_names: dict[int, str] = {}
         used: set[str] = set()
         for n in plan.order:
@@ -109,7 +113,7 @@ class _Builder:
             a["dvsdk_target"] = CPU
         self.g.ops.append(Op(typ, name, list(inputs), [out], a, origin=f"{node.kdef.short} "
                              f"{node.name}"))
-        self.b.op_nodes[name] = node
+        self.b.op_nodes[name] = self.groups.get(id(node), [node])
         return out
 
     def shape(self, name: str) -> tuple[int, ...]:
@@ -143,6 +147,9 @@ class _Builder:
         root = use.root
         dims = self.plan.resolved[id(root)][0]
         box = use.box or tuple((0, n) for n in dims)
+        whole = self.values.get((id(root), None))
+        if whole is not None:                            # written whole (a grouped conv)
+            return self.slice(use.node, whole, tuple((0, n) for n in dims), box)
         inside = [w for w in writers if overlap(w.box, box)]
         for w in inside:
             wbox = w.box or tuple((0, n) for n in dims)
@@ -191,6 +198,10 @@ class _Builder:
 
     # -- kernels -----------------------------------------------------------------------------
     def node(self, node: Node) -> None:
+        if id(node) in self.grouped:
+            return                                      # emitted with its group's first node
+        if id(node) in self.groups:
+            return self.group(self.groups[id(node)])
         d = self.plan.derived[id(node)]
         x = self.read(_use(self.plan, node, 0))
         k = node.kdef.enum
@@ -213,9 +224,31 @@ class _Builder:
         else:
             self.roi(node, d, x, out)
 
-    def conv(self, node: Node, d: dict, x: str, out: str, ydims: tuple[int, ...]) -> None:
-        w = _real(node._values[1])                        # [kx, ky, IFM, OFM]
-        xd = self.plan.meta[id(node._values[0])].dims
+    def group(self, nodes: list[Node]) -> None:
+        """G convolutions over channel views as one ``Conv`` with ``group = G``."""
+        first = nodes[0]
+        x_root, y_root = first._values[0].root, first._values[4].root
+        x = self.read(Use(first, 0, x_root, None))
+        ydims = self.plan.resolved[id(y_root)][0]
+        out = self.tensor(y_root.name, canonical(ydims))
+        self.values[(id(y_root), None)] = out
+        if not y_root.is_virtual:
+            self.g.outputs.append(out)
+            self.b.outputs.append((out, y_root, first))
+        ws = [_real(n._values[1]).transpose(3, 2, 1, 0) for n in nodes]
+        bs = [_real(n._values[2]) for n in nodes if n._values[2] is not None]
+        xd = self.plan.resolved.get(id(x_root), (x_root.dims,))[0] or x_root.dims
+        self.conv(first, self.plan.derived[id(first)], x, out, ydims, np.concatenate(ws),
+                  np.concatenate(bs) if bs else None, len(nodes), xd)
+
+    def conv(self, node: Node, d: dict, x: str, out: str, ydims: tuple[int, ...],
+             w_oihw: np.ndarray | None = None, bias: np.ndarray | None = None, group: int = 1,
+             xd: tuple[int, ...] | None = None) -> None:
+        if w_oihw is None:
+            w_oihw = _real(node._values[1]).transpose(3, 2, 1, 0)
+            bias = None if node._values[2] is None else _real(node._values[2])
+            xd = self.plan.meta[id(node._values[0])].dims
+        w = w_oihw.transpose(3, 2, 1, 0)                  # [kx, ky, IFM/group, OFM]
         pads = []
         for axis in (0, 1):
             k_eff = w.shape[axis] + (w.shape[axis] - 1) * d["dilation"][axis]
@@ -224,10 +257,9 @@ class _Builder:
         attrs = {"kernel_shape": [w.shape[1], w.shape[0]],
                  "strides": [d["skip"][1], d["skip"][0]],
                  "dilations": [d["dilation"][1] + 1, d["dilation"][0] + 1],
-                 "pads": [pads[1][0], pads[0][0], pads[1][1], pads[0][1]], "group": 1}
-        ins = [x, self.const(f"{node.name}_w", w.transpose(3, 2, 1, 0))]
-        bias = node._values[2]
-        b = None if bias is None else _real(bias)
+                 "pads": [pads[1][0], pads[0][0], pads[1][1], pads[0][1]], "group": group}
+        ins = [x, self.const(f"{node.name}_w", w_oihw)]
+        b = bias
         if b is not None and b.ndim == 1:
             ins.append(self.const(f"{node.name}_b", b))
         if b is not None and b.ndim == 3:                 # unshared: one per output location
@@ -275,6 +307,10 @@ class _Builder:
                 xd[axis] + 2 * d["pad"][axis])
             pads.append((d["pad"][axis], d["pad"][axis] + max(0, extra)))
         onnx_pads = [pads[1][0], pads[0][0], pads[1][1], pads[0][1]]
+        if tuple(d["size"]) == tuple(xd[:2]) and not any(onnx_pads):   # one window: global
+            kind = "GlobalAveragePool" if d["kind"] == PoolingType.AVG else "GlobalMaxPool"
+            self.op(node, kind, [x], out)
+            return
         attrs = {"kernel_shape": [d["size"][1], d["size"][0]],
                  "strides": [d["skip"][1], d["skip"][0]]}
         if d["kind"] == PoolingType.AVG:
