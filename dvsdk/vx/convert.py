@@ -78,8 +78,10 @@ def to_storage(user: np.ndarray, dtype: np.dtype, fpp: int, overflow: int, round
     u = np.asarray(user)
     if u.dtype.kind not in "fiub":
         raise TypeError(f"cannot convert {u.dtype} data")
-    if dtype.kind == "f":
-        return u.astype(np.float64).astype(dtype) if u.dtype.kind in "iub" else u.astype(dtype)
+    if dtype.kind == "f":                          # IEEE: overflow to +-inf, as documented
+        with np.errstate(over="ignore"):
+            return u.astype(np.float64).astype(dtype) if u.dtype.kind in "iub" \
+                else u.astype(dtype)
     if u.dtype.kind == "f":
         return to_raw(u, dtype, fpp, overflow, rounding)
     return _fit(u, dtype, overflow) if u.dtype != dtype else u.copy()
@@ -94,7 +96,8 @@ def from_storage(stored: np.ndarray, fpp: int, user_dtype: np.dtype, overflow: i
         return s.copy()
     if s.dtype.kind == "f":                        # a float tensor: real values
         if user_dtype.kind == "f":
-            return s.astype(user_dtype)
+            with np.errstate(over="ignore"):
+                return s.astype(user_dtype)
         return to_raw(s, user_dtype, 0, overflow, rounding)
     if user_dtype.kind == "f":                     # fixed point to real values
         return real_values(s, fpp).astype(user_dtype)
