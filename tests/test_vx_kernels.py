@@ -256,3 +256,57 @@ def test_vxu_runs_a_layer_as_a_one_node_graph(ctx):
     bad = vx.vxu.pooling_layer(ctx, y, vx.PoolingType.MAX, 9, 9, 0, 0,
                                vx.RoundingType.FLOOR, y)
     assert bad != vx.Status.SUCCESS and vx.vxu.last_error is not None
+
+
+# -- views: concatenation and split without copies at the API ----------------------------------
+
+def test_writing_channel_views_is_a_concat_and_reading_them_a_split(ctx):
+    r = rng(13)
+    x = r.standard_normal((6, 6, 8, 1))
+    wa, wb = r.standard_normal((1, 1, 8, 8)) * 0.3, r.standard_normal((3, 3, 8, 8)) * 0.3
+    g = ctx.graph()
+    cat = g.virtual_tensor((6, 6, 16, 1), F32)               # [conv a | conv b] on channels
+    xin = tensor(ctx, x)
+    na = vx.convolution_layer(g, xin, tensor(ctx, wa), None, vx.ConvolutionParams(),
+                              cat.view((0, 0, 0, 0), (6, 6, 8, 1)))
+    vx.convolution_layer(g, xin, tensor(ctx, wb), None,
+                         vx.ConvolutionParams(padding_x=1, padding_y=1),
+                         cat.view((0, 0, 8, 0), (6, 6, 16, 1)))
+    whole = vx.Tensor(ctx, (6, 6, 16, 1), F32)
+    vx.activation_layer(g, cat, vx.ActivationFunction.RELU, 0, 0, whole)   # reads the concat
+    part = vx.Tensor(ctx, (6, 6, 4, 1), F32)                               # reads a split
+    vx.activation_layer(g, cat.view((0, 0, 6, 0), (6, 6, 10, 1)), vx.ActivationFunction.ABS,
+                        0, 0, part)
+    run(g)
+    both = np.concatenate([ref.convolution(x, wa, None), ref.convolution(x, wb, None, (1, 1))],
+                          axis=2)
+    close(whole.copy_patch(), np.maximum(both, 0))
+    close(part.copy_patch(), np.abs(both[:, :, 6:10]))
+    concat = [p for n in g.nodes for p in n.placement if p["type"] == "Concat"]
+    assert concat and concat[0]["where"] == "DV700"             # no copy: the two convs
+    assert any(w in concat[0]["detail"] for w in ("zero-copy", "multi-run"))  # write in place
+    assert na.where == "DV700"
+
+
+def test_views_of_a_graph_input_are_fed_by_the_host(ctx):
+    x = rng(14).standard_normal((5, 4, 6, 1))
+    g = ctx.graph()
+    xin = tensor(ctx, x)
+    y = vx.Tensor(ctx, (3, 2, 6, 1), F32)
+    vx.activation_layer(g, xin.view((1, 1, 0, 0), (4, 3, 6, 1)), vx.ActivationFunction.RELU,
+                        0, 0, y)
+    run(g)
+    close(y.copy_patch(), np.maximum(x[1:4, 1:3], 0))
+
+
+def test_non_virtual_output_views_land_in_their_parent(ctx):
+    x = rng(15).standard_normal((4, 4, 2, 1))
+    g = ctx.graph()
+    out = vx.Tensor(ctx, (4, 4, 6, 1), F32)
+    out.copy_patch(np.full((4, 4, 6, 1), 9, np.float32), W)
+    vx.activation_layer(g, tensor(ctx, x), vx.ActivationFunction.ABS, 0, 0,
+                        out.view((0, 0, 2, 0), (4, 4, 4, 1)))
+    run(g)
+    got = out.copy_patch()
+    close(got[:, :, 2:4], np.abs(x))
+    assert np.all(got[:, :, :2] == 9) and np.all(got[:, :, 4:] == 9)   # the rest untouched

@@ -258,8 +258,10 @@ class Graph(Reference):
                 where = "DV700" if entry["where"] == "hw" else "CPU"
                 detail = entry["detail"]
                 note = built.notes.get(id(node))
-                if note and entry["type"] == "LRN":
-                    detail = f"{detail}: {note}" if where == "DV700" else note
+                if note and where == "CPU":         # the verifier's reason, not the hook's
+                    detail = note
+                elif note and entry["type"] == "LRN":
+                    detail = f"{detail}: {note}"
                 if len(nodes) > 1:
                     detail += f" (one grouped convolution of {len(nodes)} nodes)"
                 node.placement.append({"op": entry["op"], "type": entry["type"],

@@ -27,8 +27,9 @@ HW_ALPHA = 1e-4
 HW_BETA = 0.75
 #: the bound on the 5-channel sum of squares up to which the unit is used (the knot 4**7)
 SUM_SQ_MAX = 4.0 ** 7
-#: the largest relative error measured on the simulator for sums up to SUM_SQ_MAX
-REL_ERROR = 0.0075
+#: the relative error bound for sums up to SUM_SQ_MAX (measured 0.774%; the curve's 0.689%
+#: plus two FP16 roundings is 0.787%)
+REL_ERROR = 0.008
 
 
 def _same(a: float, b: float) -> bool:
