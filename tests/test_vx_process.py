@@ -79,6 +79,9 @@ def test_host_access_refused_while_scheduled(ctx):
         x.copy_patch(np.zeros((4, 4, 1, 1), np.float32), WO)  # the graph reads it
     with pytest.raises(vx.VxError):
         y.view((0, 0, 0, 0), (2, 2, 1, 1)).copy_patch()        # a view of it, too
+    with pytest.raises(vx.VxError):                           # its weights too
+        g.nodes[0]._values[1].copy_patch(np.zeros((1, 1, 1, 1), np.float32), WO)
+    assert g.nodes[0].set_parameter_by_index(0, y) == S.ERROR_GRAPH_SCHEDULED
     assert x.copy_patch().shape == (4, 4, 1, 1)               # read while read: allowed
     assert g.wait() == S.SUCCESS
     assert y.copy_patch().max() == 14

@@ -46,6 +46,7 @@ from .toir import Built, build, canonical
 from .types import (
     Action,
     ConvertPolicy,
+    Direction,
     GraphState,
     KernelEnum,
     RoundPolicy,
@@ -151,7 +152,7 @@ class Graph(Reference):
         self._check()
         if not 0 <= index < len(self._params):
             return Status.ERROR_INVALID_PARAMETERS
-        if self._handle is not None or self._done is not None:
+        if self.busy:
             return Status.ERROR_GRAPH_SCHEDULED
         p = self._params[index]
         if self._rebind(p, value):
@@ -187,6 +188,11 @@ class Graph(Reference):
         return self._state
 
     @property
+    def busy(self) -> bool:
+        """Scheduled and not yet waited for."""
+        return self._handle is not None or self._done is not None
+
+    @property
     def verified(self) -> bool:
         """``vxIsGraphVerified``."""
         return self._state != GraphState.UNVERIFIED
@@ -210,7 +216,7 @@ class Graph(Reference):
     def verify(self) -> Status:
         """``vxVerifyGraph``: check, compile for the DV700, allocate, upload weights."""
         self._check()
-        if self._handle is not None or self._done is not None:
+        if self.busy:
             return self._fail(VxError(Status.ERROR_GRAPH_SCHEDULED, f"graph {self.name!r} is "
                                       "scheduled: wait() first", field=self.name))
         self._release_net()
@@ -285,7 +291,7 @@ class Graph(Reference):
     def schedule(self) -> Status:
         """``vxScheduleGraph``: start one execution; ``wait()`` completes it."""
         self._check()
-        if self._handle is not None or self._done is not None:
+        if self.busy:
             return self._fail(VxError(Status.ERROR_GRAPH_SCHEDULED, f"graph {self.name!r} is "
                                       "already scheduled: wait() first", field=self.name))
         if not self.verified:
@@ -296,9 +302,10 @@ class Graph(Reference):
         if ctx._in_flight is not None and ctx._in_flight is not self:
             ctx._in_flight._finish_device()        # the device runs one graph at a time
         self._feeds = {name: _host_value(t) for name, t in self._built.inputs}
-        for _, t in self._built.inputs:
-            t.root._locks.setdefault(id(self), (self, "r"))
-        for _, t, _ in self._built.outputs:
+        for n in self._order:                # everything the nodes read (weights too) ...
+            for _, t in n.tensors(Direction.INPUT):
+                t.root._locks.setdefault(id(self), (self, "r"))
+        for _, t, _ in self._built.outputs:  # ... and what they write, until wait()
             t.root._locks[id(self)] = (self, "w")
         self._t0 = time.perf_counter_ns()
         try:
@@ -335,7 +342,7 @@ class Graph(Reference):
         t1 = time.perf_counter_ns()
         try:
             if err is not None:
-                self._state = GraphState.ABANDONED
+                self._settle(GraphState.ABANDONED)
                 return self._fail(VxError(Status.FAILURE, f"graph {self.name!r} failed on the "
                                           f"device: {err}", field=self.name))
             self._raw.append((stats, self._t0, t1))
@@ -352,23 +359,29 @@ class Graph(Reference):
                     t.root._locks.pop(id(self), None)
                 cb = node._callback
                 if cb is not None and cb(node) == Action.ABANDON:
-                    self._state = GraphState.ABANDONED
+                    self._settle(GraphState.ABANDONED)
                     return self._fail(VxError(Status.ERROR_GRAPH_ABANDONED,
                                               f"node {node.name!r}'s callback abandoned graph "
                                               f"{self.name!r}", field=node.name))
-            self._state = GraphState.COMPLETED
+            self._settle(GraphState.COMPLETED)
             return Status.SUCCESS
         finally:
             self._done = None
             self._unlock()
 
+    def _settle(self, state: GraphState) -> None:
+        """The execution's end state, unless a change made the graph unverified meanwhile."""
+        if self._state != GraphState.UNVERIFIED:
+            self._state = state
+
     def _unlock(self) -> None:
-        if self._built is None:
-            return
-        for _, t in self._built.inputs:
-            t.root._locks.pop(id(self), None)
-        for _, t, _ in self._built.outputs:
-            t.root._locks.pop(id(self), None)
+        for n in self._order:
+            for v in n._values:
+                if isinstance(v, Tensor) and v._alive:
+                    v.root._locks.pop(id(self), None)
+        if self._built is not None:
+            for _, t, _ in self._built.outputs:
+                t.root._locks.pop(id(self), None)
 
     # -- performance ---------------------------------------------------------------------------
     @property

@@ -133,6 +133,8 @@ class Node(Reference):
         """``vxSetParameterByIndex``: returns the status; a failure leaves the node's
         ``status``/``error`` naming the parameter (and verification fails on it)."""
         self._check()
+        if self.graph.busy:
+            return Status.ERROR_GRAPH_SCHEDULED
         if not 0 <= int(index) < len(self.kdef.params):
             err = VxError(Status.ERROR_INVALID_PARAMETERS,
                           f"node {self.name!r} has no parameter #{index}", field="index",

@@ -1,7 +1,8 @@
 """Immediate mode (``vxu*``): each layer as a one-node graph, verified and processed at
 once, for quick checks (OpenVX core: immediate-mode functions behave like single-node
-graphs).  Each returns the :class:`Status` of the run; a failure's message is in the
-raised-free return value's companion ``last_error`` (module attribute).
+graphs).  Each takes the context first, then the node creator's arguments without the
+graph, and returns the :class:`Status` of the run; after a failure the module attribute
+``last_error`` holds the :class:`VxError` naming node and parameter.
 
 These compile a graph per call: use graphs for anything run more than once.
 """
@@ -12,7 +13,6 @@ from collections.abc import Callable
 from typing import Any
 
 from . import layers
-from .tensor import Tensor
 from .types import Status, VxError
 
 __all__ = ["convolution_layer", "deconvolution_layer", "fully_connected_layer",
@@ -26,9 +26,7 @@ last_error: VxError | None = None
 def _immediate(creator: Callable[..., Any]) -> Callable[..., Status]:
     def run(context: Any, *args: Any) -> Status:
         global last_error
-        tensors = [a for a in args if isinstance(a, Tensor)]
-        ctx = context if not isinstance(context, Tensor) else context.context
-        graph = ctx.graph()
+        graph = context.graph()
         try:
             creator(graph, *args)
             status = graph.process()
@@ -36,7 +34,6 @@ def _immediate(creator: Callable[..., Any]) -> Callable[..., Status]:
             return status
         finally:
             graph.release()
-            del tensors
 
     run.__name__ = creator.__name__
     run.__doc__ = (f"``vxu{creator.__name__.title().replace('_', '')}(context, ...)``: "
