@@ -310,3 +310,30 @@ def test_non_virtual_output_views_land_in_their_parent(ctx):
     got = out.copy_patch()
     close(got[:, :, 2:4], np.abs(x))
     assert np.all(got[:, :, :2] == 9) and np.all(got[:, :, 4:] == 9)   # the rest untouched
+
+
+def test_convolutions_over_channel_views_become_one_grouped_conv(ctx):
+    """Two groups of 4 -> 6 maps, nodes created in reverse channel order, one group's output
+    view also read alone: one grouped Conv, the same numbers as per-group numpy."""
+    r = rng(16)
+    x = r.standard_normal((7, 6, 8, 1))
+    ws = [r.standard_normal((3, 3, 4, 6)) * 0.3 for _ in range(2)]
+    bs = [r.standard_normal(6) for _ in range(2)]
+    g = ctx.graph()
+    xin = tensor(ctx, x)
+    y = vx.Tensor(ctx, (5, 4, 12, 1), F32)
+    nodes = [vx.convolution_layer(g, xin.view((0, 0, 4 * k, 0), (7, 6, 4 * k + 4, 1)),
+                                  tensor(ctx, ws[k]), tensor(ctx, bs[k]), vx.ConvolutionParams(),
+                                  y.view((0, 0, 6 * k, 0), (5, 4, 6 * k + 6, 1)))
+             for k in (1, 0)]
+    second = vx.Tensor(ctx, (5, 4, 6, 1), F32)
+    vx.activation_layer(g, y.view((0, 0, 6, 0), (5, 4, 12, 1)), vx.ActivationFunction.RELU, 0,
+                        0, second)
+    run(g)
+    want = np.concatenate([ref.convolution(x[:, :, 4 * k:4 * k + 4], ws[k], bs[k])
+                           for k in (0, 1)], axis=2)
+    close(y.copy_patch(), want)
+    close(second.copy_patch(), np.maximum(want[:, :, 6:], 0))
+    convs = [op for op in g._ir.ops if op.type == "Conv"]
+    assert len(convs) == 2 and all(o.name.startswith(nodes[1].name) for o in convs)  # split
+    assert all("grouped convolution of 2 nodes" in n.placement[0]["detail"] for n in nodes)

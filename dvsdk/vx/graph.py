@@ -482,6 +482,9 @@ def _nodes_of(op_name: str, built: Built, by_name: dict[str, Node]) -> list[Node
     compiler made up are named after theirs (``name/part``, ``name_g0``...)."""
     if op_name in built.op_nodes:
         return built.op_nodes[op_name]
+    made = [k for k in built.op_nodes if op_name.startswith(k) and op_name[len(k)] in "_/#"]
+    if made:
+        return built.op_nodes[max(made, key=len)]
     base = op_name.split("/", 1)[0].split("#", 1)[0]
     while base and base not in by_name and "_" in base:
         base = base.rsplit("_", 1)[0]

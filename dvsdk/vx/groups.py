@@ -39,7 +39,10 @@ def _signature(plan: Plan, node: Node) -> tuple:
 
 
 def find_groups(plan: Plan) -> dict[int, list[Node]]:
-    """First node id -> the nodes of one grouped convolution, in channel order."""
+    """Last node id (in the plan's order, where the group is emitted: every member's
+    input is ready there) -> the nodes of one grouped convolution, in channel order.
+    A group whose output another node reads before its last member is not formed."""
+    pos = {id(n): i for i, n in enumerate(plan.order)}
     buckets: dict[tuple[int, int], list[Node]] = {}
     for node in plan.order:
         if node.kdef.enum != KernelEnum.CONVOLUTION_LAYER:
@@ -63,5 +66,10 @@ def find_groups(plan: Plan) -> dict[int, list[Node]]:
             continue
         if outs != [(i * cout // g, (i + 1) * cout // g) for i in range(g)]:
             continue
-        groups[id(nodes[0])] = nodes
+        first, last = min(pos[id(n)] for n in nodes), max(pos[id(n)] for n in nodes)
+        members = {id(n) for n in nodes}
+        if any(id(v.root) == yid for n in plan.order[first:last] if id(n) not in members
+               for v in n._values if isinstance(v, Tensor)):
+            continue
+        groups[id(plan.order[last])] = nodes
     return groups

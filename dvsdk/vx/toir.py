@@ -84,7 +84,8 @@ class _Builder:
         self.values: dict[tuple[int, Box], str] = {}
         self.ranges = analyze(plan)
         self.groups = find_groups(plan)
-        self.grouped = {id(n) for nodes in self.groups.values() for n in nodes[1:]}
+        self.grouping = {id(ns[0]): ns for ns in self.groups.values()}
+        self.grouped = {id(n) for nodes in self.groups.values() for n in nodes} - set(self.groups)
         self.node_names: dict[int, str] = {}
         used: set[str] = set()
         for n in plan.order:
@@ -113,7 +114,7 @@ class _Builder:
             a["dvsdk_target"] = CPU
         self.g.ops.append(Op(typ, name, list(inputs), [out], a, origin=f"{node.kdef.short} "
                              f"{node.name}"))
-        self.b.op_nodes[name] = self.groups.get(id(node), [node])
+        self.b.op_nodes[name] = self.grouping.get(id(node), [node])
         return out
 
     def shape(self, name: str) -> tuple[int, ...]:
@@ -199,7 +200,7 @@ class _Builder:
     # -- kernels -----------------------------------------------------------------------------
     def node(self, node: Node) -> None:
         if id(node) in self.grouped:
-            return                                      # emitted with its group's first node
+            return                                      # emitted with its group's last node
         if id(node) in self.groups:
             return self.group(self.groups[id(node)])
         d = self.plan.derived[id(node)]
