@@ -337,3 +337,29 @@ def test_convolutions_over_channel_views_become_one_grouped_conv(ctx):
     convs = [op for op in g._ir.ops if op.type == "Conv"]
     assert len(convs) == 2 and all(o.name.startswith(nodes[1].name) for o in convs)  # split
     assert all("grouped convolution of 2 nodes" in n.placement[0]["detail"] for n in nodes)
+
+
+def test_maxroipool_cpu_kernel_equals_onnxruntime():
+    """The CPU step ROI pooling lowers to is ONNX MaxRoiPool: onnxruntime is the reference,
+    ROIs inside, across the border, degenerate and reversed."""
+    from onnx import TensorProto, helper
+
+    from dvsdk.cpu.ops import run_op
+
+    from .onnx_models import ort_run
+
+    x = rng(17).standard_normal((2, 3, 10, 12)).astype(np.float32)
+    rois = np.array([[0, 1, 2, 8, 7], [1, 0, 0, 11, 9], [0, 5.4, 3.5, 5.6, 3.5],
+                     [1, -3, -2, 20, 30], [0, 9, 9, 2, 2], [1, 2.5, 1.5, 7.49, 6.5]],
+                    np.float32)
+    for shape, scale in (((3, 4), 1.0), ((2, 2), 0.5)):
+        node = helper.make_node("MaxRoiPool", ["x", "r"], ["y"], pooled_shape=list(shape),
+                                spatial_scale=scale)
+        model = helper.make_model(helper.make_graph(
+            [node], "roi", [helper.make_tensor_value_info("x", TensorProto.FLOAT, x.shape),
+                            helper.make_tensor_value_info("r", TensorProto.FLOAT, rois.shape)],
+            [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)]),
+            opset_imports=[helper.make_opsetid("", 13)])
+        want = ort_run(model, {"x": x, "r": rois})[0]
+        got = run_op("MaxRoiPool", [x, rois], {"pooled_shape": shape, "spatial_scale": scale})
+        assert np.array_equal(got[0], want)

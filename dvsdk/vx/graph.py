@@ -424,7 +424,13 @@ class Graph(Reference):
             ctx._in_flight._finish_device()       # results stay for that graph's wait()
         shares: dict[str, dict[int, float]] = {}
         totals: dict[str, float] = {}
-        for row in self._net.profile(self._profile_feeds):
+        try:
+            rows = self._net.profile(self._profile_feeds)
+        except DvsdkError:                    # no per-command times: share by command count
+            rows = [{"where": "hw", "segment": s["name"], "us": 1.0, "sources": src}
+                    for s in self._net.meta["program"] if s["kind"] == "hw"
+                    for src in s.get("command_sources", [])]
+        for row in rows:
             if row["where"] != "hw":
                 continue
             seg, us = row["segment"], float(row["us"] or 0.0)
