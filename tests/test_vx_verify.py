@@ -121,6 +121,19 @@ def test_virtual_tensor_dims_resolve_at_verification(ctx):
     assert mid.data_type == F32
 
 
+def test_views_of_a_virtual_tensor_of_undefined_type(ctx):
+    g = ctx.graph()
+    x = vx.Tensor(ctx, (4, 4, 8, 1), F32)
+    v = g.virtual_tensor((4, 4, 16, 1))                     # type resolved by its writers
+    halves = [v.view((0, 0, 8 * k, 0), (4, 4, 8 * k + 8, 1)) for k in (0, 1)]
+    for h in halves:
+        vx.activation_layer(g, x, vx.ActivationFunction.RELU, 0, 0, h)
+    vx.softmax_layer(g, v, vx.Tensor(ctx, (4, 4, 16, 1), F32))
+    assert halves[0].data_type == vx.Type.INVALID
+    assert g.verify() == S.SUCCESS, g.error
+    assert v.data_type == F32
+
+
 # -- formalism violations --------------------------------------------------------------------
 
 def test_two_writers_refused(ctx):

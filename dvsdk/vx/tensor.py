@@ -78,7 +78,8 @@ class Tensor(Reference):
                  ) -> None:
         virtual = _virtual_in is not None
         self._dims = _dims(dims, "dims", allow_undefined=virtual)
-        if virtual and int(data_type or 0) == Type.INVALID:
+        open_type = virtual or (_parent is not None and _parent.is_virtual)
+        if open_type and int(data_type or 0) == Type.INVALID:
             dt: Type | None = None
         else:
             dt = enum_value(Type, data_type, "data_type")
