@@ -45,7 +45,8 @@ def samples() -> list[Path]:
 
 # -- the examples ----------------------------------------------------------------------
 
-@pytest.mark.parametrize("name", ["classify", "segment", "benchmark", "raw_commands"])
+@pytest.mark.parametrize("name", ["classify", "segment", "benchmark", "raw_commands",
+                                  "openvx_lenet"])
 def test_example_has_main_and_help(name):
     src = (EXAMPLES / f"{name}.py").read_text()
     assert "def main(argv: list[str] | None = None) -> int:" in src
@@ -146,6 +147,20 @@ def test_raw_commands_float_data_within_fp16_tolerance():
     out = ok(run(EXAMPLES / "raw_commands.py", "--data", "floats", "--size", "8x8"))
     err = float(re.search(r"max error vs numpy ([\d.e-]+)", out).group(1))
     assert 0 < err < 0.05 and "within the FP16 tolerance" in out
+
+
+def test_openvx_lenet_classifies_like_the_compiled_onnx_and_times_every_node():
+    out = ok(run(EXAMPLES / "openvx_lenet.py", SAMPLES, "-n", "3"))
+    assert "rebuilt as 8 OpenVX nodes, verified" in out
+    assert "10/10 correct" in out and out.count("[correct]") == 10
+    assert "largest difference from digits.bin (the same network compiled from ONNX): 0\n" in out
+    rows = dict(re.findall(r"^  (\w+)\s+(?:DV700|CPU)\s+([\d.]+)", out, re.M))
+    assert set(rows) == {"conv1", "relu1", "pool1", "conv2", "relu2", "pool2", "fc", "softmax"}
+    assert all(float(v) > 0 for v in rows.values())
+    assert re.search(r"^softmax\s+softmax_layer\s+CPU", out, re.M)
+    assert re.search(r"^conv1\s+convolution_layer\s+DV700", out, re.M)
+    assert re.search(r"perf over 13 executions", out)
+    assert re.search(r"^  graph\s+[\d.]+", out, re.M)
 
 
 # -- the README ------------------------------------------------------------------------

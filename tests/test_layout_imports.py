@@ -31,6 +31,7 @@ ALLOWED = {
             "compiler", "link", "sim", "qa", "__init__"},
     "qa": {"errors", "fsutil", "hw", "cpu", "driver", "netfile", "runtime", "compiler",
            "link", "sim", "__init__"},
+    "vx": {"errors", "hw", "cpu", "compiler", "netfile", "runtime", "driver"},
     "__init__": {"driver", "runtime", "compiler"},
 }
 

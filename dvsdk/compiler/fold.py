@@ -391,6 +391,15 @@ def _arg(c: _Ctx) -> Result:
     return [(out, _I64)]
 
 
+def _max_roi_pool(c: _Ctx) -> Result:
+    x, rois = c.shape(0), c.shape(1)
+    ph, pw = (int(v) for v in c.op.attrs["pooled_shape"])
+    if len(x) != 4 or len(rois) != 2 or rois[1] != 5 or min(ph, pw) < 1:
+        raise c.fail("MaxRoiPool needs X (N, C, H, W), rois (R, 5), pooled_shape >= 1",
+                     value=(tuple(x), tuple(rois), (ph, pw)))
+    return [((rois[0], x[1], ph, pw), c.dtype(0))]
+
+
 def _depth_to_space(c: _Ctx) -> Result:
     n, ch, h, w = c.shape(0)
     b = int(c.op.attrs["blocksize"])
@@ -451,6 +460,7 @@ SHAPE_RULES: dict[str, Callable[[_Ctx], Result]] = {
     "ArgMin": _arg,
     "DepthToSpace": _depth_to_space,
     "SpaceToDepth": _depth_to_space,
+    "MaxRoiPool": _max_roi_pool,
 }
 
 
@@ -469,7 +479,10 @@ def _infer_in_place(g: Graph, strict: bool) -> bool:
         rule = SHAPE_RULES.get(op.type)
         if rule is None:
             raise ModelError("no shape rule for op", field=f"{op.type} {op.name}")
-        res = rule(_Ctx(g, op))
+        target = op.attrs.get("dvsdk_target")   # the lowering's placement hook survives
+        res = rule(_Ctx(g, op))                  # rules that rewrite attrs explicitly
+        if target is not None:
+            op.attrs["dvsdk_target"] = target
         if res is None:
             if strict:
                 raise ModelError(

@@ -172,6 +172,9 @@ HARDWARE_OPS: dict[str, str] = {
     "Gemm": "1x1 conv on a 1x1xN input; flattened conv outputs read in place with "
             "permuted weights", "MatMul": "as Gemm when the weight is constant",
     "Resize": "2x nearest upsample run", "Upsample": "2x nearest upsample run",
+    "LRN": "LRN run (size 5, alpha 1e-4, beta 0.75, bias 1, C % 16 == 0) only when the op "
+           "carries dvsdk_target='hw', as dvsdk.vx sets within the unit's error bound "
+           "(firmware_spec/lrn.md); otherwise the CPU",
     "Concat": "inception/fire branches as one multi-run command (topo), else zero-copy "
               "placement; every branch but the last needs C % 8 == 0",
     "Flatten": "free view when H = W = 1, else read in place by the following Gemm",

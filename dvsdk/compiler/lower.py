@@ -26,6 +26,12 @@ from .lower_ops import OpLowerings
 from .multirun import MultiRunLowerings
 from .program import CpuStep, HwCmd, HwStep, Program, out_hwc
 
+#: Op attribute a graph builder may set (``dvsdk.vx`` does): ``"cpu"`` keeps the op out of
+#: DV700 runs (no mapping, no fusion); ``"hw"`` on an ``LRN`` asks for the LRN unit (§4.7),
+#: whose piecewise-linear curve the builder has judged accurate enough for the op's input
+#: range (``firmware_spec/lrn.md``).  Ops without it are placed as usual (LRN: CPU).
+TARGET = "dvsdk_target"
+
 
 def _entry(op: Op, where: str, detail: str) -> dict:
     """One ``--report`` line: the op, where it runs and why (and its source layer)."""
@@ -90,7 +96,7 @@ class Lowering(OpLowerings, MultiRunLowerings):
 
     def single_consumer(self, name: str) -> Op | None:
         users = self.cons.get(name, [])
-        if len(users) != 1 or name in self.g.outputs:
+        if len(users) != 1 or name in self.g.outputs or users[0].attrs.get(TARGET) == "cpu":
             return None
         return users[0] if users[0].name not in self.done else None
 
@@ -221,10 +227,15 @@ class Lowering(OpLowerings, MultiRunLowerings):
         self.report.append(_entry(op, where, detail))
 
     def lower_op(self, op: Op) -> bool:
+        target = op.attrs.get(TARGET)
+        if target == "cpu":
+            raise NoMapping("placed on the CPU by its graph (target CPU)")
         for name in op.inputs + op.outputs:
             if name and not self.g.is_const(name):
                 self.check_float(name)
         t = op.type
+        if t == "LRN" and target == "hw":
+            return self.lower_lrn(op)
         if t in ("Conv", "ConvTranspose"):
             return self.lower_conv(op)
         if t == "Gemm":
@@ -321,6 +332,23 @@ class Lowering(OpLowerings, MultiRunLowerings):
             raise NoMapping(f"hardware output {got} differs from the model's {hwc(want)}")
         self.emit(cmd)
         return True
+
+    def lower_lrn(self, op: Op) -> bool:
+        """§4.7: the LRN unit is Caffe's LRN with n=5, alpha=1e-4, beta=0.75, k=1 as a
+        piecewise-linear curve, a standalone run on C % 16 == 0 channels."""
+        a = op.attrs
+        want = {"size": 5, "alpha": 1e-4, "beta": 0.75, "bias": 1.0}
+        got = {"size": int(a.get("size", 0)), "alpha": float(a.get("alpha", 1e-4)),
+               "beta": float(a.get("beta", 0.75)), "bias": float(a.get("bias", 1.0))}
+        if any(not np.isclose(got[k], v, rtol=1e-6, atol=0) for k, v in want.items()):
+            raise NoMapping(f"the LRN unit has fixed parameters {want}; this LRN has {got}")
+        x = op.inputs[0]
+        h, w, c = self.dev_shape(x)
+        if c % 16:
+            raise NoMapping(f"the LRN unit needs C % 16 == 0; C = {c}")
+        cmd = HwCmd(x, op.outputs[0], w, h, c, [ConvRun.make(c, lrn=True)], [None], None, 1,
+                    [op.name], "LRN (piecewise linear)")
+        return self._finish(cmd, None)
 
     # -- conv / deconv ------------------------------------------------------------------
     def lower_conv(self, op: Op) -> bool:

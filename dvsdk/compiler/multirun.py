@@ -72,7 +72,7 @@ class MultiRunLowerings:
         name = member
         while True:
             p = self.prod.get(name)
-            if p is None or p.type not in _STAGES | _FUSED:
+            if p is None or p.type not in _STAGES | _FUSED or p.attrs.get("dvsdk_target") == "cpu":
                 return None
             chain.insert(0, p)
             if sum(o.type in _STAGES for o in chain) > 2:

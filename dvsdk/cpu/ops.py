@@ -23,6 +23,7 @@ import numpy as np
 from ..errors import ModelError
 from .dtypes import onnx_dtype, refusal
 from .nn import NN_KERNELS
+from .roi import max_roi_pool
 
 __all__ = ["KERNELS", "Kernel", "run_op"]
 
@@ -462,6 +463,7 @@ KERNELS: dict[str, Kernel] = {
     "ArgMax": _arg(np.argmax),
     "ArgMin": _arg(np.argmin),
     **NN_KERNELS,
+    "MaxRoiPool": max_roi_pool,
 }
 
 

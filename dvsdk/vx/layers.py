@@ -1,0 +1,98 @@
+"""The node creators of the NN extension (``formats.md`` §2.6), one per kernel.
+
+``vxConvolutionLayer(graph, inputs, weights, biases, &params, sizeof(params), outputs)``
+becomes ``convolution_layer(graph, inputs, weights, biases, params, outputs)``: the same
+arguments in the same order without the ``size_of_*`` ones (a Python struct knows its
+size).  Scalars may be plain numbers and enum members or :class:`~dvsdk.vx.scalar.Scalar`
+objects; structs are the dataclasses of :mod:`dvsdk.vx.types` (or dicts of their fields).
+
+Every creator returns the node; a bad argument leaves it with an error ``status`` (see
+:mod:`dvsdk.vx.node`) instead of raising.  The same nodes can be made from a kernel name
+or enum with ``graph.generic_node(kernel)`` and ``node.set_parameter_by_index``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .graph import Graph
+from .kernels import kernel_def
+from .node import Node
+from .types import KernelEnum
+
+__all__ = ["convolution_layer", "deconvolution_layer", "fully_connected_layer",
+           "pooling_layer", "softmax_layer", "normalization_layer", "activation_layer",
+           "roi_pooling_layer"]
+
+
+def _node(graph: Graph, kernel: KernelEnum, *values: Any) -> Node:
+    node = graph.generic_node(kernel_def(kernel))
+    for i, v in enumerate(values):
+        node.set_parameter_by_index(i, v)
+    return node
+
+
+def convolution_layer(graph: Graph, inputs: Any, weights: Any, biases: Any,
+                      convolution_params: Any, outputs: Any) -> Node:
+    """``vxConvolutionLayer``: padding per side, dilation as zeros inserted, the skip
+    (stride) inferred from the output size with floor or ceil rounding; biases shared
+    ``[#OFM]`` or unshared ``[width, height, #OFM]``."""
+    return _node(graph, KernelEnum.CONVOLUTION_LAYER, inputs, weights, biases,
+                 convolution_params, outputs)
+
+
+def deconvolution_layer(graph: Graph, inputs: Any, weights: Any, biases: Any,
+                        deconvolution_params: Any, outputs: Any) -> Node:
+    """``vxDeconvolutionLayer``: zeros inserted between the inputs (the upscale, inferred
+    from the output size), then a convolution with the weights as given, over the
+    upscaled input padded by ``kernel - padding - 1`` on each side and ``a`` more at the
+    end (right, bottom)."""
+    return _node(graph, KernelEnum.DECONVOLUTION_LAYER, inputs, weights, biases,
+                 deconvolution_params, outputs)
+
+
+def fully_connected_layer(graph: Graph, inputs: Any, weights: Any, biases: Any,
+                          overflow_policy: Any, rounding_policy: Any, outputs: Any) -> Node:
+    """``vxFullyConnectedLayer``: ``out[i] = sum_j in[j] w[j, i] + b[i]``.  A
+    ``[width, height, #IFM, #batches]`` input is flattened in OpenVX memory order,
+    ``j = x + width * (y + height * c)``, which is NCHW's flatten order."""
+    return _node(graph, KernelEnum.FULLY_CONNECTED_LAYER, inputs, weights, biases,
+                 overflow_policy, rounding_policy, outputs)
+
+
+def pooling_layer(graph: Graph, inputs: Any, pooling_type: Any, pooling_size_x: Any,
+                  pooling_size_y: Any, pooling_padding_x: Any, pooling_padding_y: Any,
+                  rounding: Any, outputs: Any) -> Node:
+    """``vxPoolingLayer``: MAX or AVG over a window on zero-padded input (average
+    pooling counts the padded zeros), the skip inferred from the output size."""
+    return _node(graph, KernelEnum.POOLING_LAYER, inputs, pooling_type, pooling_size_x,
+                 pooling_size_y, pooling_padding_x, pooling_padding_y, rounding, outputs)
+
+
+def softmax_layer(graph: Graph, inputs: Any, outputs: Any) -> Node:
+    """``vxSoftmaxLayer``: over dimension 0 for 1-D and 2-D tensors (dimension 1 of a 2-D
+    tensor is the batch), over dimension 2 (the classes) for 3-D and 4-D ones."""
+    return _node(graph, KernelEnum.SOFTMAX_LAYER, inputs, outputs)
+
+
+def normalization_layer(graph: Graph, inputs: Any, type: Any, normalization_size: Any,  # noqa: A002
+                        alpha: Any, beta: Any, outputs: Any) -> Node:
+    """``vxNormalizationLayer``: ``x / (1 + alpha / n * sum x_i^2) ** beta`` over n maps
+    centred on x (ACROSS_MAPS) or an n x n square of its map (SAME_MAP), zero padded."""
+    return _node(graph, KernelEnum.NORMALIZATION_LAYER, inputs, type, normalization_size,
+                 alpha, beta, outputs)
+
+
+def activation_layer(graph: Graph, inputs: Any, function: Any, a: Any, b: Any,
+                     outputs: Any) -> Node:
+    """``vxActivationLayer``: one of the nine functions of ``ActivationFunction``."""
+    return _node(graph, KernelEnum.ACTIVATION_LAYER, inputs, function, a, b, outputs)
+
+
+def roi_pooling_layer(graph: Graph, input_data: Any, input_rois: Any, roi_pool_params: Any,
+                      output_arr: Any) -> Node:
+    """``vxROIPoolingLayer``: each ROI ``(x0, y0, x1, y1)`` (corners included, input
+    coordinates) max-pooled to the output's width and height; output
+    ``[pooled_width, pooled_height, #IFM, roi_count]``."""
+    return _node(graph, KernelEnum.ROI_POOLING_LAYER, input_data, input_rois,
+                 roi_pool_params, output_arr)
