@@ -67,6 +67,33 @@ def _read(path: str) -> str | None:
         return None
 
 
+def write_conv_freq(conv_dir: str, mhz: int) -> int:
+    """Set the conv clock through DMP's kernel module: write ``mhz`` to ``conv_freq`` in
+    ``conv_dir`` (``/sys/class/dmp_dv/dv_conv``; the module programs the RPLL, 30..400 MHz,
+    §10.9) and return the MHz it reads back (the PLL may land near, not on, the value)."""
+    lo, hi = FREQ_RANGE
+    if isinstance(mhz, bool) or not isinstance(mhz, int) or not lo <= mhz <= hi:
+        raise InvalidArgument("conv clock out of range", field="conv_freq", value=mhz,
+                              limit=f"{lo}..{hi} MHz")
+    path = os.path.join(conv_dir, "conv_freq")
+    if not os.path.exists(path):
+        raise DeviceError("this board has no conv_freq to set", field="conv_freq",
+                          value=path, hint="the clock is set through DMP's kernel module "
+                          "(dv://); on a UIO board set the PL clock in the boot image")
+    try:
+        with open(path, "w") as f:
+            f.write(f"{mhz}\n")
+    except PermissionError:
+        raise DeviceError(f"cannot write {path}", field="conv_freq", value=mhz,
+                          hint="writing the clock needs root (or a udev rule granting "
+                               "the dvsdk group write access)") from None
+    except OSError as e:
+        raise DeviceError(f"the kernel refused conv_freq={mhz}: {e.strerror}",
+                          field="conv_freq", value=mhz, limit=f"{lo}..{hi}") from None
+    back = _read(path)
+    return int(back) if back and back.isdigit() else 0
+
+
 class KmodDevice(Device):
     """A DV700 driven through DMP's kernel module (module docstring)."""
 
@@ -170,22 +197,7 @@ class KmodDevice(Device):
 
     def set_clock(self, mhz: int) -> int:
         """Write ``conv_freq`` (§10.9: the RPLL, 30..400 MHz) and return what reads back."""
-        lo, hi = FREQ_RANGE
-        if isinstance(mhz, bool) or not isinstance(mhz, int) or not lo <= mhz <= hi:
-            raise InvalidArgument("conv clock out of range", field="conv_freq", value=mhz,
-                                  limit=f"{lo}..{hi} MHz")
-        path = os.path.join(self.class_dir, DEVICE_NODES["conv"], "conv_freq")
-        try:
-            with open(path, "w") as f:
-                f.write(f"{mhz}\n")
-        except PermissionError:
-            raise DeviceError(f"cannot write {path}", field="conv_freq", value=mhz,
-                              hint="writing the clock needs root (or a udev rule "
-                                   "granting the dvsdk group)") from None
-        except OSError as e:
-            raise DeviceError(f"the kernel refused conv_freq={mhz}: {e.strerror}",
-                              field="conv_freq", value=mhz, limit=f"{lo}..{hi}") from None
-        return self._int("conv_freq")
+        return write_conv_freq(os.path.join(self.class_dir, DEVICE_NODES["conv"]), mhz)
 
     def reset(self) -> None:
         """Nothing to do from user space: the module recovers its queue itself (§10.5)."""

@@ -52,6 +52,7 @@ from .device import (
 )
 from .devlock import DeviceLock, default_lock_dir
 from .discovery import (
+    CONV_FREQ_ATTR,
     R5_DEFAULT_PHYS,
     Dv700Board,
     Inventory,
@@ -421,6 +422,13 @@ class UioDevice(Device):
         if self.clock_mhz:
             return self.clock_mhz, "url"
         return 0, "unknown"
+
+    def set_clock(self, mhz: int) -> int:
+        """Write the kernel module's ``conv_freq`` where the board has one (§10.9)."""
+        from .kmod import write_conv_freq
+
+        return write_conv_freq(os.path.dirname(os.path.join(self.inventory.sysfs,
+                                                            CONV_FREQ_ATTR)), mhz)
 
     def reset(self) -> None:
         """Ack every interrupt, forget pending events, re-apply the open-time setup.

@@ -154,6 +154,7 @@ def _plan(core: CoreState, hdr: dict, runs: list[dict], u8_input: bool) -> ConvP
         else:
             out_offs.append(None)
             shape = out_shape
+    _check_ubuf(core, hdr, runs)
     # a garbage configuration must fail fast: outputs inside DRAM, bounded work
     core.mem.check_range(hdr["output_base_addr"], out_total * batch)
     macs = sum(_run_macs(r, shp) for r, shp in zip(runs, shapes)) * batch
@@ -177,6 +178,25 @@ def _plan(core: CoreState, hdr: dict, runs: list[dict], u8_input: bool) -> ConvP
                                   out_offs[i] is None, one)
     return ConvPlan(hdr, runs, shapes, sizes, out_offs, out_total, elt_shape,
                     w * h * c * (1 if u8_input else 2), one)
+
+
+def _check_ubuf(core: CoreState, hdr: dict, runs: list[dict]) -> None:
+    """What the hardware would get wrong, refused: a ``tiles`` field other than the tile
+    math's (``get_conv_tiles_v0``, §7.2, for this unified buffer), and a multi-run command
+    whose peak unified-buffer use (§7.3) exceeds it (§6.7 steps 5 and 11)."""
+    ub = core.params.ub_size
+    expected = dims.command_tiles(hdr, runs, ub)
+    if expected == 0:
+        raise HardwareError("bad_config", CFG_ADDR, f"the first run does not fit a {ub}-byte "
+                            "unified buffer in any number of tiles")
+    if hdr["tiles"] != expected:
+        raise HardwareError("bad_config", CFG_ADDR, f"tiles field {hdr['tiles']} disagrees "
+                            f"with the tile math ({expected} for a {ub}-byte unified buffer)")
+    if len(runs) > 1:
+        usage = dims.ubuf_single_tile_usage(hdr, runs, ub)
+        if usage > ub:
+            raise HardwareError("bad_config", CFG_ADDR, f"the multi-run command needs {usage} "
+                                f"bytes of unified buffer, the device has {ub}")
 
 
 def _execute(core: CoreState, plan: ConvPlan, table_word: int) -> None:
