@@ -137,7 +137,7 @@ def test_a_cpu_write_without_sync_never_reaches_the_device(dv):
 
 
 def test_wait_retries_ebusy_and_erestartsys_until_done(tmp_path):
-    dev = open_fake_kmod(tmp_path, wait_timeout=0.02)  # the kernel's 2 s, shortened
+    dev = open_fake_kmod(tmp_path, wait_timeout=0.02, hw_wait=0.3)  # 2 s, shortened
     fake = dev.fake_kmod
     try:
         cmd, out = _conv(dev)
@@ -271,3 +271,11 @@ def test_doctor_checks_dmps_module(dv, capsys):
     rc = doctor.main(["--device", dv.url])
     out = capsys.readouterr().out
     assert rc == 3 and "[FAIL] sysfs: ub_size is '0'" in out
+
+
+def test_the_link_cannot_serve_dmps_module(dv):
+    """The link carries register accesses (link.md §6); dv:// has none to carry."""
+    from dvsdk.link.server import LinkServer
+
+    with pytest.raises(dvsdk.errors.DeviceError, match="cannot be served"):
+        LinkServer(dv)

@@ -65,6 +65,9 @@ UIO_SYMLINK_FORMAT = "{name}"
 UDMABUF_SYMLINK_FORMAT = "dv700-dma{n}"
 #: Kernel driver's sysfs (dv700-interface.md §10.9), relative to the sysfs root.
 DMP_DV_CLASS = "class/dmp_dv"
+#: udev subsystems of DMP's kernel module (dv://) and of the dma-heaps it allocates from
+DMP_DV_SUBSYSTEM = "dmp_dv"
+DMA_HEAP_SUBSYSTEM = "dma_heap"
 CONV_FREQ_ATTR = "class/dmp_dv/dv_conv/conv_freq"
 FPGA_MANAGER_CLASS = "class/fpga_manager"
 UNIT_WINDOW = 0x1000  # bytes per sub-unit (§10.11)
