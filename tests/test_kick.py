@@ -228,3 +228,29 @@ def test_the_agent_vets_the_r5_trigger_like_a_kick():
             with pytest.raises(AccessViolation) as e:
                 dev.write32("ipi", IPI_TRIG, 0x100)
             assert e.value.what == "command stream"
+
+
+def test_doctor_says_which_kick_it_found_and_why(tmp_path):
+    import io
+
+    from dvsdk.cli import doctor
+
+    for kick, expect in (("r5", "[ OK ] kick: R5 kick (SHM + IPI, DMP's current firmware): "
+                                "the R5 kick's windows are there: ipi = UIO uio3 named 'ipi'"),
+                         ("direct", "[WARN] kick: direct kick (conv 0x400-0x40C, bitstreams "
+                                    "before March 2019): no ipi or shm window")):
+        board = make_fake_board(tmp_path / kick, kick=kick)
+        try:
+            out = io.StringIO()
+            rc = doctor.main(["--device", board.url], out=out)
+            text = out.getvalue()
+            assert rc == 0 and expect in text, text
+            if kick == "r5":
+                assert "ipi node: " in text and "shm node: " in text
+            else:
+                assert "fix: a board running DMP's current image needs the R5 kick" in text
+            out = io.StringIO()
+            assert doctor.main(["--device", board.url + "&kick=r5"], out=out) == \
+                (0 if kick == "r5" else 3)
+        finally:
+            board.close()
