@@ -279,3 +279,18 @@ def test_the_link_cannot_serve_dmps_module(dv):
 
     with pytest.raises(dvsdk.errors.DeviceError, match="cannot be served"):
         LinkServer(dv)
+
+
+def test_dv_urls_and_missing_pieces(tmp_path):
+    with pytest.raises(dvsdk.errors.InvalidURL):
+        dvsdk.open_device("dv://board")
+    with pytest.raises(dvsdk.errors.InvalidURL, match="unknown option"):
+        dvsdk.open_device("dv://?kick=r5")
+    with pytest.raises(dvsdk.errors.DeviceNotFound, match="module is not loaded"):
+        dvsdk.open_device(f"dv://?dev={tmp_path}&sysfs={tmp_path}")
+    (tmp_path / "dv_conv").write_bytes(b"")
+    (tmp_path / "dma_heap").mkdir()
+    (tmp_path / "dma_heap" / "system").write_bytes(b"")
+    with pytest.raises(dvsdk.errors.DeviceNotFound, match="no contiguous dma-heap") as e:
+        dvsdk.open_device(f"dv://?dev={tmp_path}&sysfs={tmp_path}")
+    assert "found: system" in str(e.value)

@@ -39,6 +39,7 @@ from ..errors import (
     DeviceTimeout,
     InvalidArgument,
     InvalidCommand,
+    InvalidURL,
 )
 from ..hw.spec import SPEC
 from . import kabi
@@ -119,6 +120,12 @@ class KmodDevice(Device):
             if os.path.isdir(os.path.join(dev_root, "dma_heap")) else []
         if heap == "auto":
             heap = contiguous_heap(heaps) or "ion"
+            if heap == "ion" and not os.path.exists(os.path.join(dev_root, "ion")):
+                raise DeviceNotFound("no contiguous dma-heap and no ION for DMA memory",
+                                     field="heap", value=os.path.join(dev_root, "dma_heap"),
+                                     limit=f"a CMA heap (found: {', '.join(heaps) or 'none'}) "
+                                           "or /dev/ion", hint="enable CONFIG_DMABUF_HEAPS_CMA "
+                                     "(or ION) in the kernel; run: dvsdk doctor --device dv://")
         elif heap != "ion" and heap not in heaps:
             raise DeviceNotFound("no such dma-heap", field="heap", value=heap, limit=heaps)
         self.pool = DmaBufPool(dev_root, heap, self.ioctl)
@@ -127,8 +134,8 @@ class KmodDevice(Device):
     def from_url(cls, url: str) -> KmodDevice:
         u = parse_url(url)
         if u.netloc or u.path not in ("", "/"):
-            raise DeviceNotFound("dv:// takes options only, as dv://?heap=linux,cma",
-                                 field="url", value=url)
+            raise InvalidURL("dv:// takes options only, as dv://?heap=linux,cma",
+                             field="url", value=url)
         dev = u.pop_str("dev", "/dev")
         sysfs = u.pop_str("sysfs", "/sys")
         heap = u.pop_str("heap", "auto")
