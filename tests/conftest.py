@@ -24,17 +24,29 @@ def layout_vectors() -> dict:
 
 
 # -- devices -----------------------------------------------------------------------------
-# Every driver test takes `device`; BACKENDS lists the URLs (or factories) it runs against.
-# The fake board (uio://) and the link (socket://, pty) join this list as they land.
+# Every driver test takes `device`; BACKENDS lists the URLs (or factories) it runs against:
+# the simulator with either kick protocol (§10.4: the R5 through shared memory and an IPI,
+# as DMP's current image runs, and the direct kick of older bitstreams), the fake board
+# (uio://) in both, DMP's kernel module faked at the ioctl/mmap level (dv://), and the
+# link (socket://, pty) to an agent serving the simulator's default (r5).
 
-def _sim_url() -> str:
-    return "sim://"
+def _sim(kick: str):
+    return lambda: f"sim://?kick={kick}"
 
 
-def _fake_board():
-    from .fakeboard import open_fake_device
+def _fake_board(kick: str):
+    def make():
+        from .fakeboard import open_fake_device
 
-    return open_fake_device()
+        return open_fake_device(kick=kick)
+
+    return make
+
+
+def _fake_kmod():
+    from .fakedv import open_fake_kmod
+
+    return open_fake_kmod()
 
 
 _AGENTS: dict = {}
@@ -60,8 +72,9 @@ def pytest_sessionfinish(session, exitstatus):
     _AGENTS.clear()
 
 
-BACKENDS = {"sim": _sim_url, "uio": _fake_board, "link-tcp": _link("tcp:127.0.0.1:0"),
-            "link-pty": _link("pty")}
+BACKENDS = {"sim-r5": _sim("r5"), "sim-direct": _sim("direct"), "uio-r5": _fake_board("r5"),
+            "uio-direct": _fake_board("direct"), "dv": _fake_kmod,
+            "link-tcp": _link("tcp:127.0.0.1:0"), "link-pty": _link("pty")}
 
 
 @pytest.fixture(params=sorted(BACKENDS))
@@ -76,12 +89,13 @@ def device(request):
         dev.close()
 
 
-@pytest.fixture
-def sim():
-    """The simulator itself, for tests of simulator-only behaviour (faults, coherence)."""
+@pytest.fixture(params=["r5", "direct"])
+def sim(request):
+    """The simulator itself, for tests of simulator-only behaviour (faults, coherence), with
+    either kick protocol (tests/hw.py ``kick_stream`` starts a raw stream with either)."""
     import dvsdk
 
-    dev = dvsdk.open_device("sim://")
+    dev = dvsdk.open_device(f"sim://?kick={request.param}")
     try:
         yield dev
     finally:

@@ -8,13 +8,22 @@
   ``u-dma-buf/udmabuf0/{phys_addr,size,dma_coherent,sync_*,driver_version}``,
   ``class/*`` symlinks, an ``fpga_manager`` in state ``operating``;
 * ``dev/uioN`` as regular files holding the register map(s) at offset 0 and the
-  interrupt words at :data:`~dvsdk.driver.uio.IRQ_CTRL_OFFSET` /
-  :data:`~dvsdk.driver.uio.IRQ_COUNT_OFFSET`; ``dev/udmabuf0`` as a sparse file;
+  interrupt words at :data:`~dvsdk.driver.irqline.IRQ_CTRL_OFFSET` /
+  :data:`~dvsdk.driver.irqline.IRQ_COUNT_OFFSET`; ``dev/udmabuf0`` as a sparse file;
 * a thread that plays the hardware on shared ``mmap`` s of those files: it polls
   the start registers (``START_REGS``), clears a non-zero one and calls
   ``core.start(unit)`` of the simulator core (``dvsdk.sim.engine.Dv700Core``);
   the core's ``on_irq`` makes the interrupt pending, and it is delivered the way
-  ``uio_pdrv_genirq`` does: count it, mask the line until the driver writes 1.
+  ``uio_pdrv_genirq`` does: count it, mask the line until the driver writes 1;
+* with ``kick="r5"`` (a board running DMP's R5 firmware, §10.4) two more UIO devices,
+  ``ipi`` (the IPI channel at 0xFF340000, with its interrupt) and ``shm`` (the shared
+  memory at 0x7ED00000), as a device-tree overlay binding those nodes to generic-uio
+  makes them; the simulator core models the R5.  Its IPI registers live in the core:
+  the file only shows them.  Each poll the thread hands the write-only words the driver
+  wrote (``IDR``, ``IER``, ``TRIG``, in the probe's order) to the core and zeroes them,
+  then copies ``ISR``/``IMR``/``OBS`` back.  A file cannot show a write of the value a
+  word already holds, so the write-1-to-clear acknowledge of ``ISR`` is taken as done
+  when the next trigger comes (the simulator, ``sim://?kick=r5``, models it exactly).
 
 Only the board is fake; the driver under test opens, maps, polls and locks the
 files for real.
@@ -34,6 +43,7 @@ from urllib.parse import urlencode
 import numpy as np
 
 from dvsdk.driver.discovery import DV700_COMPATIBLE, UNIT_WINDOW
+from dvsdk.driver.irqline import IRQ_COUNT_OFFSET, IRQ_CTRL_OFFSET, IRQ_FILE_SIZE
 from dvsdk.driver.mmio import (
     CONV_HW_VERSION,
     CONV_IRQ,
@@ -42,7 +52,7 @@ from dvsdk.driver.mmio import (
     CONV_UBUF_SIZE,
     UNIT_IRQ,
 )
-from dvsdk.driver.uio import IRQ_COUNT_OFFSET, IRQ_CTRL_OFFSET, IRQ_FILE_SIZE
+from dvsdk.hw.spec import SPEC
 from dvsdk.sim import core as sim_core
 
 DEFAULT_BASE = 0xA000_0000
@@ -52,6 +62,10 @@ PHYS_ORDER = ("conv", "maximizer", "ipu")
 SYSTEM_TOKEN = {"conv": "CONV", "maximizer": "MX", "ipu": "IPU"}
 FALLBACK_START_REGS = {"conv": 0x408, "ipu": 0x2A0, "maximizer": 0x008}
 POLL_INTERVAL = 100e-6
+#: the R5 kick's UIO devices: (name, physical address, map size) (§10.11 defaults)
+R5_NODES = {w: (w, int(SPEC.unit(w)["default_phys"]), int(SPEC.unit(w)["size"]))
+            for w in ("ipi", "shm")}
+IPI = {n: SPEC.reg("ipi", n) // 4 for n in SPEC.unit("ipi")["registers"]}
 
 
 class StubCore:
@@ -149,7 +163,7 @@ class FakeBoard:
                  dma_coherent: bool, base: int, dma_phys: int, ubuf_size: int,
                  mac_groups: int, hw_version: int, max_input_size: int,
                  conv_freq: int | None, decoy: bool, heaps: tuple[str, ...],
-                 udmabuf_class: str, start: bool, core: str) -> None:
+                 udmabuf_class: str, start: bool, core: str, kick: str) -> None:
         if mode not in ("per-unit", "combined"):
             raise ValueError(f"mode must be per-unit or combined, not {mode!r}")
         self.root = Path(root)
@@ -169,6 +183,7 @@ class FakeBoard:
             d.mkdir(parents=True, exist_ok=True)
         self.nodes: list[_Node] = []
         self._node_of: dict[str, _Node] = {}
+        self.kick = kick
         self._build_uio(base, decoy)
         self._build_udmabuf(dma_coherent, udmabuf_class)
         for heap in heaps:
@@ -187,11 +202,17 @@ class FakeBoard:
             try:
                 params = sim_core.SimParams(clock_mhz=conv_freq or 300, mac_num=mac_groups * 72,
                                           ub_size=ubuf_size, hw_version=hw_version,
-                                          max_input_size=max_input_size, units=self.units)
+                                          max_input_size=max_input_size, units=self.units,
+                                          kick=kick)
             except (AttributeError, TypeError):
                 params = None
-            self.core = engine.Dv700Core(self.dram, dma_phys, regs=self.regs, params=params,
+            regs = dict(self.regs)
+            if kick == "r5":  # the IPI's registers live in the core; shm is plain memory
+                regs["shm"] = self._node_of["shm"].regs("shm")
+            self.core = engine.Dv700Core(self.dram, dma_phys, regs=regs, params=params,
                                          on_irq=self._on_irq)
+            if kick == "r5":
+                self._mirror_ipi()
             self.start_regs = dict(sim_core.START_REGS)
         else:
             self.core = StubCore(self.dram, dma_phys, regs=self.regs, on_irq=self._on_irq)
@@ -254,6 +275,17 @@ class FakeBoard:
                              UNIT_WINDOW)
                 self.nodes.append(node)
                 self._node_of[unit] = node
+        if self.kick == "r5":
+            for window, (name, addr, size) in R5_NODES.items():
+                i = len(self.nodes)
+                pdev = self.sysfs / "devices" / "platform" / "amba_pl@0" / f"{addr:x}.{name}"
+                _write(pdev / "of_node" / "compatible", b"generic-uio\0")
+                _write(pdev / "of_node" / "name", name.encode() + b"\0")
+                sys_dir = self._uio(i, pdev, name, addr, size, f"{name}@{addr:x}")
+                node = _Node(f"uio{i}", self.dev / f"uio{i}", sys_dir, [window], {window: 0},
+                             UNIT_WINDOW)
+                self.nodes.append(node)
+                self._node_of[window] = node
         if decoy:  # an unrelated UIO device the discovery must ignore
             i = len(self.nodes)
             pdev = self.sysfs / "devices" / "platform" / "amba_pl@0" / "80010000.gpio"
@@ -308,8 +340,31 @@ class FakeBoard:
     def unmasked(self, unit: str) -> bool:
         return bool(self._node_of[unit].ctrl[0])
 
+    def _mirror_ipi(self) -> None:
+        shown, model = self._node_of["ipi"].regs("ipi"), self.core.regs["ipi"]
+        for name in ("ISR", "IMR", "OBS"):
+            shown[IPI[name]] = model[IPI[name]]
+
+    def _step_ipi(self) -> None:
+        """Hand the IPI words the driver wrote to the core (module docstring)."""
+        shown = self._node_of["ipi"].regs("ipi")
+        model = self.core.regs["ipi"]
+        for name in ("IDR", "IER", "TRIG"):
+            value = int(shown[IPI[name]])
+            if value:
+                shown[IPI[name]] = 0
+                if name == "TRIG":
+                    model[IPI["ISR"]] = 0  # the last completion was acknowledged by now
+                try:
+                    self.core.write_reg("ipi", 4 * IPI[name], value)
+                except Exception as e:  # a faulty command hangs the unit, like hardware
+                    self.errors.append(e)
+        self._mirror_ipi()
+
     def step(self) -> None:
         """One poll of the start registers (what the thread does every ~100 us)."""
+        if self.kick == "r5" and not self.stub:
+            self._step_ipi()
         for unit, off in self.start_regs.items():
             regs = self.regs.get(unit)
             if regs is not None and regs[off >> 2]:
@@ -366,7 +421,8 @@ def make_fake_board(tmp_path: Path | str, dma_size: int = 64 << 20,
                     hw_version: int = 0x0700, max_input_size: int = 0x4000,
                     conv_freq: int | None = None, decoy: bool = True,
                     heaps: tuple[str, ...] = (), udmabuf_class: str = "u-dma-buf",
-                    start: bool = True, core: str = "auto") -> FakeBoard:
+                    start: bool = True, core: str = "auto",
+                    kick: str = "direct") -> FakeBoard:
     """Build a fake DV700 under ``tmp_path``; ``.url`` opens it, ``.close()`` tears down.
 
     ``mode``: ``per-unit`` (one UIO device per sub-unit, names ``dv700-<unit>``)
@@ -378,7 +434,8 @@ def make_fake_board(tmp_path: Path | str, dma_size: int = 64 << 20,
                      dma_coherent=dma_coherent, base=base, dma_phys=dma_phys,
                      ubuf_size=ubuf_size, mac_groups=mac_groups, hw_version=hw_version,
                      max_input_size=max_input_size, conv_freq=conv_freq, decoy=decoy,
-                     heaps=heaps, udmabuf_class=udmabuf_class, start=start, core=core)
+                     heaps=heaps, udmabuf_class=udmabuf_class, start=start, core=core,
+                     kick=kick)
 
 
 def open_fake_device(tmp_dir: str | Path | None = None, **kw: Any) -> Any:

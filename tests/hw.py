@@ -30,3 +30,23 @@ def download_tensor(buf, shape, offset: int = 0) -> np.ndarray:
 
 def fp16(x) -> np.ndarray:
     return np.asarray(x, np.float32).astype(np.float16).astype(np.float32)
+
+
+def kick_stream(dev, address: int, length8: int) -> None:
+    """Start the conv stream at ``address`` (``length8`` 8-byte units) the way ``dev``'s
+    kick protocol does (R5: shared memory + IPI; direct: conv 0x400-0x408; §10.4), with
+    the raw values (no checks), as a test of the hardware's own handling needs."""
+    from dvsdk.driver.kick import protocol
+
+    proto = protocol(dev.kick)
+    proto.acknowledge(dev)
+    for window, offset, value in proto.start_writes:
+        dev.write32(window, offset, {"address": address, "length8": length8}.get(value, value)
+                    if isinstance(value, str) else value)
+
+
+def wait_stream(dev, timeout: float) -> None:
+    """Wait for the completion of :func:`kick_stream` (DeviceTimeout after ``timeout``)."""
+    from dvsdk.driver.kick import protocol
+
+    protocol(dev.kick).wait(dev, timeout)

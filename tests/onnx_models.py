@@ -201,6 +201,7 @@ def _single_cases() -> list[Case]:
     for op in ("Sqrt", "Log"):
         add(op.lower(), lambda op=op: single(op, [X4]), positive=True)
     add("elu", lambda: single("Elu", [X4], {"alpha": 0.5}))
+    add("elu_alpha1", lambda: single("Elu", [X4], {"alpha": 1.0}))
     add("selu", lambda: single("Selu", [X4]))
     add("hard_sigmoid", lambda: single("HardSigmoid", [X4], {"alpha": 0.3, "beta": 0.4}))
     add("hard_swish", lambda: single("HardSwish", [(1, 4, 7, 7)], opset=14))

@@ -427,7 +427,7 @@ def run_cases(dev, cases: Sequence[Case], *, per_list: int | Sequence[int] = 50,
 
                 cl.add(case.build(ref))
             cl.commit()
-            stream = getattr(cl, "_stream", None)
+            stream = cl.stream
             chunks.append(len(stream.chunks) if stream is not None else 0)
             total_us += cl.run(timeout=timeout)
             start = stop

@@ -159,7 +159,7 @@ def test_every_tool_has_version_and_dvsdk_help_lists_every_command():
                               timeout=60).stdout
     from dvsdk.cli.main import COMMANDS
 
-    assert set(COMMANDS) == {"doctor", "info", "eval", "analyze", "replay"}
+    assert set(COMMANDS) == {"doctor", "info", "clock", "eval", "analyze", "replay"}
     for name in COMMANDS:
         assert any(ln.split()[:1] == [name] for ln in helptext.splitlines()), name
 

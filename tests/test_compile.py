@@ -396,7 +396,8 @@ CASES: list[E2E] = [
     E2E("prelu", S("prelu"), detail=(("PRelu", "PReLU"),), quant=True),
     E2E("sigmoid", S("sigmoid"), commands=1),
     E2E("tanh", S("tanh"), commands=1),
-    E2E("elu", S("elu"), commands=1),
+    E2E("elu_alpha_half_cpu", S("elu"), cpu=("Elu",)),  # DMP's ELU has no alpha (§4.5)
+    E2E("elu", S("elu_alpha1"), commands=1),
     E2E("clip_relu6", S("clip_inputs_relu6"), commands=1),
     E2E("clip_relu", clip_relu, commands=1),
     E2E("clip_general_cpu", S("clip_attrs_opset6"), cpu=("Clip",)),
@@ -407,7 +408,8 @@ CASES: list[E2E] = [
       for act, word, kw in (("Relu", "relu", {}), ("LeakyRelu", "leaky_relu 0.1", {"alpha": 0.1}),
                             ("PRelu", "prelu", {}), ("Sigmoid", "sigmoid", {}),
                             ("Tanh", "tanh", {}), ("Elu", "elu", {"alpha": 1.0}),
-                            ("Elu", "elu 0.5", {"alpha": 0.5}), ("Clip", "relu6", {}))],
+                            ("Clip", "relu6", {}))],
+    E2E("conv_elu0.5_cpu", conv_act("Elu", alpha=0.5), cpu=("Elu",), commands=1),
     # -- pools -----------------------------------------------------------------------------
     E2E("maxpool_k3s2p1", S("maxpool_k3s2p1"), commands=1),
     E2E("maxpool_ceil", S("maxpool_ceil"), detail=(("MaxPool", "max-pool 3x3"),)),

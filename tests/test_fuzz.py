@@ -26,6 +26,7 @@ from dvsdk.netfile import LIMITS, NetFile, decode, read
 from dvsdk.runtime.net import Net
 
 from . import onnx_models as M
+from .hw import kick_stream
 from .test_netfile import container
 
 DIGITS = Path(__file__).resolve().parent.parent / "examples" / "models" / "digits.bin"
@@ -499,11 +500,8 @@ def _kick(sim, words: np.ndarray) -> int:
     buf = sim.alloc(max(words.nbytes, 8) + 8, align=64)
     buf.write(0, words.astype("<u4"))
     buf.sync_for_device()
-    sim.write32("conv", SPEC.reg("conv", "IRQ"), 0)
     sim.write32("conv", SPEC.reg("conv", "SIM_STATUS"), 0)
-    sim.write32("conv", SPEC.reg("conv", "CMD_ADDR"), buf.phys)
-    sim.write32("conv", SPEC.reg("conv", "CMD_LEN"), -(-words.nbytes // 8))
-    sim.write32("conv", SPEC.reg("conv", "KICK"), 1)
+    kick_stream(sim, buf.phys, -(-words.nbytes // 8))
     status = sim.read32("conv", SPEC.reg("conv", "SIM_STATUS"))
     buf.free()
     return status

@@ -15,7 +15,7 @@ import time
 import numpy as np
 import pytest
 
-from dvsdk.driver.device import UNITS, open_device
+from dvsdk.driver.device import UNITS, WINDOWS, open_device
 from dvsdk.errors import (
     AuthenticationError,
     CoherenceError,
@@ -58,9 +58,9 @@ def mem():
 
 
 def test_spec_drives_header_and_messages():
-    assert lp.HEADER.size == 12 and lp.FRAME_OVERHEAD == 16 and lp.VERSION == 2
+    assert lp.HEADER.size == 12 and lp.FRAME_OVERHEAD == 16 and lp.VERSION == 3
     assert lp.MESSAGES["READ32"].code == 0x10 and lp.BY_CODE[0x22].name == "MEM_WRITE"
-    assert lp.UNITS == UNITS
+    assert lp.UNITS == WINDOWS  # the units and the R5 kick's ipi and shm (v3)
     sample = {"u8": 7, "u16": 513, "u32": 0xDEADBEEF, "u64": 1 << 40, "i64": -5, "f64": 2.5,
               "unit": "ipu", "bytes": b"\x00\xc0\xdb", "str": "näme", "json": {"a": [1, 2]},
               "b16": bytes(range(16)), "b32": bytes(range(32))}

@@ -64,9 +64,9 @@ def test_agent_process_full_cycle(mem_agent):
 
 def test_version_mismatch_names_both_versions(mem_agent, monkeypatch):
     monkeypatch.setattr(lp, "VERSION", 7)
-    with pytest.raises(LinkError, match="client speaks v7, agent speaks v2") as e:
+    with pytest.raises(LinkError, match="client speaks v7, agent speaks v3") as e:
         connect(mem_agent.url)
-    assert e.value.value == 7 and e.value.limit == 2
+    assert e.value.value == 7 and e.value.limit == 3
 
 
 def test_agent_with_injected_faults_both_ways():

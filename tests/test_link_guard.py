@@ -42,7 +42,7 @@ def test_a_new_session_never_sees_the_previous_sessions_data():
 
 @pytest.fixture
 def sim_link():
-    with open_device("loop://?device=sim://") as dev:
+    with open_device("loop://?device=sim://?kick=direct") as dev:
         yield dev
 
 
@@ -71,11 +71,11 @@ def _foreign(phys: int, n: int) -> DmaBuffer:
 
 
 def test_a_kick_on_memory_of_a_former_session_is_refused():
-    with open_device("loop://?device=sim://") as a:
+    with open_device("loop://?device=sim://?kick=direct") as a:
         a.alloc(1 << 20, name="spacer")
         old = a.alloc(4096, name="old")  # above what the next session allocates
         phys = old.phys
-    with open_device("loop://?device=sim://") as b:
+    with open_device("loop://?device=sim://?kick=direct") as b:
         ib = upload(b, np.zeros(4 * 4 * 8 * 2, np.uint8), name="input")
         ob = b.alloc(4 * 4 * 8 * 2, name="output")
         b.write32("conv", SPEC.reg("conv", "IRQ"), 0)
@@ -108,7 +108,7 @@ def test_stream_outside_the_session_and_self_overwrite_are_refused(sim_link):
     with pytest.raises(AccessViolation, match="overwrite the command stream"):
         dev.write32("conv", KICK, 1)
     # the CMD registers must come from this session
-    with open_device("loop://?device=sim://") as fresh:
+    with open_device("loop://?device=sim://?kick=direct") as fresh:
         with pytest.raises(InvalidCommand, match="CMD_ADDR was not written"):
             fresh.write32("conv", KICK, 1)
 

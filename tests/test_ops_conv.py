@@ -356,11 +356,12 @@ def conv_pool_act_cases() -> tuple[Case, ...]:
 
 def test_conv_matrix_pure_int_is_exact(device):
     """All 882 commands in one list: its stream spans more than one 64 KiB chunk, so the
-    chunk chaining (§10.1/§10.4) is exercised, and the re-run covers the whole chain."""
+    chunk chaining (§10.1/§10.4) is exercised, and the re-run covers the whole chain (on
+    dv:// the kernel module lays the stream out: one APPEND of 882 kernel structs)."""
     cases = conv_matrix_int()
     assert len(cases) == 882
     res = run_cases(device, cases, per_list=len(cases), seed=1)
-    assert res.lists == 1 and res.chunks[0] >= 2
+    assert res.lists == 1 and (res.chunks[0] >= 2 or not device.has_registers)
     assert_no_failures(res, len(cases))
 
 

@@ -49,12 +49,16 @@ BIG_UB = 1 << 20
 
 def _open_big(kind: str):
     url = f"sim://?ub_size={BIG_UB}"
-    if kind == "sim":
-        return dvsdk.open_device(url)
-    if kind == "uio":
+    if kind.startswith("sim-"):
+        return dvsdk.open_device(f"{url}&kick={kind[4:]}")
+    if kind.startswith("uio-"):
         from .fakeboard import open_fake_device
 
-        return open_fake_device(ubuf_size=BIG_UB)
+        return open_fake_device(ubuf_size=BIG_UB, kick=kind[4:])
+    if kind == "dv":
+        from .fakedv import open_fake_kmod
+
+        return open_fake_kmod(ub_size=BIG_UB)
     from dvsdk.link.agent import AgentProcess
 
     port = {"link-tcp": "tcp:127.0.0.1:0", "link-pty": "pty"}[kind]

@@ -162,3 +162,17 @@ def test_per_command_predicted_times_add_up(tmp_path):
     assert r.identical and len(r.command_us) == r.commands == 3
     # each command alone fetches its own stream: a little more than its share of the list
     assert sum(r.command_us) == pytest.approx(r.replayed_us, rel=0.05)
+
+
+def test_recorded_on_every_backend_replays_identically_on_the_simulator(device, tmp_path):
+    """Record on the fake board (both kicks), DMP's kernel module (fake), a link or the
+    simulator; replay on sim://: bit-identical, as a real board should be."""
+    rec = Recorder().attach(device)
+    with dvsdk.load(MODELS / "digits.bin", device) as net:
+        y = net.run_image(SEVEN)
+    device.recorder = None
+    assert net.labels[int(np.argmax(y["probs"]))] == "seven"
+    rec.save(tmp_path / "b.dvrec")
+    results, info = replay(tmp_path / "b.dvrec", "sim://")
+    assert results and all(r.identical for r in results), [r.differences for r in results]
+    assert info["backend"] == device.info().backend

@@ -27,7 +27,7 @@ from dvsdk.sim import units
 from dvsdk.sim.core import SimParams, Watchdog
 from dvsdk.sim.device import SimDevice
 
-from .hw import upload, upload_tensor
+from .hw import kick_stream, upload, upload_tensor, wait_stream
 from .refs import ipu_ref, maximizer_ref, to_whc8
 
 STATUS = SPEC.status
@@ -194,13 +194,9 @@ def _kick(sim, words, length8: int | None = None, timeout: float = 0.01):
     buf.write(0, words.astype("<u4"))
     buf.sync_for_device()
     try:
-        sim.write32("conv", _r("conv", "IRQ"), 0)
-        sim.write32("conv", _r("conv", "CMD_ADDR"), buf.phys)
-        sim.write32("conv", _r("conv", "CMD_LEN"),
-                    -(-words.nbytes // 8) if length8 is None else length8)
-        sim.write32("conv", _r("conv", "KICK"), 1)
+        kick_stream(sim, buf.phys, -(-words.nbytes // 8) if length8 is None else length8)
         try:
-            sim.wait_irq("conv", timeout)
+            wait_stream(sim, timeout)
         except DeviceTimeout as e:
             return "timeout", e
         return "irq", STATUS.name_of(sim.read32("conv", _r("conv", "SIM_STATUS")))
@@ -234,13 +230,11 @@ def test_a_jump_loop_is_a_hang_the_driver_times_out_on(sim):
     """At the default limits: the loop that hung the Python process ends in a fraction of
     a second; the driver's wait times out showing hang and where the stream was."""
     words, loop = _self_loop(sim)
-    sim.write32("conv", _r("conv", "CMD_ADDR"), loop.phys)
-    sim.write32("conv", _r("conv", "CMD_LEN"), words.size // 2)
     t0 = time.perf_counter()
-    sim.write32("conv", _r("conv", "KICK"), 1)  # (memory: see test_sim_fuzz.py)
+    kick_stream(sim, loop.phys, words.size // 2)  # (memory: see test_sim_fuzz.py)
     assert time.perf_counter() - t0 < 5
     with pytest.raises(DeviceTimeout) as e:
-        sim.wait_irq("conv", 0.01)
+        wait_stream(sim, 0.01)
     assert f"SIM_STATUS=7 (hang) SIM_FAULT_ADDR={loop.phys:#010x}" in str(e.value)
     assert e.value.registers["IRQ"] == 0 and "packets decoded" in sim.errors[-1]
     sim.reset()
@@ -258,9 +252,9 @@ def _tiny_conv(sim):
     cl = CommandList(sim)
     cl.add(cmd)
     cl.commit()
-    chunk = cl._stream.chunks[0]
+    chunk = cl.stream.chunks[0]
     chunk.sync_for_cpu()
-    return cl, chunk.read(0, cl._stream.lengths[0]).view("<u4")[:-2].copy()  # no irq write
+    return cl, chunk.read(0, cl.stream.lengths[0]).view("<u4")[:-2].copy()  # no irq write
 
 
 def test_watchdog_bounds_commands_words_and_cycles_of_a_kick():

@@ -30,7 +30,7 @@ from dvsdk.sim.core import SimParams, Watchdog
 from dvsdk.sim.device import SimDevice
 
 from .conftest import ROOT
-from .hw import download_tensor, upload, upload_tensor
+from .hw import download_tensor, kick_stream, upload, upload_tensor, wait_stream
 
 STATUS = SPEC.status
 CONFIG_WORDS = SPEC.struct("conv_config").size // 4
@@ -55,7 +55,7 @@ class Fuzzer:
         self.sources = [self._words(cl) for cl in self.net._lists] + [self._multirun()]
 
     def _words(self, cl: CommandList) -> np.ndarray:
-        chunk, n = cl._stream.chunks[0], cl._stream.lengths[0]
+        chunk, n = cl.stream.chunks[0], cl.stream.lengths[0]
         chunk.sync_for_cpu(0, n)
         return chunk.read(0, n).view("<u4").copy()
 
@@ -152,19 +152,15 @@ class Fuzzer:
         sim = self.sim
         self.scratch.write(0, words[: self.scratch.size // 4].astype("<u4"))
         self.scratch.sync_for_device()
-        sim.write32("conv", _reg("IRQ"), 0)
-        sim.write32("conv", _reg("CMD_ADDR"), self.scratch.phys)
-        sim.write32("conv", _reg("CMD_LEN"),
+        kick_stream(sim, self.scratch.phys,
                     -(-words.nbytes // 8) if length8 is None else length8)
-        sim.write32("conv", _reg("KICK"), 1)
         status = STATUS.name_of(sim.read32("conv", _reg("SIM_STATUS")))
         try:
-            sim.wait_irq("conv", 0.001)
+            wait_stream(sim, 0.001)
         except DeviceTimeout as e:
             assert status == "hang" and "SIM_STATUS=7 (hang)" in str(e), (status, str(e))
             sim.reset()
             return "timeout: hang"
-        sim.write32("conv", _reg("IRQ"), 0)
         return f"irq: {status}"
 
 

@@ -58,14 +58,14 @@ def ranges(accesses):
 
 
 def walk(dev, cl):
-    st = cl._stream
+    st = cl.stream
     acc, _ = conv_kick_accesses(fetcher(dev), st.address, st.length8)
     return acc
 
 
 def stream_ranges(cl):
     return [("command stream", c.phys, n, False)
-            for c, n in zip(cl._stream.chunks, cl._stream.lengths, strict=True)]
+            for c, n in zip(cl.stream.chunks, cl.stream.lengths, strict=True)]
 
 
 def fp16_weight_bytes(c: int, m: int, k: int) -> int:
@@ -175,7 +175,7 @@ def test_chained_chunks_and_an_fc_command(dev):
         cl.add(FcCommand(weight_buf=fw, input_buf=fx, output_buf=fo, input_size=n_in,
                          output_size=n_out))
         cl.commit()
-        assert len(cl._stream.chunks) == 5
+        assert len(cl.stream.chunks) == 5
         acc = walk(dev, cl)
         lowered = cl._owned[0]  # the FC's weights, re-packed as a 1x1 conv (§6.4)
         assert [r for r in ranges(acc) if r[0] == "command stream"] == sorted(stream_ranges(cl))
@@ -187,7 +187,7 @@ def test_chained_chunks_and_an_fc_command(dev):
 
 
 def regs_of(cl, unit):
-    return {off: val for off, val in cl._reg_writes[0]}
+    return {off: val for off, val in cl._submission.reg_writes[0]}
 
 
 def test_ipu_and_maximizer_programs(dev):
@@ -267,7 +267,7 @@ def test_image_of_an_earlier_kick_is_not_trusted_and_refusal_keeps_the_state(dev
         cl.add(ConvCommand(input_buf=ib, output_buf=ob, w=w, h=h, c=c, runs=[run]))
         cl.commit()
         ctrl = Controller()
-        acc, after = conv_kick_accesses(fetcher(dev), cl._stream.address, cl._stream.length8,
+        acc, after = conv_kick_accesses(fetcher(dev), cl.stream.address, cl.stream.length8,
                                         ctrl)
         assert not ctrl.known.any() and not after.known.any()  # forgotten after the kick
         fetch, addr, n8, _ = hand_stream(write_packet(SPEC.stream_reg("start"), 1), IRQ)

@@ -73,14 +73,18 @@ def _net_runs(net, inputs, expected, t: int):
             yield f"{type(e).__name__}: {e}"[:120]
 
 
-@pytest.mark.parametrize("backend", ["sim", "uio"])
+@pytest.mark.parametrize("backend", ["sim", "uio", "uio-r5", "dv"])
 def test_one_net_shared_by_four_threads_gives_400_correct_outputs(backend, inputs, onnx_probs):
     if backend == "sim":
         dev = dvsdk.open_device("sim://")
+    elif backend == "dv":
+        from .fakedv import open_fake_kmod
+
+        dev = open_fake_kmod()
     else:
         from .fakeboard import open_fake_device
 
-        dev = open_fake_device()
+        dev = open_fake_device(kick="r5" if backend == "uio-r5" else "direct")
     try:
         with dvsdk.load(DIGITS, dev) as net:
             expected = [next(iter(net.run(x).values())) for x in inputs]  # one thread

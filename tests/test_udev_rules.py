@@ -18,10 +18,13 @@ from pathlib import Path
 import pytest
 
 from dvsdk.driver.discovery import (
+    DMA_HEAP_SUBSYSTEM,
+    DMP_DV_SUBSYSTEM,
     DV700_COMPATIBLE,
     DV700_UIO_NAMES,
     DVSDK_GROUP,
     OF_COMPATIBLE_PARENT_ATTR,
+    R5_WINDOW_NAMES,
     UDMABUF_SUBSYSTEMS,
     UDMABUF_SYMLINK_FORMAT,
     UDMABUF_SYNC_ATTRS,
@@ -75,7 +78,7 @@ def _value(t: Token) -> list[str]:
 
 # -- the rules against the names discovery uses ---------------------------------------------------
 def test_every_rule_targets_a_subsystem_discovery_reads(rules):
-    known = {UIO_SUBSYSTEM, *UDMABUF_SUBSYSTEMS}
+    known = {UIO_SUBSYSTEM, *UDMABUF_SUBSYSTEMS, DMP_DV_SUBSYSTEM, DMA_HEAP_SUBSYSTEM}
     for rule in rules:
         subsystems = [t.value for t in rule if t.key == "SUBSYSTEM"]
         assert len(subsystems) == 1 and subsystems[0] in known, rule
@@ -88,7 +91,10 @@ def test_every_rule_targets_a_subsystem_discovery_reads(rules):
 
 def test_uio_names_and_compatible_match_discovery(rules):
     name_sets = [set(_value(t)) for r in rules for t in r if t.key == "ATTR" and t.attr == "name"]
-    assert name_sets and all(s == set(DV700_UIO_NAMES) for s in name_sets)
+    r5 = {n for names in R5_WINDOW_NAMES.values() for n in names}
+    assert set(DV700_UIO_NAMES) in name_sets
+    assert all(s == set(DV700_UIO_NAMES) or s <= r5 for s in name_sets)
+    assert set().union(*(s for s in name_sets if s <= r5)) == r5
     compat = [t for r in rules for t in r if t.key == "ATTRS"]
     assert [(t.attr, t.value) for t in compat] == [(OF_COMPATIBLE_PARENT_ATTR, DV700_COMPATIBLE)]
 
@@ -212,5 +218,28 @@ def test_compatible_is_only_matched_as_the_first_string(rules, tmp_path):
         of.write_bytes(b"generic-uio\0dmp,dv700\0")
         (_uio(b, 0) / "name").write_text("accel\n")
         assert apply_rules(rules, b.sysfs, UIO_SUBSYSTEM, _uio(b, 0)) == Result()
+    finally:
+        b.close()
+
+
+def test_r5_windows_and_dmps_module_get_group_and_links(rules, tmp_path):
+    b = make_fake_board(tmp_path, start=False, kick="r5")
+    try:
+        for n, name in ((3, "ipi"), (4, "shm")):  # never /dev/shm, the POSIX shm mount
+            res = apply_rules(rules, b.sysfs, UIO_SUBSYSTEM, _uio(b, n))
+            assert (res.group, res.mode, res.symlinks) == (DVSDK_GROUP, "0660",
+                                                           [f"dv700-{name}"])
+        dv = b.sysfs / "devices" / "virtual" / "dmp_dv" / "dv_conv"
+        dv.mkdir(parents=True)
+        (b.sysfs / "class" / "dmp_dv").mkdir(parents=True)
+        (b.sysfs / "class" / "dmp_dv" / "dv_conv").symlink_to(dv)
+        res = apply_rules(rules, b.sysfs, DMP_DV_SUBSYSTEM, b.sysfs / "class/dmp_dv/dv_conv")
+        assert (res.group, res.mode) == (DVSDK_GROUP, "0660")
+        assert "/bin/chmod g+w /sys/devices/virtual/dmp_dv/dv_conv/conv_freq" in res.runs
+        for heap, group in (("linux,cma", DVSDK_GROUP), ("system", None)):
+            d = b.sysfs / "devices" / "virtual" / "dma_heap" / heap
+            d.mkdir(parents=True)
+            res = apply_rules(rules, b.sysfs, DMA_HEAP_SUBSYSTEM, d)
+            assert res.group == group
     finally:
         b.close()

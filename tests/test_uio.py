@@ -24,9 +24,10 @@ import pytest
 from dvsdk.driver import discovery
 from dvsdk.driver.device import open_device
 from dvsdk.driver.discovery import UioNode, discover
+from dvsdk.driver.irqline import IRQ_COUNT_OFFSET, IRQ_CTRL_OFFSET, IrqLine
 from dvsdk.driver.mmio import MmioWindow
 from dvsdk.driver.udmabuf import packed_sync_value
-from dvsdk.driver.uio import IRQ_COUNT_OFFSET, IRQ_CTRL_OFFSET, IrqLine, UioDevice
+from dvsdk.driver.uio import UioDevice
 from dvsdk.errors import (
     DeviceBusy,
     DeviceError,

@@ -11,9 +11,15 @@ Checks, in order, each printed with what to do about it:
 4. device nodes: exist, readable and writable; the ``dvsdk`` group;
 5. DMA memory: a u-dma-buf (§5.2), below 4 GiB, large enough for the net.bin,
    its coherence mode and how caches will be maintained (ioctl or sysfs);
-6. the device itself, opened read-only (``init=0``): exclusive lock, HW version
+6. the kick protocol the bitstream expects and why (:mod:`.doctor_boards`): the R5 kick
+   when the device tree exposes the ``ipi`` and ``shm`` nodes, else the direct kick;
+7. the device itself, opened read-only (``init=0``): exclusive lock, HW version
    (``0x128 & 0xFFFF``), UBUF size (``0x11C``, else DT ``ubuf-size``), MACs
    (``0x120 * 72``), the conv clock (kernel sysfs, else ``clock_mhz``), IRQ count.
+
+A board running DMP's kernel module (``--device dv://``; the default when the module is
+loaded and no DV700 is bound to UIO) gets its own checks (:mod:`.doctor_boards`): device
+nodes, the module's sysfs facts, DMA memory (dma-heap or ION), the clock.
 
 Exit status: 0 when nothing failed (warnings allowed), 3 for device problems
 (including "no board on this machine"), 2 for bad arguments.
@@ -52,6 +58,7 @@ from ..driver.discovery import (
     read_attr,
 )
 from ..errors import DeviceBusy, DvsdkError, InvalidURL
+from .doctor_boards import check_kick, check_kmod
 
 RULES_HINT = ("sudo cp udev/99-dmp-dv700.rules /etc/udev/rules.d/ && sudo udevadm control "
               "--reload && sudo udevadm trigger")
@@ -107,6 +114,15 @@ class Doctor:
     # -- entry -------------------------------------------------------------------
     def run(self) -> list[Finding]:
         parsed = parse_url(self.url)
+        if parsed.scheme == "dv":
+            self.add(INFO, "board", "DMP's kernel module (dv://): dvsdk hands it kernel "
+                     "commands; the module builds the stream and kicks the R5 (§10.3, §10.4)")
+            if check_kmod(self, parsed.options):
+                self._check_generic(board=True)
+            else:
+                self.no_board = True
+            self._net_unchecked()
+            return self.findings
         if parsed.scheme != "uio":
             self._check_generic()
             self._net_unchecked()
@@ -119,6 +135,8 @@ class Doctor:
         for note in inv.notes:
             self.add(INFO, "discovery", note)
         nodes_ok = self._check_uio(inv)
+        if nodes_ok:
+            nodes_ok = check_kick(self, inv, opts.get("kick", "auto"))
         pl_ok = self._check_fpga(inv)
         access_ok = self._check_nodes(inv) if nodes_ok else False
         dma_ok = self._check_dma(inv, opts.get("dma", ""))
@@ -155,7 +173,7 @@ class Doctor:
                      "could not be opened (see above)")
 
     # -- non-board URLs --------------------------------------------------------------
-    def _check_generic(self) -> None:
+    def _check_generic(self, board: bool = False) -> None:
         try:
             with open_device(self.url) as dev:
                 info = dev.info()
@@ -163,10 +181,12 @@ class Doctor:
             self.add(FAIL, "device", f"cannot open {self.url}: {e}", e.hint or "")
             return
         self.add(OK, "device", f"{info.backend} opened: ub_size={info.ub_size} "
-                 f"mac_num={info.mac_num} conv_freq={info.conv_freq} MHz")
+                 f"mac_num={info.mac_num} conv_freq={info.conv_freq} MHz, units "
+                 f"{', '.join(info.units)}, kick {info.kick or 'direct'}")
         self._check_net(info)
-        self.add(INFO, "device", "not a board URL: the UIO/DMA checks do not apply "
-                 "(use --device uio://)")
+        if not board:
+            self.add(INFO, "device", "not a board URL: the UIO/DMA checks do not apply "
+                     "(use --device uio:// or dv://)")
         if info.backend == "sim":
             self.add(INFO, "simulator", native.describe())
 
@@ -177,8 +197,8 @@ class Doctor:
             self.add(status, "kernel driver",
                      f"the DMP kernel driver is loaded ({inv.sysfs}/class/dmp_dv)",
                      "" if inv.dv700_nodes else
-                     "dvsdk talks to the DV700 through UIO: unload the dmp_dv module "
-                     "(or remove it from the DT) and " + BIND_HINT)
+                     "this board runs DMP's kernel module: check it with --device dv:// "
+                     "(or unload the module and " + BIND_HINT + ")")
         if not inv.has_uio_class:
             self.no_board = True
             self.add(FAIL, "uio", f"no UIO devices at all ({inv.sysfs}/class/uio is missing): "
@@ -404,11 +424,21 @@ class Doctor:
         return 0
 
 
+def _board_url() -> str:
+    """``dv://`` when DMP's kernel module is loaded and no DV700 is bound to UIO, else
+    ``uio://``."""
+    inv = discover()
+    if inv.dmp_dv_loaded and not inv.dv700_nodes and os.path.exists("/dev/dv_conv"):
+        return "dv://"
+    return "uio://"
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="dvsdk doctor",
                                 description="Check that this machine can run the DV700.")
     p.add_argument("--device", default=None,
-                   help="device URL (default $DVSDK_DEVICE if it is a uio:// URL, else uio://)")
+                   help="device URL (default $DVSDK_DEVICE if it is a uio:// or dv:// URL, "
+                        "else dv:// where DMP's kernel module runs the DV700, else uio://)")
     p.add_argument("net", nargs="?", default=None,
                    help="net.bin to check: DMA memory size, and that it fits the device")
     return p
@@ -429,7 +459,7 @@ def main(argv: list[str] | None = None, *,
     url = args.device
     if url is None:
         env = default_url()
-        url = env if env.startswith("uio:") else "uio://"
+        url = env if env.startswith(("uio:", "dv:")) else _board_url()
     need: int | None = None
     net = None
     if args.net is not None:

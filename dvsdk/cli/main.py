@@ -1,17 +1,19 @@
-"""``dvsdk``: ``dvsdk --version``, ``dvsdk doctor``, ``dvsdk info``."""
+"""``dvsdk``: ``dvsdk --version``, ``dvsdk doctor``, ``dvsdk info``, ``dvsdk clock``."""
 
 from __future__ import annotations
 
 import argparse
 import sys
 
-from . import Parser, entry
+from . import Parser, entry, positive_int
 
 #: every subcommand and what it does (``dvsdk --help`` lists them all)
 COMMANDS = {
     "doctor": "check device nodes, permissions, DMA memory, registers; with a net.bin, "
               "that it fits the device",
-    "info": "print what the device reports (sysfs keys)",
+    "info": "print what the device reports (the conv clock, the kick protocol, sysfs keys)",
+    "clock": "show the conv clock, or set it to MHZ (30..400) where DMP's kernel module "
+             "has a writable conv_freq",
     "eval": "accuracy on a dataset (top-1/top-5, mIoU), locally, on boards or a cluster",
     "analyze": "per-layer error of a net.bin against its source model",
     "replay": "re-execute a recording (dvsdk-run --record) and diff it bit by bit",
@@ -24,6 +26,7 @@ EPILOG = """examples:
   dvsdk --version --device sim://
   dvsdk doctor --device uio:// model.bin
   dvsdk info --device sim://?ub_size=655360
+  dvsdk clock 300 --device dv://
 """
 
 
@@ -43,6 +46,20 @@ def _version(device_url: str | None) -> str:
     return line
 
 
+def _clock(info) -> str:
+    """``"300 MHz (sysfs conv_freq)"``: the conv clock and where it comes from."""
+    source = info.extra.get("clock_source") or ("simulated" if info.simulated else
+                                                 "sysfs conv_freq" if info.backend == "dv"
+                                                 else "")
+    if source == "sysfs":
+        source = "sysfs conv_freq"
+    elif source == "url":
+        source = "the URL's clock_mhz"
+    if not info.conv_freq:
+        return "unknown" + (f" ({source})" if source and source != "unknown" else "")
+    return f"{info.conv_freq} MHz" + (f" ({source})" if source else "")
+
+
 def build_parser() -> Parser:
     p = Parser(prog="dvsdk", epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
                description="The DMP DV700 SDK.")
@@ -52,8 +69,11 @@ def build_parser() -> Parser:
     sub = p.add_subparsers(dest="command", title="commands", metavar="COMMAND")
     for name, text in COMMANDS.items():
         sp = sub.add_parser(name, help=text, description=text, add_help=name not in OWN_PARSER)
-        if name == "info":
+        if name in ("info", "clock"):
             sp.add_argument("--device", default=argparse.SUPPRESS, help="device URL")
+        if name == "clock":
+            sp.add_argument("mhz", nargs="?", type=positive_int, default=None,
+                            help="the conv clock to set, in MHz (30..400, §10.9)")
     return p
 
 
@@ -73,8 +93,21 @@ def main(argv: list[str]) -> int:
         from ..driver.device import open_device
 
         with open_device(args.device) as dev:
-            for key, value in dev.info().as_dict().items():
+            info = dev.info()
+            print(f"{'conv clock':16s} {_clock(info)}")
+            for key, value in info.as_dict().items():
                 print(f"{key:16s} {value}")
+        return 0
+    if args.command == "clock":
+        from ..driver.device import open_device
+
+        with open_device(args.device) as dev:
+            before = _clock(dev.info())
+            if args.mhz is None:
+                print(f"conv clock {before}")
+                return 0
+            after = dev.set_clock(args.mhz)
+            print(f"conv clock {after} MHz (was {before})")
         return 0
     p.print_help()
     return 2

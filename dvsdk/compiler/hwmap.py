@@ -61,8 +61,14 @@ def activation(op: Op, graph: Graph, channels: int) -> Act:
     if t == "Tanh":
         return Act(1)
     if t == "Elu":
+        # DMP's converter and every DMP test send actfunc_param = 0 for ELU (α = 1, §4.5;
+        # dmp-convertor.md: "alpha is not passed"); nothing shows the hardware honouring
+        # another value, so other alphas stay on the CPU.
         alpha = float(op.attrs.get("alpha", 1.0))
-        return Act(5, _fp16_exact(alpha, "Elu alpha"), monotonic=alpha >= 0)
+        if alpha != 1.0:
+            raise NoMapping(f"Elu alpha {alpha:g}: the DV700's ELU takes no alpha (DMP sends "
+                            "actfunc_param 0, alpha 1)")
+        return Act(5, 0.0)
     if t == "Clip":
         lo, hi = op.attrs.get("min", -np.inf), op.attrs.get("max", np.inf)
         if lo == 0 and hi == 6:
@@ -137,13 +143,11 @@ def fp16_param(v: float) -> int:
 def act_words(code: int, param: int = 0) -> str:
     """A fused activation as ``--report`` shows it: the §4.5 ``actfunc`` name from
     ``firmware_spec/commands.yaml``, ``relu`` for a leaky ReLU of slope 0, and the FP16
-    parameter where it matters (leaky ReLU slope, ELU alpha other than 1)."""
+    parameter where it matters (the leaky ReLU slope)."""
     name = SPEC.enum("actfunc").name_of(code)
     value = fp16_value(param)
     if name == "leaky_relu":
         return "relu" if value == 0 else f"leaky_relu {value:.3g}"
-    if name == "elu" and value not in (0.0, 1.0):
-        return f"elu {value:.3g}"
     return name
 
 
@@ -161,7 +165,7 @@ HARDWARE_OPS: dict[str, str] = {
     "Div": "folded or a depthwise 1x1 run",
     "Relu": "fused activation (leaky ReLU, slope 0)", "LeakyRelu": "fused activation",
     "PRelu": "fused activation (FP16 weights)", "Sigmoid": "fused activation",
-    "Tanh": "fused activation", "Elu": "fused activation",
+    "Tanh": "fused activation", "Elu": "fused activation (alpha 1; other alphas on the CPU)",
     "Clip": "ReLU6 / ReLU fused activation; other bounds on the CPU",
     "MaxPool": "max-pool run or fused into the conv run (2..3 x 1..3), ceil_mode via padding; "
                "k x k / k windows with k = 2^a 3^b as 2x2/3x3 stages",

@@ -272,7 +272,7 @@ class OpLowerings:
         run = ConvRun.make(c, conv="depthwise", kernel=1)
         run = replace(run, weight_fmt=fmt)
         cmd = HwCmd(x, op.outputs[0], w, h, c, [run], [blob], None, 1, [op.name],
-                    f"{op.type} as depthwise 1x1", inplace=True)
+                    f"{op.type} as depthwise 1x1")
         return self._finish_with_act(cmd)
 
     def lower_activation(self, op: Op) -> bool:
@@ -293,7 +293,7 @@ class OpLowerings:
         run = ConvRun(m=c, actfunc=act.code, actfunc_param=hwmap.fp16_param(act.param),
                       pool_stride=0x0101)
         cmd = HwCmd(x, op.outputs[0], w, h, c, [run], [None], None, 1, [op.name],
-                    f"activation {op.type}", inplace=True)
+                    f"activation {op.type}")
         return self._finish(cmd, None)
 
     def lower_upsample(self, op: Op) -> bool:

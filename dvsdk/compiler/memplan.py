@@ -7,6 +7,12 @@ as long as any of them.  Roots are placed largest first at the lowest 64-byte
 aligned offset that does not overlap a root alive at the same time.  Unlike
 DMP's planner, the input's slot is only reused once nothing reads it any more,
 and concat members stay aligned because every non-last member has C % 8 == 0.
+
+A command's output never shares its input's slot, even for a per-element run
+whose input dies there: nothing in the reference says the DV700 reads a run's
+whole input before it stores output, and "one tile" does not mean "the input is
+in the unified buffer" for pool and depthwise runs (§7.2: ``calc_num_tiles_pool``
+counts against a fixed 64 Mi-element budget, not the real UBUF).
 """
 
 from __future__ import annotations
@@ -44,35 +50,6 @@ def nbytes(hwc: tuple[int, int, int]) -> int:
     return h * w * c * 2
 
 
-def _in_place(program: Program, units: list[tuple[set[str], set[str]]]
-              ) -> dict[str, tuple[str, int]]:
-    """Aliases plus in-place outputs: a per-element, single-tile run (activation-only, or a
-    per-channel affine as a depthwise 1x1) may write over its input when that input's
-    whole slot dies there.  Single tile: the input is entirely in the unified buffer before
-    any output is stored (§7.2: such runs are not 2-D convs) [INFER]."""
-    aliases = dict(program.aliases)
-    graph = program.graph
-    last: dict[str, int] = {}
-    for i, (reads, writes) in enumerate(units):
-        for n in reads | writes:
-            last[resolve(n, aliases)[0]] = i
-    for n in graph.outputs:
-        last[resolve(n, aliases)[0]] = len(units)
-    i = 0
-    for step in program.steps:
-        cmds = step.commands if isinstance(step, HwStep) else [None]
-        for cmd in cmds:
-            if cmd is not None and cmd.inplace and cmd.output not in aliases \
-                    and cmd.input not in graph.inputs \
-                    and program.device.get(cmd.input) == program.device.get(cmd.output):
-                root, off = resolve(cmd.input, aliases)
-                if last.get(root) == i and root not in graph.inputs:
-                    aliases[cmd.output] = (cmd.input, 0)
-                    last[root] = max(last.get(root, i), last.get(cmd.output, i))
-            i += 1
-    return aliases
-
-
 def plan(program: Program) -> Plan:
     graph = program.graph
     units: list[tuple[set[str], set[str]]] = []  # (reads, writes) per command / CPU op
@@ -84,7 +61,7 @@ def plan(program: Program) -> Plan:
         elif isinstance(step, CpuStep):
             units.append(({i for i in step.op.inputs if i}, set(step.op.outputs)))
     end = len(units)
-    aliases = _in_place(program, units)
+    aliases = dict(program.aliases)
     roots: dict[str, str] = {}
     sizes: dict[str, int] = {}
     for name, shape in program.device.items():

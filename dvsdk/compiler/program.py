@@ -29,7 +29,6 @@ class HwCmd:
     topo: int = 1
     sources: list[str] = field(default_factory=list)
     kind: str = ""
-    inplace: bool = False  # per-element, single-tile run: may overwrite a dying input
 
     def command(self, place: dict[str, BufferRef], weights: list[BufferRef | None]) -> ConvCommand:
         runs = [replace(r, weight_buf=wb) if wb is not None else r

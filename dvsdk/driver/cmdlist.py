@@ -3,10 +3,13 @@
 A list holds commands for one unit.  ``add`` validates at once (as
 ``dmp_dv_cmdlist_add_raw`` does); ``commit`` re-validates, lowers FC commands to
 1×1 convs (§6.4), encodes conv commands into a chained stream in DMA memory and
-keeps it, so a committed list runs any number of times.  ``exec`` programs the
-stream address, its length in 8-byte units and the kick (conv), or replays the
-register writes of §10.6/§10.7 (IPU, maximizer).  ``wait`` takes the interrupt,
-acknowledges it and reports the execution time.
+keeps it, so a committed list runs any number of times.  ``exec`` kicks the stream
+with the device's protocol (the R5 through shared memory and an IPI, or the conv
+registers directly, :mod:`~dvsdk.driver.kick`), or replays the register writes of
+§10.6/§10.7 (IPU, maximizer).  ``wait`` takes the interrupt, acknowledges it and
+reports the execution time.  A device that takes whole command lists (``dv://``,
+DMP's kernel module) gets them through :meth:`Device.prepare
+<dvsdk.driver.device.Device.prepare>` instead (:mod:`~dvsdk.driver.submit`).
 
 Threads: a list may be used from several threads (its methods take its lock; ``run`` is
 one exec + wait).  ``exec`` takes the device's unit (:class:`~dvsdk.driver.device.UnitGate`)
@@ -19,12 +22,11 @@ holds it.  Timeouts must be finite, ``0..MAX_TIMEOUT`` s (InvalidArgument otherw
 from __future__ import annotations
 
 import threading
-import time
-from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
-from ..errors import DeviceFault, InvalidArgument, InvalidCommand
+from ..errors import InvalidArgument, InvalidCommand
 from ..hw.spec import SPEC
 from ..hw.weights import pack_conv_weights, unpack_fc_weights
 from .commands import (
@@ -36,28 +38,13 @@ from .commands import (
     FcCommand,
 )
 from .device import Device, check_timeout
-from .regdump import describe_registers
-from .stream import CHUNK_BYTES, Stream, build_stream, conv_words
-from .unitregs import ipu_writes, maximizer_writes
+from .stream import CHUNK_BYTES
+from .submit import ExecStats, RegisterSubmission
 from .validate import validate
 
-REG = {unit: {name: SPEC.reg(unit, name) for name in SPEC.unit(unit)["registers"]}
-       for unit in ("conv", "ipu", "maximizer")}
-STATUS = SPEC.status
-#: what a DeviceFault shows (the simulator's status registers, the kick, the interrupt)
-_FAULT_REGS = ("SIM_STATUS", "SIM_FAULT_ADDR", "CMD_ADDR", "CMD_LEN", "IRQ")
+__all__ = ["CommandList", "ExecStats"]
+
 _FC_TO_CONV_ACT = {int(k): int(v) for k, v in SPEC.commands["fc_to_conv_actfunc"].items()}
-
-
-@dataclass
-class ExecStats:
-    """What the last completed run cost: time, and on the simulator cycles and bytes."""
-
-    exec_time_us: float = 0.0
-    cycles: int | None = None
-    input_bytes: int = 0
-    weight_bytes: int = 0
-    output_bytes: int = 0
 
 
 class CommandList:
@@ -70,14 +57,19 @@ class CommandList:
         self.commands: list[Command] = []
         self.unit: str | None = None
         self.committed = False
-        self._stream: Stream | None = None
+        self._submission: Any = None  # what the device made of the committed commands
         self._owned: list = []  # buffers the list allocated (FC weights)
-        self._reg_writes: list[list[tuple[int, int]]] = []
         self._exec_id = 0
-        self._started_at = 0.0
         self._pending: int | None = None
         self._lock = threading.RLock()
         self.last = ExecStats()
+
+    @property
+    def stream(self) -> Any:
+        """The committed conv stream (:class:`~dvsdk.driver.stream.Stream`) on a
+        register-level device; None before commit, for IPU / maximizer lists, and where
+        the kernel module builds the stream (``dv://``)."""
+        return getattr(self._submission, "stream", None)
 
     # -- building -------------------------------------------------------------------
     def add(self, cmd: Command) -> None:
@@ -111,17 +103,13 @@ class CommandList:
                                  value="committed", limit="commit once")
         if not self.commands:
             raise InvalidCommand("nothing to commit", field="commands", value=0, limit=">= 1")
-        if self.unit == "conv":
-            words = []
-            for cmd in self.commands:
-                conv = self._lower_fc(cmd) if isinstance(cmd, FcCommand) else cmd
-                plan = validate(conv, self.info)
-                words.append(conv_words(conv, plan.tiles))
-            self._stream = build_stream(self.device, words, self.chunk_bytes)
-        elif self.unit == "ipu":
-            self._reg_writes = [ipu_writes(c) for c in self.commands]
-        else:
-            self._reg_writes = [maximizer_writes(c) for c in self.commands]
+        cmds = [self._lower_fc(c) if isinstance(c, FcCommand) else c for c in self.commands]
+        plans = [validate(c, self.info) for c in cmds]
+        sub = self.device.prepare(self.unit, cmds, self.info)
+        if sub is None:  # a register-level device: build the stream / register programs
+            sub = RegisterSubmission(self.device, self.unit, cmds, plans, self.info,
+                                     self.chunk_bytes)
+        self._submission = sub
         self.committed = True
 
     def _lower_fc(self, fc: FcCommand) -> ConvCommand:
@@ -179,15 +167,7 @@ class CommandList:
             self._exec_id += 1
             if recorder is not None:  # dvsdk-run --record: what this kick will consume
                 recorder.before_exec(self)
-            self._started_at = time.perf_counter()
-            if unit == "conv":
-                regs = REG["conv"]
-                dev.write32("conv", regs["IRQ"], 0)
-                dev.write32("conv", regs["CMD_ADDR"], self._stream.address)
-                dev.write32("conv", regs["CMD_LEN"], self._stream.length8)
-                dev.write32("conv", regs["KICK"], 1)
-            else:
-                self._start_unit(0)
+            self._submission.start()
         except BaseException:
             if recorder is not None:
                 recorder.abandon(self)
@@ -195,13 +175,6 @@ class CommandList:
             raise
         self._pending = self._exec_id
         return self._exec_id
-
-    def _start_unit(self, index: int) -> None:
-        regs = REG[self.unit]
-        self.device.write32(self.unit, regs["IRQ"], 0)
-        for offset, value in self._reg_writes[index]:
-            self.device.write32(self.unit, offset, value)
-        self.device.write32(self.unit, regs["START"], 1)
 
     def wait(self, exec_id: int, timeout: float = 2.0) -> float:
         """Wait for ``exec_id``; returns the execution time in µs (simulator: from cycles).
@@ -215,31 +188,16 @@ class CommandList:
         if exec_id != self._pending:
             raise InvalidArgument("no such pending exec", field="exec_id", value=exec_id,
                                   limit=self._pending)
-        unit = self.unit
-        cycles = 0
-        n = len(self._reg_writes) if unit != "conv" else 1
         recorder = self.device.recorder
         try:
-            for i in range(n):
-                if i:
-                    self._start_unit(i)
-                self._wait_one(unit, timeout)
-                cycles += self._sim_cycles(unit) or 0
+            self.last = self._submission.wait(timeout)
         except BaseException:
             if recorder is not None:
                 recorder.abandon(self)
             raise
         finally:
             self._pending = None
-            self.device.gate.release(unit, self)
-        elapsed = (time.perf_counter() - self._started_at) * 1e6
-        self.last = ExecStats(exec_time_us=elapsed)
-        if self.info.simulated:
-            clock = self.info.conv_freq or 300
-            self.last.cycles = cycles
-            self.last.exec_time_us = cycles / clock
-        if unit == "conv":
-            self._read_counters()
+            self.device.gate.release(self.unit, self)
         if recorder is not None:
             recorder.after_wait(self, self.last)
         return self.last.exec_time_us
@@ -252,38 +210,6 @@ class CommandList:
             exec_id = self._exec(timeout, block=True)
             return self._wait(exec_id, timeout)
 
-    def _wait_one(self, unit: str, timeout: float) -> None:
-        dev, regs = self.device, REG[unit]
-        dev.wait_irq(unit, timeout)
-        snap = None
-        if self.info.simulated and dev.read32(unit, regs["SIM_STATUS"]):
-            snap = {name: dev.read32(unit, regs[name]) for name in _FAULT_REGS if name in regs}
-        dev.write32(unit, regs["IRQ"], 0)
-        if snap is not None:
-            status = snap["SIM_STATUS"]
-            dev.write32(unit, regs["SIM_STATUS"], 0)
-            reason = STATUS.name_of(status)
-            raise DeviceFault(f"{unit} reported {reason} at {snap['SIM_FAULT_ADDR']:#x}: "
-                              f"{describe_registers(unit, snap)}", status=status,
-                              reason=reason, registers=snap, field="SIM_STATUS", value=status)
-
-    def _sim_cycles(self, unit: str) -> int | None:
-        if not self.info.simulated:
-            return None
-        regs = REG[unit]
-        lo = self.device.read32(unit, regs["SIM_CYCLES_LO"])
-        hi = self.device.read32(unit, regs["SIM_CYCLES_HI"]) if "SIM_CYCLES_HI" in regs else 0
-        return hi << 32 | lo
-
-    def _read_counters(self) -> None:
-        """§10.10: 16 counters in 16-byte beats, classified by index bits (classes overlap)."""
-        regs = REG["conv"]
-        counts = [self.device.read32("conv", regs["BYTE_COUNTERS_LO"] + 4 * i) for i in range(8)]
-        counts += [self.device.read32("conv", regs["BYTE_COUNTERS_HI"] + 4 * i) for i in range(8)]
-        self.last.output_bytes = 16 * sum(v for i, v in enumerate(counts) if i & 3 == 3)
-        self.last.weight_bytes = 16 * sum(v for i, v in enumerate(counts) if i & 4)
-        self.last.input_bytes = 16 * sum(v for i, v in enumerate(counts) if i & 8)
-
     # -- lifetime -----------------------------------------------------------------------
     def close(self) -> None:
         with self._lock:
@@ -293,9 +219,9 @@ class CommandList:
         if self._pending is not None:  # an exec never waited for: give the unit back
             self._pending = None
             self.device.gate.release(self.unit, self)
-        if self._stream is not None:
-            self._stream.free()
-            self._stream = None
+        if self._submission is not None:
+            self._submission.free()
+            self._submission = None
         for b in self._owned:
             b.free()
         self._owned.clear()

@@ -6,7 +6,7 @@ interrupt and the sysfs-style facts of §10.9 (:class:`DeviceInfo`).  Everything
 above it (command lists, the runtime) is written once against this interface.
 
 :func:`open_device` turns a URL into a device, in the spirit of pyserial's
-``serial_for_url``: ``sim://`` (the default), ``uio://``, ``serial://``,
+``serial_for_url``: ``sim://`` (the default), ``uio://``, ``dv://``, ``serial://``,
 ``socket://``, ``rfc2217://`` and ``loop://``.
 """
 
@@ -25,9 +25,12 @@ from urllib.parse import parse_qsl, urlsplit
 
 import numpy as np
 
-from ..errors import DeviceBusy, InvalidArgument, InvalidCommand, InvalidURL
+from ..errors import DeviceBusy, DeviceError, InvalidArgument, InvalidCommand, InvalidURL
 
 UNITS = ("conv", "ipu", "maximizer")
+#: register windows: the units, plus the R5 kick's IPI channel and shared memory (§10.4)
+#: on devices that have them (``Device.windows``)
+WINDOWS = UNITS + ("ipi", "shm")
 
 #: the longest wait (seconds) any timeout of the driver or the runtime accepts.  A DV700
 #: command takes milliseconds and the kernel driver gives up after 10 x 2 s (§10.5); an
@@ -117,6 +120,7 @@ _GATE_LOCK = threading.Lock()
 BACKENDS: dict[str, str] = {
     "sim": "dvsdk.sim.device:SimDevice.from_url",
     "uio": "dvsdk.driver.uio:UioDevice.from_url",
+    "dv": "dvsdk.driver.kmod:KmodDevice.from_url",
     "serial": "dvsdk.link.client:LinkDevice.from_url",
     "socket": "dvsdk.link.client:LinkDevice.from_url",
     "rfc2217": "dvsdk.link.client:LinkDevice.from_url",
@@ -143,6 +147,9 @@ class DeviceInfo:
     units: tuple[str, ...] = UNITS
     simulated: bool = False
     dma_size: int = 0
+    #: how conv streams start: "r5" (IPI + shared memory), "direct" (conv 0x400-0x40C), or
+    #: "kernel" (DMP's kernel module does it, dv://) (§10.4)
+    kick: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
@@ -268,6 +275,36 @@ class Device(ABC):
     #: a :class:`dvsdk.qa.record.Recorder` that command lists tell about every exec
     #: (``dvsdk-run --record``), or None
     recorder: Any = None
+    #: False for a backend without register access (``dv://``: DMP's kernel module owns the
+    #: registers and takes whole command lists, :meth:`prepare`)
+    has_registers: bool = True
+
+    @property
+    def kick(self) -> str:
+        """The conv kick protocol of this device's registers: ``"r5"`` or ``"direct"``
+        (:mod:`dvsdk.driver.kick`)."""
+        return "direct"
+
+    @property
+    def windows(self) -> tuple[str, ...]:
+        """Register windows :meth:`read32`/:meth:`write32` accept on this device."""
+        return UNITS if self.kick != "r5" else WINDOWS
+
+    def prepare(self, unit: str, commands: list, info: DeviceInfo) -> Any:
+        """The seam above register access: take a committed command list's commands
+        (validated; FC already lowered to conv) and return a submission with ``start()``,
+        ``wait(timeout) -> ExecStats`` and ``free()``.  ``None`` (the default) means
+        "register level": :class:`~dvsdk.driver.cmdlist.CommandList` builds the stream
+        and kicks through :meth:`write32` with the device's :attr:`kick` protocol.  A
+        backend that hands commands to a kernel module (``dv://``) overrides this."""
+        return None
+
+    def set_clock(self, mhz: int) -> int:
+        """Set the conv clock (MHz) where the board allows it (DMP's kernel module's
+        writable ``conv_freq``, §10.9); returns the clock read back."""
+        raise DeviceError("this device's conv clock cannot be set", field="clock",
+                          value=mhz, hint=f"{self.url or 'this backend'} has no writable "
+                          "conv_freq (DMP's kernel module provides one)")
 
     @property
     def gate(self) -> UnitGate:
@@ -316,8 +353,9 @@ class Device(ABC):
     @staticmethod
     def check_reg(unit: str, offset: int, limit: int = 0x1000) -> None:
         """Every backend's register access rule: a known unit, aligned, in the window."""
-        if unit not in UNITS:
-            raise InvalidArgument("unknown register unit", field="unit", value=unit, limit=UNITS)
+        if unit not in WINDOWS:
+            raise InvalidArgument("unknown register unit", field="unit", value=unit,
+                                  limit=WINDOWS)
         if offset % 4 or not 0 <= offset < limit:
             raise InvalidArgument(
                 "register offset must be 32-bit aligned inside the unit window",

@@ -33,6 +33,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from ..errors import DeviceError, DeviceNotFound
+from ..hw.spec import SPEC
 
 # -- names shared with udev/99-dmp-dv700.rules (tests/test_udev_rules.py checks them) --
 UIO_SUBSYSTEM = "uio"
@@ -64,9 +65,18 @@ UIO_SYMLINK_FORMAT = "{name}"
 UDMABUF_SYMLINK_FORMAT = "dv700-dma{n}"
 #: Kernel driver's sysfs (dv700-interface.md §10.9), relative to the sysfs root.
 DMP_DV_CLASS = "class/dmp_dv"
+#: udev subsystems of DMP's kernel module (dv://) and of the dma-heaps it allocates from
+DMP_DV_SUBSYSTEM = "dmp_dv"
+DMA_HEAP_SUBSYSTEM = "dma_heap"
 CONV_FREQ_ATTR = "class/dmp_dv/dv_conv/conv_freq"
 FPGA_MANAGER_CLASS = "class/fpga_manager"
 UNIT_WINDOW = 0x1000  # bytes per sub-unit (§10.11)
+#: The R5 kick's windows (§10.4, §10.11): the device tree's ``ipi`` and ``shm`` nodes bound
+#: to generic-uio (UIO name = node name; ``dv700-`` prefixed or a map of that name also
+#: count), or found at the non-DT default addresses; the SHM may also be reserved memory
+#: handed to u-dma-buf (``device-name = "dv700-shm"``, or at the default address).
+R5_WINDOW_NAMES = {"ipi": ("ipi", "dv700-ipi"), "shm": ("shm", "dv700-shm")}
+R5_DEFAULT_PHYS = {w: int(SPEC.unit(w)["default_phys"]) for w in ("ipi", "shm")}
 
 
 # -- attribute readers --------------------------------------------------------
@@ -139,6 +149,19 @@ class UioNode:
     @property
     def is_dv700(self) -> bool:
         return self.name in DV700_UIO_NAMES or DV700_COMPATIBLE in self.compatible
+
+    def r5_window(self) -> tuple[str, str] | None:
+        """``(window, why)`` if this node is the R5 kick's ``ipi`` or ``shm`` window: by
+        its name, its map's name, or its map at the §10.11 default address."""
+        for window, names in R5_WINDOW_NAMES.items():
+            if self.name in names:
+                return window, f"UIO {self.sys_name} named {self.name!r}"
+            if self.maps and _map_unit_key(self.maps[0].name).split("@")[0] == window:
+                return window, f"UIO {self.sys_name} map named {self.maps[0].name!r}"
+            if self.maps and self.maps[0].addr == R5_DEFAULT_PHYS[window]:
+                return window, (f"UIO {self.sys_name} at the default address "
+                                f"{R5_DEFAULT_PHYS[window]:#x}")
+        return None
 
     @property
     def unit(self) -> str | None:
@@ -250,7 +273,22 @@ class Inventory:
 
     @property
     def other_uio(self) -> list[UioNode]:
-        return [n for n in self.uio if not n.is_dv700]
+        return [n for n in self.uio if not n.is_dv700 and n.r5_window() is None]
+
+    def r5_windows(self) -> dict[str, tuple[UioNode | UdmabufNode, str]]:
+        """The R5 kick's ``ipi`` and ``shm`` windows found, each with how it was found."""
+        out: dict[str, tuple[UioNode | UdmabufNode, str]] = {}
+        for node in self.uio:
+            hit = None if node.is_dv700 else node.r5_window()
+            if hit and hit[0] not in out:
+                out[hit[0]] = (node, hit[1])
+        if "shm" not in out:
+            for buf in self.udmabufs:
+                if _is_shm_buffer(buf):
+                    out["shm"] = (buf, f"u-dma-buf {buf.sys_name} (reserved memory at "
+                                       f"{buf.phys_addr or 0:#x})")
+                    break
+        return out
 
     @property
     def has_uio_class(self) -> bool:
@@ -288,7 +326,12 @@ class Inventory:
                 hint="load it: modprobe u-dma-buf udmabuf0=<bytes> (see udev/README.md)",
             )
         if not name:
-            return self.udmabufs[0]
+            dma = [b for b in self.udmabufs if not _is_shm_buffer(b)]
+            if not dma:
+                raise DeviceNotFound("the only u-dma-buf is the R5's shared memory",
+                                     field="dma", value=self.udmabufs[0].sys_name,
+                                     hint="add a u-dma-buf for DMA memory")
+            return dma[0]
         alias = name.removeprefix("dv700-dma")
         for b in self.udmabufs:
             if b.sys_name == name or (alias.isdigit() and b.sys_name == f"udmabuf{alias}"):
@@ -299,6 +342,11 @@ class Inventory:
             value=name,
             limit=[b.sys_name for b in self.udmabufs],
         )
+
+
+def _is_shm_buffer(buf: UdmabufNode) -> bool:
+    """A u-dma-buf that is the R5's shared-memory window, not DMA memory for the DV700."""
+    return buf.sys_name in R5_WINDOW_NAMES["shm"] or buf.phys_addr == R5_DEFAULT_PHYS["shm"]
 
 
 # -- reading one device -------------------------------------------------------

@@ -44,14 +44,26 @@ IPU_START = _R("ipu", "START")
 MAXIMIZER_START = _R("maximizer", "START")
 UNIT_IRQ = _R("ipu", "IRQ")                  # IPU / maximizer interrupt, acked by writing 0
 
+# -- the R5 kick's windows (registers.yaml ipi, shm; §10.4) ---------------------------
+IPI_REGS = {n: _R("ipi", n) for n in SPEC.unit("ipi")["registers"]}
+SHM_REGS = {n: _R("shm", n) for n in SPEC.unit("shm")["registers"]}
+SHM_MAP_BYTES = int(SPEC.unit("shm")["map_bytes"])
+R5_CHANNEL = int(SPEC.registers["kick"]["r5"]["pending"][2])  # 0x100
+
 START_REG = {"conv": CONV_KICK, "ipu": IPU_START, "maximizer": MAXIMIZER_START}
-IRQ_REG = {"conv": CONV_IRQ, "ipu": UNIT_IRQ, "maximizer": UNIT_IRQ}
+IRQ_REG = {"conv": CONV_IRQ, "ipu": UNIT_IRQ, "maximizer": UNIT_IRQ, "ipi": IPI_REGS["ISR"]}
+#: what a pending interrupt reads as in IRQ_REG, and what acknowledges it (§10.4, §10.5)
+IRQ_PENDING_MASK = {"conv": 0xFFFFFFFF, "ipu": 0xFFFFFFFF, "maximizer": 0xFFFFFFFF,
+                    "ipi": R5_CHANNEL}
+IRQ_ACK_VALUE = {"conv": 0, "ipu": 0, "maximizer": 0, "ipi": R5_CHANNEL}
 #: what a timeout snapshot holds per unit
 SNAPSHOT_REGS: dict[str, tuple[int, ...]] = {
     "conv": (CONV_CMD_ADDR, CONV_CMD_LEN, CONV_KICK, CONV_CMDLIST_MODE, CONV_IRQ)
     + CONV_COUNTERS,
     "ipu": (IPU_START, UNIT_IRQ),
     "maximizer": (MAXIMIZER_START, UNIT_IRQ),
+    "ipi": tuple(IPI_REGS[n] for n in ("OBS", "ISR", "IMR")),
+    "shm": tuple(SHM_REGS.values()),
 }
 
 

@@ -2,7 +2,8 @@
 
 A timeout or a fault is diagnosed from a few registers (dv700-interface.md §10.4-10.7):
 the unit's interrupt flag, on conv the stream address and length of the kick, and on the
-simulator its status code and fault address (``firmware_spec/registers.yaml``).  The
+simulator its status code and fault address (``firmware_spec/registers.yaml``).  A wait
+for the R5's completion IPI shows the conv block's, the shared memory's and the IPI's.  The
 exceptions keep the whole snapshot in ``.registers``; the message carries these, so a
 log line or a CLI's one-line error is enough to tell a hang from a lost interrupt.
 """
@@ -16,12 +17,16 @@ KEY_REGISTERS: dict[str, tuple[str, ...]] = {
     "conv": ("SIM_STATUS", "SIM_FAULT_ADDR", "CMD_ADDR", "CMD_LEN", "KICK", "IRQ"),
     "ipu": ("SIM_STATUS", "SIM_FAULT_ADDR", "START", "IRQ"),
     "maximizer": ("SIM_STATUS", "SIM_FAULT_ADDR", "START", "IRQ"),
+    "ipi": ("SIM_STATUS", "SIM_FAULT_ADDR", "CMD_ADDR", "CMD_LEN", "STREAM_ADDR",
+            "STREAM_LEN8", "STREAM_START", "ISR", "IMR", "OBS"),
 }
+#: the windows whose registers describe a wait on ``unit`` (the R5's IPI: conv, shm, ipi)
+RELATED = {"ipi": ("conv", "shm", "ipi")}
 #: interrupt bookkeeping a backend may add to its snapshot (UIO event counts)
 IRQ_STATE = ("irq_seen", "irq_events")
 
 _NAME_BY_OFFSET = {unit: {SPEC.reg(unit, name): name for name in SPEC.unit(unit)["registers"]}
-                   for unit in KEY_REGISTERS}
+                   for unit in ("conv", "ipu", "maximizer", "ipi", "shm")}
 
 
 def by_name(unit: str, registers: dict[str, int]) -> dict[str, int]:
@@ -35,7 +40,7 @@ def by_name(unit: str, registers: dict[str, int]) -> dict[str, int]:
                 name = _NAME_BY_OFFSET.get(owner, {}).get(int(off, 16))
             except ValueError:
                 name = None
-            if owner == unit and name:
+            if owner in RELATED.get(unit, (unit,)) and name:
                 out[name] = int(value)
         else:
             out[key] = int(value)
@@ -47,6 +52,8 @@ def _fmt(name: str, value: int) -> str:
         return f"{name}={value} ({SPEC.status.name_of(value)})" if value else f"{name}=0"
     if name.endswith("ADDR"):
         return f"{name}={value:#010x}"
+    if name in ("ISR", "IMR", "OBS"):
+        return f"{name}={value:#x}"
     return f"{name}={value}"
 
 

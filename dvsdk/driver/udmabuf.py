@@ -14,8 +14,9 @@ goes first to the ioctls ``U_DMA_BUF_IOCTL_SET_SYNC_FOR_DEVICE`` (0x40085506) /
 cache line.  Nothing is done when ``dma_coherent`` is 1 or the buffer is mapped
 uncached (``O_SYNC``).
 
-dma-heap (§5.3) is discovered but refused: userspace cannot learn a dma-buf's
-physical address, so it needs a kernel helper that imports the fd.
+dma-heap (§5.3) is discovered but refused here: userspace cannot learn a dma-buf's
+physical address, so it needs a kernel helper that imports the fd (DMP's kernel module,
+the ``dv://`` backend, :mod:`dvsdk.driver.dmabuf`).
 """
 
 from __future__ import annotations
@@ -214,5 +215,5 @@ def open_dma_heap(node: DmaHeapNode) -> None:
         limit="u-dma-buf (udmabufN)",
         hint="load u-dma-buf (modprobe u-dma-buf udmabuf0=<bytes>, or a DT node "
              "compatible 'ikwzm,u-dma-buf') and use dma=udmabuf0; a dma-heap needs a "
-             "kernel helper that imports the dma-buf fd",
+             "kernel helper that imports the dma-buf fd (DMP's kernel module: dv://)",
     )

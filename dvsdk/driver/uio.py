@@ -3,7 +3,7 @@
 URL (linux-dma.md §5.1-5.2, dv700-interface.md §10)::
 
     uio://[?sysfs=/sys&dev=/dev&dma=udmabuf0&board=0&system=CONV,MX,IPU
-            &timeout=2.0&lock=/run/lock&clock_mhz=300&cache=1&sync=auto&init=1]
+            &timeout=2.0&lock=/run/lock&clock_mhz=300&cache=1&sync=auto&init=1&kick=auto]
 
 =========== ==================================================================
 option      meaning
@@ -21,63 +21,57 @@ clock_mhz   conv clock when the kernel sysfs ``conv_freq`` is absent (§10.9)
 cache       1 = cached mapping + explicit syncs (default); 0 = ``O_SYNC``
 sync        cache maintenance: ``auto`` (ioctl, then sysfs), ``ioctl``,
             ``sysfs``, ``none``
-init        1 = at open write 0x177654 to conv 0x144 and 1 to 0x40C (default)
+init        1 = at open do the kick protocol's probe writes (default): 0x177654 to
+            conv 0x144, then 1 to 0x40C (direct) or the IPI's IDR, ISR, IER, IER
+            = 0x100 (r5)
+kick        ``auto`` (default): ``r5`` when the board exposes the R5 kick's
+            ``ipi`` and ``shm`` windows (discovery.py), else ``direct``;
+            ``r5`` / ``direct`` force one (:mod:`dvsdk.driver.kick`, §10.4)
 =========== ==================================================================
 
-Exclusive access: ``flock(LOCK_EX|LOCK_NB)`` on ``<lock>/dvsdk-<uioN>.lock`` per
-UIO node, the file holding the holder's pid.  The kernel drops a flock when its
-holder dies, so a crash never leaves the board locked.
-
-Interrupts (UIO file protocol, §5.1): writing the 4-byte value 1 unmasks, poll
-reports an event, reading 4 bytes returns the u32 event count.  UIO ignores the
-file position, so we use ``os.pwrite``/``os.pread`` at fixed offsets beyond the
-register maps (:data:`IRQ_CTRL_OFFSET`, :data:`IRQ_COUNT_OFFSET`).  On the real
-device that is the same as write/read; on a fake board made of regular files it
-keeps the unmask word and the event counter out of the register maps (a plain
-``write`` would land on register 0 at the file position).  A regular file is
-always "readable", so the wait loop treats an unchanged count as "not yet" and
-sleeps 100 us growing to 2 ms before retrying; real UIO blocks in ``poll``.
+Exclusive access: an flock per UIO node (:mod:`.devlock`).  Interrupts: the UIO file
+protocol (:mod:`.irqline`).
 """
 
 from __future__ import annotations
 
-import errno
-import fcntl
-import math
 import mmap
 import os
-import select
-import struct
-import threading
 import time
 from dataclasses import dataclass
 
-from ..errors import (
-    DeviceBusy,
-    DeviceError,
-    DeviceLost,
-    DeviceNotFound,
-    DeviceTimeout,
+from ..errors import DeviceError, DeviceNotFound, DeviceTimeout
+from .device import (
+    MAX_TIMEOUT,
+    UNITS,
+    Device,
+    DeviceInfo,
+    DmaBuffer,
+    check_timeout,
+    parse_url,
 )
-from .device import MAX_TIMEOUT, Device, DeviceInfo, DmaBuffer, check_timeout, parse_url
+from .devlock import DeviceLock, default_lock_dir
 from .discovery import (
+    CONV_FREQ_ATTR,
+    R5_DEFAULT_PHYS,
     Dv700Board,
     Inventory,
+    UdmabufNode,
     UioNode,
     discover,
     open_node,
-    parse_int,
-    read_attr,
 )
+from .irqline import IrqLine
+from .kick import KICK_PROTOCOLS, protocol
 from .mmio import (
-    CONV_CMDLIST_MODE,
     CONV_HW_VERSION,
     CONV_MAC_GROUPS,
     CONV_MAX_INPUT,
-    CONV_PERF_CFG,
     CONV_UBUF_SIZE,
+    IRQ_ACK_VALUE,
+    IRQ_PENDING_MASK,
     IRQ_REG,
-    PERF_CFG_VALUE,
+    SHM_MAP_BYTES,
     SNAPSHOT_REGS,
     MmioWindow,
     mmap_uio_map,
@@ -85,197 +79,34 @@ from .mmio import (
 from .regdump import describe_registers
 from .udmabuf import UdmaBufRegion, open_dma_heap
 
-#: fake-board layout: the unmask word and the event counter, past any register map
-IRQ_CTRL_OFFSET = 0x100000
-IRQ_COUNT_OFFSET = IRQ_CTRL_OFFSET + 8
-IRQ_FILE_SIZE = IRQ_COUNT_OFFSET + 8
 DEFAULT_TIMEOUT = 2.0
-DEFAULT_LOCK_DIRS = ("/run/lock", "/tmp")
-_UNMASK = struct.pack("<I", 1)
-_SLEEP_MIN, _SLEEP_MAX = 100e-6, 2e-3
-_POLL_BROKEN = select.POLLERR | select.POLLHUP | select.POLLNVAL
 
 
-# -- exclusive access -----------------------------------------------------------------
-def default_lock_dir() -> str:
-    for d in DEFAULT_LOCK_DIRS:
-        if os.path.isdir(d) and os.access(d, os.W_OK | os.X_OK):
-            return d
-    return DEFAULT_LOCK_DIRS[-1]
+# -- the kick protocol ------------------------------------------------------------------
+R5Windows = dict[str, tuple[UioNode | UdmabufNode, str]]
 
 
-def _process_name(pid: int) -> str:
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            return f.read().replace(b"\0", b" ").decode(errors="replace").strip()
-    except OSError:
-        return ""
-
-
-class DeviceLock:
-    """An flock on ``path`` recording the holder's pid (released by the kernel on exit)."""
-
-    def __init__(self, path: str) -> None:
-        self.path = path
-        self.fd = -1
-
-    def _open(self) -> int:
-        # No O_CREAT on an existing file: fs.protected_regular refuses O_CREAT on
-        # another user's file in a sticky world-writable directory such as /run/lock.
-        for _ in range(5):
-            try:
-                return os.open(self.path, os.O_RDWR | os.O_CLOEXEC)
-            except FileNotFoundError:
-                pass
-            except PermissionError:
-                return os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)  # lock works read-only
-            try:
-                fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666)
-                try:
-                    os.fchmod(fd, 0o666)  # let the next user record their pid despite umask
-                except OSError:
-                    pass
-                return fd
-            except FileExistsError:
-                continue
-        raise DeviceError("cannot create lock file", field="lock", value=self.path)
-
-    def holder(self) -> int | None:
-        text = read_attr(self.path)
-        return parse_int(text) if text else None
-
-    def acquire(self) -> None:
-        try:
-            fd = self._open()
-        except OSError as e:
-            raise DeviceError(f"cannot open lock file {self.path}: {e}", field="lock",
-                              value=self.path, hint="set lock=<writable dir> in the URL") from None
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as e:
-            os.close(fd)
-            if e.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
-                raise DeviceError(f"flock failed on {self.path}: {e}", field="lock") from None
-            pid = None
-            for _ in range(20):  # the holder may not have written its pid yet
-                pid = self.holder()
-                if pid:
-                    break
-                time.sleep(0.005)
-            who = f"pid {pid}" if pid else "another process"
-            name = _process_name(pid) if pid else ""
-            if pid == os.getpid():
-                who += " (this process)"
-            elif name:
-                who += f" ({name})"
-            raise DeviceBusy(f"DV700 is in use by {who}", pid=pid, field="lock",
-                             value=self.path,
-                             hint="wait for it or stop it; a crashed holder releases the lock"
-                             ) from None
-        try:
-            os.ftruncate(fd, 0)
-            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
-        except OSError:
-            pass  # read-only lock file: exclusion still holds, only the pid is missing
-        self.fd = fd
-
-    def release(self) -> None:
-        if self.fd >= 0:
-            try:
-                os.ftruncate(self.fd, 0)
-            except OSError:
-                pass
-            fcntl.flock(self.fd, fcntl.LOCK_UN)
-            os.close(self.fd)
-            self.fd = -1
-
-
-# -- interrupts ---------------------------------------------------------------------
-class IrqLine:
-    """The interrupt of one UIO node: unmask, wait for the count to move, remember it."""
-
-    def __init__(self, node: UioNode, fd: int) -> None:
-        self.node = node
-        self.fd = fd
-        self.positional = True  # pread/pwrite; plain read/write if the file refuses offsets
-        self.can_unmask = True
-        self.poller = select.poll()
-        self.poller.register(fd, select.POLLIN | select.POLLPRI)
-        #: one waiter at a time: poll objects refuse concurrent use, and the count seen
-        #: and the device's pending set change together
-        self.lock = threading.Lock()
-        #: a unit's interrupt register was seen non-zero on this (shared) line
-        self.flags_read_back = False
-        count = self.read_count()
-        if count is None:
-            count = node.event_count() or 0
-        self.seen = count
-
-    def read_count(self) -> int | None:
-        """The u32 event count, or None if nothing new (real UIO, non-blocking)."""
-        try:
-            if self.positional:
-                data = os.pread(self.fd, 4, IRQ_COUNT_OFFSET)
-            else:
-                data = os.read(self.fd, 4)
-        except BlockingIOError:
-            return None
-        except OSError as e:
-            if e.errno == errno.ESPIPE and self.positional:
-                self.positional = False
-                return self.read_count()
-            raise DeviceError(f"reading interrupt count of {self.node.dev_path}: {e}",
-                              field="irq", value=self.node.dev_path) from None
-        return struct.unpack("<I", data)[0] if len(data) == 4 else None
-
-    def unmask(self) -> None:
-        if not self.can_unmask:
-            return
-        try:
-            if self.positional:
-                os.pwrite(self.fd, _UNMASK, IRQ_CTRL_OFFSET)
-            else:
-                os.write(self.fd, _UNMASK)
-        except OSError as e:
-            if e.errno == errno.ESPIPE and self.positional:
-                self.positional = False
-                self.unmask()
-            elif e.errno == errno.ENOSYS:  # driver without irqcontrol: the line stays enabled
-                self.can_unmask = False
-            elif e.errno == errno.EIO:
-                raise DeviceError(f"{self.node.dev_path} has no interrupt", field="irq",
-                                  value=self.node.name,
-                                  hint="give the DT node an 'interrupts' property") from None
-            else:
-                raise DeviceError(f"unmasking {self.node.dev_path}: {e}", field="irq") from None
-
-    def consume(self) -> bool:
-        """True (and remember it) if the count moved since last seen."""
-        count = self.read_count()
-        if count is not None and count != self.seen:
-            self.seen = count
-            return True
-        return False
-
-    def wait(self, deadline: float) -> bool:
-        """Unmask, then wait until the count moves or ``deadline`` (monotonic) passes."""
-        self.unmask()
-        if self.consume():
-            return True
-        delay = _SLEEP_MIN
-        while True:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                return False
-            ready = self.poller.poll(max(1, math.ceil(remaining * 1000)))
-            if any(ev & _POLL_BROKEN for _, ev in ready):
-                raise DeviceLost(f"{self.node.dev_path} went away while waiting",
-                                 field="irq", value=self.node.dev_path)
-            if ready and self.consume():
-                return True
-            if ready:  # regular file (fake board) or spurious wake-up: back off briefly
-                time.sleep(min(delay, max(0.0, deadline - time.monotonic())))
-                delay = min(delay * 2, _SLEEP_MAX)
+def choose_kick(requested: str, windows: R5Windows) -> tuple[str, str]:
+    """The kick protocol for a board exposing ``windows`` (``Inventory.r5_windows``) and
+    why: ``r5`` when both the IPI and the shared memory are there, else ``direct`` (a
+    bitstream without the R5 firmware, §10.4); ``requested`` ``r5``/``direct`` forces it
+    (``r5`` without its windows is DeviceNotFound)."""
+    found = {w: why for w, (_, why) in windows.items()}
+    if requested == "direct":
+        return "direct", "kick=direct was asked for"
+    if "ipi" in found and "shm" in found:
+        return "r5", (f"the R5 kick's windows are there: ipi = {found['ipi']}, shm = "
+                      f"{found['shm']}" + (" (kick=r5 asked for)" if requested == "r5" else ""))
+    missing = [w for w in ("ipi", "shm") if w not in found]
+    if requested == "r5":
+        raise DeviceNotFound(
+            f"kick=r5 but the board exposes no {' and no '.join(missing)} window",
+            field="kick", value="r5", limit="UIO nodes named ipi and shm (or reserved "
+            f"memory for shm), or at {R5_DEFAULT_PHYS['ipi']:#x} / "
+            f"{R5_DEFAULT_PHYS['shm']:#x}", hint="add the device tree's ipi and shm nodes "
+            "as generic-uio (README 'Using a real board'), or use kick=direct")
+    return "direct", (f"no {' or '.join(missing)} window: the board has no R5 kick, so the "
+                      "direct kick of bitstreams before March 2019")
 
 
 # -- the device -----------------------------------------------------------------------
@@ -292,8 +123,10 @@ class UioDevice(Device):
     def __init__(self, board: Dv700Board, inventory: Inventory, *, dma: str = "",
                  timeout: float = DEFAULT_TIMEOUT, lock_dir: str | None = None,
                  clock_mhz: int = 0, cache: bool = True, sync: str = "auto",
-                 init: bool = True, url: str = "uio://") -> None:
+                 init: bool = True, url: str = "uio://", kick: str = "auto") -> None:
         self.url = url
+        self.r5_windows = inventory.r5_windows()
+        self._kick, self.kick_reason = choose_kick(kick, self.r5_windows)
         self.board = board
         self.inventory = inventory
         self.timeout = timeout
@@ -303,6 +136,7 @@ class UioDevice(Device):
         self._windows: dict[str, MmioWindow] = {}
         self._irq: dict[str, IrqLine] = {}
         self._pending: set[str] = set()
+        self._shm_buf: tuple[int, mmap.mmap] | None = None  # SHM as reserved memory
         self.dma: UdmaBufRegion | None = None
         self.closed = False
         try:
@@ -328,6 +162,7 @@ class UioDevice(Device):
         cache = bool(u.pop_int("cache", 1, lo=0, hi=1))
         sync = u.pop_str("sync", "auto", choices=("auto", "ioctl", "sysfs", "none"))
         init = bool(u.pop_int("init", 1, lo=0, hi=1))
+        kick = u.pop_str("kick", "auto", choices=("auto",) + KICK_PROTOCOLS)
         u.reject_unknown()
         system = tuple(t.strip().upper() for t in system_text.split(",") if t.strip()) or None
         inv = discover(sysfs, dev)
@@ -350,10 +185,15 @@ class UioDevice(Device):
                                      limit=[h.name for h in inv.heaps])
             open_dma_heap(heap)
         return cls(boards[index], inv, dma=dma, timeout=timeout, lock_dir=lock_dir,
-                   clock_mhz=clock, cache=cache, sync=sync, init=init, url=url)
+                   clock_mhz=clock, cache=cache, sync=sync, init=init, url=url, kick=kick)
+
+    @property
+    def kick(self) -> str:
+        return self._kick
 
     def _open(self, dma: str, lock_dir: str, cache: bool, sync: str) -> None:
-        nodes = self.board.nodes
+        extra = [self.r5_windows[w][0] for w in ("ipi", "shm") if self._kick == "r5"]
+        nodes = self.board.nodes + [n for n in extra if isinstance(n, UioNode)]
         for node in nodes:  # sorted by name: a stable order, no lock-order inversion
             lock = DeviceLock(os.path.join(lock_dir, f"dvsdk-{node.sys_name}.lock"))
             lock.acquire()
@@ -373,7 +213,40 @@ class UioDevice(Device):
             self._windows[unit] = MmioWindow(m.maps[win.map_index], umap.offset + win.offset,
                                              win.size, unit)
             self._irq[unit] = self._line(win.node)
+        if self._kick == "r5":
+            self._open_r5()
         self.dma = UdmaBufRegion(self.inventory.find_udmabuf(dma), cached=cache, sync=sync)
+
+    def _open_r5(self) -> None:
+        """Map the IPI channel (its UIO interrupt is the completion) and the first
+        ``map_bytes`` of the shared memory (a UIO map, or reserved memory behind a
+        u-dma-buf opened uncached so the R5 sees the words at once)."""
+        for window in ("ipi", "shm"):
+            node = self.r5_windows[window][0]
+            size = 0x1000 if window == "ipi" else SHM_MAP_BYTES
+            if isinstance(node, UioNode):
+                m = self._mapped[node.sys_name]
+                umap = node.maps[0]
+                size = min(size, umap.size)
+                try:
+                    m.maps[umap.index] = mmap_uio_map(m.fd, umap.index, umap.offset, size)
+                except (OSError, ValueError) as e:
+                    raise DeviceError(f"cannot mmap the {window} window {node.dev_path}: {e}",
+                                      field="map", value=umap.index) from None
+                self._windows[window] = MmioWindow(m.maps[umap.index], umap.offset, size,
+                                                   window)
+                if window == "ipi":
+                    self._irq["ipi"] = IrqLine(node, m.fd)
+            else:  # the SHM as a u-dma-buf of reserved memory
+                fd = open_node(node.dev_path, os.O_RDWR | os.O_SYNC | os.O_CLOEXEC)
+                try:
+                    mm = mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+                except (OSError, ValueError) as e:
+                    os.close(fd)
+                    raise DeviceError(f"cannot mmap the shm window {node.dev_path}: {e}",
+                                      field="dev", value=node.dev_path) from None
+                self._shm_buf = (fd, mm)
+                self._windows[window] = MmioWindow(mm, 0, size, window)
 
     def _line(self, node: UioNode) -> IrqLine:
         for line in self._irq.values():
@@ -382,10 +255,10 @@ class UioDevice(Device):
         return IrqLine(node, self._mapped[node.sys_name].fd)
 
     def _init_registers(self) -> None:
-        """What the kernel driver does at probe/open (§10.4 history, §10.10)."""
+        """What the kernel driver does at probe/open (§10.4, §10.10): the kick protocol's
+        probe writes, then every unit's interrupt acknowledged."""
         if "conv" in self._windows:
-            self.write32("conv", CONV_PERF_CFG, PERF_CFG_VALUE)
-            self.write32("conv", CONV_CMDLIST_MODE, 1)
+            protocol(self._kick).on_open(self)
         self._ack_all()
 
     def _ack_all(self) -> None:
@@ -393,8 +266,9 @@ class UioDevice(Device):
         for line in lines:  # let running waiters finish (they are bounded by their timeout)
             line.lock.acquire()
         try:
-            for unit in self._windows:
-                self._windows[unit].write32(IRQ_REG[unit], 0)
+            for unit in self._windows:  # (the R5 owns conv's 0x420; on_open cleared the IPI)
+                if unit in ("ipu", "maximizer") or (unit == "conv" and self._kick == "direct"):
+                    self._windows[unit].write32(IRQ_REG[unit], 0)
             for line in lines:
                 line.consume()  # forget events from before we owned the board
                 line.unmask()
@@ -406,7 +280,7 @@ class UioDevice(Device):
     # -- Device API ---------------------------------------------------------------
     @property
     def units(self) -> tuple[str, ...]:
-        return tuple(self._windows)
+        return tuple(u for u in self._windows if u in UNITS)
 
     def _window(self, unit: str, offset: int) -> MmioWindow:
         self.check_reg(unit, offset)
@@ -461,7 +335,8 @@ class UioDevice(Device):
                 if len(shared) == 1:
                     self._pending.add(unit)
                     continue
-                flagged = [u for u in shared if self._windows[u].read32(IRQ_REG[u])]
+                flagged = [u for u in shared
+                           if self._windows[u].read32(IRQ_REG[u]) & IRQ_PENDING_MASK[u]]
                 if flagged:
                     line.flags_read_back = True
                     self._pending.update(flagged)
@@ -470,12 +345,20 @@ class UioDevice(Device):
                 # else: an event whose flags were all acknowledged already (two raises
                 # while the line was masked, both attributed by the first): not ours
             self._pending.discard(unit)
-            self._windows[unit].write32(IRQ_REG[unit], 0)
+            self._ack(unit)
             for other in list(self._pending):  # ack flags of units that stay pending
                 if self._irq[other] is line:
-                    self._windows[other].write32(IRQ_REG[other], 0)
+                    self._ack(other)
         finally:
             line.lock.release()
+
+    def _ack(self, unit: str) -> None:
+        """Acknowledge ``unit``'s interrupt: write 0 (units, §10.5), or the channel bit
+        to the IPI's ISR when it is set (write-1-to-clear, §10.4)."""
+        win = self._windows[unit]
+        if unit == "ipi" and not win.read32(IRQ_REG[unit]) & IRQ_PENDING_MASK[unit]:
+            return
+        win.write32(IRQ_REG[unit], IRQ_ACK_VALUE[unit])
 
     def _timeout(self, unit: str, timeout: float, hint: str) -> DeviceTimeout:
         regs = self.snapshot(unit)
@@ -486,7 +369,8 @@ class UioDevice(Device):
     def snapshot(self, unit: str | None = None) -> dict[str, int]:
         """Registers worth seeing after a hang: conv stream/kick/irq + counters, the unit's."""
         out: dict[str, int] = {}
-        for u in dict.fromkeys(["conv"] + ([unit] if unit else [])):
+        related = ["shm", "ipi"] if unit == "ipi" else ([unit] if unit else [])
+        for u in dict.fromkeys(["conv"] + related):
             if u in self._windows:
                 for off, val in self._windows[u].snapshot(SNAPSHOT_REGS[u]).items():
                     out[f"{u}:{off:#05x}"] = val
@@ -513,7 +397,10 @@ class UioDevice(Device):
             units=self.units,
             simulated=False,
             dma_size=self.dma.size if self.dma else 0,
+            kick=self._kick,
             extra={
+                "kick_reason": self.kick_reason,
+                "r5_windows": {w: why for w, (_, why) in self.r5_windows.items()},
                 "mode": self.board.mode,
                 "windows": self.board.describe(),
                 "uio": [n.dev_path for n in self.board.nodes],
@@ -535,6 +422,13 @@ class UioDevice(Device):
         if self.clock_mhz:
             return self.clock_mhz, "url"
         return 0, "unknown"
+
+    def set_clock(self, mhz: int) -> int:
+        """Write the kernel module's ``conv_freq`` where the board has one (§10.9)."""
+        from .kmod import write_conv_freq
+
+        return write_conv_freq(os.path.dirname(os.path.join(self.inventory.sysfs,
+                                                            CONV_FREQ_ATTR)), mhz)
 
     def reset(self) -> None:
         """Ack every interrupt, forget pending events, re-apply the open-time setup.
@@ -570,6 +464,14 @@ class UioDevice(Device):
                     pass  # a caller still holds a register view
             os.close(m.fd)
         self._mapped.clear()
+        if self._shm_buf is not None:
+            fd, mm = self._shm_buf
+            try:
+                mm.close()
+            except BufferError:
+                pass
+            os.close(fd)
+            self._shm_buf = None
         for lock in reversed(self._locks):
             lock.release()
         self._locks.clear()

@@ -7,6 +7,8 @@ from the CPU and then writes the start register.  Offsets come from
 
 from __future__ import annotations
 
+import math
+
 from ..hw.fp16 import fp24
 from ..hw.spec import SPEC
 from .commands import IpuCommand, MaximizerCommand
@@ -14,6 +16,12 @@ from .commands import IpuCommand, MaximizerCommand
 
 def _r(unit: str, name: str) -> int:
     return SPEC.reg(unit, name)
+
+
+def ipu_scale(size: int) -> int:
+    """``FP24(1.0f / size)`` as libdmpdv computes the IPU scale registers: always, so a
+    command without a texture (size 0) gets FP24(1/0) = FP24(inf) = 0x7F0000 (§9.1, §10.6)."""
+    return fp24(1.0 / size if size else math.inf)
 
 
 def maximizer_writes(cmd: MaximizerCommand) -> list[tuple[int, int]]:
@@ -38,8 +46,8 @@ def ipu_writes(cmd: IpuCommand) -> list[tuple[int, int]]:
     w: list[tuple[int, int]] = [
         (_r("ipu", "RECT"), (cmd.rect_width << 16) | cmd.rect_height),
         (_r("ipu", "TRANSPOSE"), 1 if cmd.transpose else 0),
-        (_r("ipu", "SCALE_H"), fp24(1.0 / cmd.tex_height) if cmd.tex_height else 0),
-        (_r("ipu", "SCALE_W"), fp24(1.0 / cmd.tex_width) if cmd.tex_width else 0),
+        (_r("ipu", "SCALE_H"), ipu_scale(cmd.tex_height)),
+        (_r("ipu", "SCALE_W"), ipu_scale(cmd.tex_width)),
         (_r("ipu", "USE_TEX"), 0x00FF0002 if cmd.use_tex else 0),
     ]
     if cmd.use_tex:

@@ -1,6 +1,9 @@
 """Command validation: every rule of reference §6, before anything touches a device.
 
-We apply the union of the user-driver (§6.1) and kernel (§6.7) checks and close
+We apply the union of the user-driver (§6.1) and kernel (§6.7) checks, DMP's converter's
+DV700 limits (every run's input W <= 2047, H <= 1024, C <= 32768; a batch below 0x8000,
+whose bit 15 the converter uses as its transposed-weight flag; ELU with
+``actfunc_param = 0`` as DMP sends it), and close
 their gaps (§15): buffer sizes count bytes (not elements) and the whole batch,
 kernel-size and window checks apply to every conv kind, a max-pool window is
 checked against the tensor it pools, PReLU needs a conv, LRN runs keep
@@ -93,6 +96,7 @@ def validate_conv(cmd: ConvCommand, info: DeviceInfo) -> ConvPlan:
         _fail("3-D input (z > 1) is not supported: its memory layout is unspecified (§1)",
               field="z", value=cmd.z, limit=1)
     if not 1 <= cmd.batch <= LIMITS["batch_max"]:
+        # bit 15 (0x8000) is DMP's converter's transposed-weight flag, not a batch
         _fail("batch (input_circular_offset) out of range", field="input_circular_offset",
               value=cmd.input_circular_offset, limit=f"0..{LIMITS['batch_max']}")
     if cmd.output_mode not in (0, 1):
@@ -178,6 +182,11 @@ def _check_run(cmd: ConvCommand, i: int, run: ConvRun, shape: tuple[int, int, in
     w, h, z, c = shape
     ce, pe = run.conv_enable, run.pool_enable
     kx, ky = run.kx, run.ky
+    for name, v, key in (("w", w, "max_conv_width"), ("h", h, "max_conv_height"),
+                         ("c", c, "max_conv_channels")):
+        if v > LIMITS[key]:  # what DMP's converter lets through (dmp-convertor.md §3)
+            _fail(f"run input {name} = {v} exceeds the DV700's limit", run=i, field=name,
+                  value=v, limit=f"1..{LIMITS[key]} (DMP converter, DV700)")
     if ce not in CONV_ENABLE:
         _fail("unknown conv_enable", run=i, field="conv_enable", value=ce,
               limit=sorted(CONV_ENABLE.codes.values()))
@@ -201,6 +210,10 @@ def _check_run(cmd: ConvCommand, i: int, run: ConvRun, shape: tuple[int, int, in
     if not (ce or pe or run.actfunc or is_lrn):
         _fail("run specifies no operation", run=i, field="conv_enable", value=0,
               limit="conv, pool, activation or LRN")
+    if run.actfunc == ACTFUNC.elu and run.actfunc_param != 0:
+        _fail("ELU takes no parameter: DMP's converter and tests send actfunc_param 0 "
+              "(alpha 1, §4.5); run other alphas on the CPU", run=i, field="actfunc_param",
+              value=hex(run.actfunc_param), limit=0)
     if run.actfunc == ACTFUNC.prelu and not ce:
         _fail("PReLU slopes come from the weight buffer: it needs a conv", run=i,
               field="actfunc", value=run.actfunc, limit="conv_enable != 0")

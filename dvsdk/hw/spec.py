@@ -203,6 +203,7 @@ class Spec:
         self.registers = _load(root / "registers.yaml")
         self.stream = _load(root / "stream.yaml")
         self.netbin = _load(root / "netbin.yaml")
+        self.kernel = _load(root / "kernel.yaml")
         for name, desc in self.netbin["structs"].items():
             if name in self.commands["structs"]:
                 raise SpecError(f"struct {name} defined twice", field="struct", value=name)
@@ -286,6 +287,20 @@ class Spec:
 
     def reg_info(self, unit: str, name: str) -> dict[str, Any]:
         return dict(self.unit(unit)["registers"][name])
+
+    def ioctl(self, name: str) -> int:
+        """An ioctl number of ``kernel.yaml``, derived like the kernel's ``_IOW``/``_IOR``/
+        ``_IOWR``: ``_IOC(dir, type, nr, sizeof(struct))`` with the struct's size from
+        ``commands.yaml``."""
+        desc = self.kernel["ioctls"].get(name)
+        if desc is None:
+            raise SpecError(f"unknown ioctl {name!r}", field="ioctl", value=name,
+                            limit=sorted(self.kernel["ioctls"]))
+        enc = BitField("ioctl", {k: (int(v[0]), int(v[1]))
+                                 for k, v in self.kernel["ioctl_encoding"].items()})
+        return enc.pack(nr=int(desc["nr"]), type=int(desc["type"]),
+                        size=self.struct(desc["struct"]).size,
+                        dir=int(self.kernel["ioctl_directions"][desc["dir"]]))
 
     def stream_reg(self, name: str) -> int:
         """Register *word index* used inside command-stream write packets."""

@@ -67,7 +67,8 @@ def _start_registers() -> frozenset[tuple[str, int]]:
     """(unit, offset) of every register whose write lets a unit run (firmware_spec)."""
     from ..hw.spec import SPEC
 
-    return frozenset((u, SPEC.reg(u, SPEC.unit(u)["start"])) for u in lp.UNITS)
+    return frozenset((u, SPEC.reg(u, SPEC.unit(u)["start"])) for u in lp.UNITS
+                     if SPEC.unit(u).get("start"))
 
 
 def check_timeout(timeout: Any) -> float:
@@ -198,7 +199,16 @@ class LinkDevice(Device):
         self._live: weakref.WeakValueDictionary[int, LinkDmaBuffer] = (
             weakref.WeakValueDictionary())
         self._kick_regs = _start_registers()
+        self._kick: str | None = None
         self._hello()
+
+    @property
+    def kick(self) -> str:
+        """The served device's kick protocol (its INFO; "r5" or "direct"): the client kicks
+        conv streams through the link with register writes of that protocol."""
+        if self._kick is None:
+            self._kick = self.info().kick or "direct"
+        return self._kick
 
     # -- views on the engine ---------------------------------------------------------------
     @property

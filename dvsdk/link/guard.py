@@ -3,7 +3,8 @@
 ``firmware_spec/link.md`` §10.  The agent keeps, per session, the register
 values the client wrote and a model of the conv controller memory.  Before a
 write that may start a unit (conv ``KICK``, the conv ``START`` a stream also
-reaches, IPU and maximizer ``START``) it works out every DRAM range the unit
+reaches, IPU and maximizer ``START``, the R5 kick's IPI ``TRIG``, which starts the
+stream named in shared memory) it works out every DRAM range the unit
 will read or write (:mod:`dvsdk.driver.streamwalk`) and refuses the write with
 :class:`~dvsdk.errors.AccessViolation` unless each range lies inside the
 session's buffers.  A unit may not write over the command stream it is
@@ -19,12 +20,14 @@ from collections.abc import Callable, Iterable
 import numpy as np
 
 from ..driver import streamwalk as sw
-from ..driver.device import UNITS, DmaBuffer
+from ..driver.device import UNITS, WINDOWS, DmaBuffer
 from ..errors import AccessViolation, InvalidCommand
 from ..hw.spec import SPEC
 
 _U32 = 0xFFFFFFFF
-START = {u: SPEC.reg(u, SPEC.unit(u)["start"]) for u in UNITS}
+START = {u: SPEC.reg(u, SPEC.unit(u)["start"]) for u in UNITS + ("ipi",)}
+#: the R5's channel bit: an IPI trigger carrying it starts the stream in shared memory
+R5_CHANNEL = int(SPEC.registers["kick"]["r5"]["pending"][2])
 _CONTROLLER_REGS = (sw.CONV_CFG_ADDR, sw.CONV_CFG_DATA, sw.CONV_START)
 
 
@@ -81,7 +84,7 @@ class KickGuard:
 
     def reset(self) -> None:
         """A new session: nothing written, controller memory unknown."""
-        self.regs: dict[str, dict[int, int]] = {u: {} for u in UNITS}
+        self.regs: dict[str, dict[int, int]] = {u: {} for u in WINDOWS}
         self.ctrl = sw.Controller()
 
     def device_reset(self) -> None:
@@ -98,11 +101,14 @@ class KickGuard:
         def store() -> None:
             regs[offset] = value
 
-        if unit == "conv" and offset == START["conv"] and value:
+        r5 = unit == "ipi" and offset == START["ipi"] and value & R5_CHANNEL
+        if r5 or (unit == "conv" and offset == START["conv"] and value):
             cov = Coverage(buffers)
-            addr = self._needed(unit, "CMD_ADDR")
+            regs_of, addr_reg, len_reg = (("shm", "STREAM_ADDR", "STREAM_LEN8") if r5
+                                          else ("conv", "CMD_ADDR", "CMD_LEN"))
+            addr = self._needed(regs_of, addr_reg)
             accesses, after = sw.conv_kick_accesses(cov.fetch, addr,
-                                                    self._needed(unit, "CMD_LEN"), self.ctrl)
+                                                    self._needed(regs_of, len_reg), self.ctrl)
             self._check(accesses, cov)
             for a in accesses:
                 if a.what == "command stream":
@@ -113,7 +119,7 @@ class KickGuard:
             if accesses:
                 self._check(accesses, Coverage(buffers))
             return lambda: (store(), setattr(self, "ctrl", after))
-        if unit != "conv" and offset == START[unit] and value:
+        if unit in ("ipu", "maximizer") and offset == START[unit] and value:
             walk = sw.ipu_accesses if unit == "ipu" else sw.maximizer_accesses
             self._check(walk(regs), Coverage(buffers))
         return store

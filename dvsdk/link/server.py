@@ -29,6 +29,7 @@ from .. import __version__
 from ..driver.device import Device, DmaBuffer
 from ..errors import (
     AuthenticationError,
+    DeviceError,
     DeviceLost,
     DeviceTimeout,
     DvsdkError,
@@ -75,6 +76,11 @@ class LinkServer:
     def __init__(self, device: Device, *, max_payload: int = lp.LIMITS["max_payload"],
                  cache_size: int = lp.LIMITS["replay_cache"], verbose: bool = False,
                  secret: bytes | None = None, limits: Limits | None = None) -> None:
+        if not getattr(device, "has_registers", True):
+            raise DeviceError(f"{getattr(device, 'url', 'this device')} cannot be served: the "
+                              "link carries register accesses, and DMP's kernel module owns "
+                              "the registers", field="device", value=getattr(device, "url", ""),
+                              hint="serve the board as uio:// instead, or run on the board")
         self.device = device
         self.max_payload = max(lp.LIMITS["min_payload"], min(max_payload,
                                                              lp.LIMITS["max_payload"]))

@@ -30,6 +30,9 @@ import numpy as np
 from .. import __version__
 from ..driver import commands as C
 from ..driver import streamwalk
+from ..driver.stream import REG_IRQ, conv_words, write_packet
+from ..driver.unitregs import ipu_writes, maximizer_writes
+from ..driver.validate import validate
 from ..errors import InvalidArgument, RecordError
 from ..fsutil import atomic_write
 
@@ -129,10 +132,11 @@ class Recorder:
             entry = {"index": len(self.execs) + len(self._open), "unit": cl.unit,
                      "commands": [encode_command(c, self._buf_id) for c in cl.commands],
                      "reads": [], "writes": [], "started": time.time() - self.t0}
-            if cl.unit == "conv" and cl._stream is not None:
-                chunks = [c.view[:n] for c, n in zip(cl._stream.chunks, cl._stream.lengths)]
+            stream = cl.stream
+            if stream is not None:
+                chunks = [c.view[:n] for c, n in zip(stream.chunks, stream.lengths)]
                 entry["stream"] = {"blob": self._blob(b"".join(c.tobytes() for c in chunks)),
-                                   "address": int(cl._stream.address)}
+                                   "address": int(stream.address)}
             for a in accesses:
                 buf, off = _locate(bufs, a)
                 item = {"buf": self._buf_id(buf), "offset": off, "nbytes": a.nbytes,
@@ -196,9 +200,8 @@ def _buffers_of(cl: Any) -> list[Any]:
     for cmd in cl.commands:
         for ref in cmd.buffers():
             seen.setdefault(id(ref.buffer), ref.buffer)
-    if cl.unit == "conv" and cl._stream is not None:
-        for chunk in cl._stream.chunks:
-            seen.setdefault(id(chunk), chunk)
+    for extra in list(getattr(cl, "_owned", [])) + (cl.stream.chunks if cl.stream else []):
+        seen.setdefault(id(extra), extra)   # lowered FC weights, the stream's chunks
     return list(seen.values())
 
 
@@ -212,12 +215,32 @@ def _locate(bufs: list[Any], a: streamwalk.Access) -> tuple[Any, int]:
 
 def _accesses(cl: Any, bufs: list[Any]) -> list[streamwalk.Access]:
     """What the kick reads and writes, from the stream (conv) or register program."""
-    if cl.unit == "conv":
+    if cl.unit == "conv" and cl.stream is not None:   # the stream the device will fetch
         def fetch(addr: int, n: int) -> np.ndarray:
             b, off = _locate(bufs, streamwalk.Access(addr, n, False, "stream"))
             return b.view[off:off + n]
-        accesses, _ = streamwalk.conv_kick_accesses(fetch, cl._stream.address,
-                                                    cl._stream.length8)
+        accesses, _ = streamwalk.conv_kick_accesses(fetch, cl.stream.address,
+                                                    cl.stream.length8)
         return accesses
+    if cl.unit == "conv":   # the kernel module builds the stream (dv://): the same words
+        words = [conv_words(c, validate(c, cl.info).tiles) for c in _conv_commands(cl)]
+        words.append(np.array(write_packet(REG_IRQ, 1), "<u4"))
+        stream = np.concatenate(words).astype("<u4").view(np.uint8)
+        stream = np.concatenate([stream, np.zeros(-stream.size % 8, np.uint8)])
+        accesses, _ = streamwalk.conv_kick_accesses(
+            lambda addr, n: stream[addr - _NOWHERE:addr - _NOWHERE + n], _NOWHERE,
+            stream.size // 8)
+        return [a for a in accesses if a.address != _NOWHERE]
+    writes = ipu_writes if cl.unit == "ipu" else maximizer_writes
     walk = streamwalk.ipu_accesses if cl.unit == "ipu" else streamwalk.maximizer_accesses
-    return [a for writes in cl._reg_writes for a in walk(dict(writes))]
+    return [a for c in cl.commands for a in walk(dict(writes(c)))]
+
+
+#: where an in-memory stream (not in DRAM) is walked from
+_NOWHERE = 8
+
+
+def _conv_commands(cl: Any) -> list:
+    """The list's commands as the device runs them: an FC is lowered to a conv at commit
+    (§6.4); its lowered form is the submission's."""
+    return [c for c in cl.commands if isinstance(c, C.ConvCommand)]

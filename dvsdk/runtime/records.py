@@ -86,18 +86,30 @@ class Access:
 
 
 def merge(pieces: Iterable[Piece]) -> list[Piece]:
-    """Pieces back to back along C (the runs of one command, §4.1, or the producers of a
-    zero-copy concat) read as one tensor when every non-last piece fills whole 8-channel
-    chunks."""
-    out: list[Piece] = []
-    for p in sorted(set(pieces), key=lambda p: (p.base, p.h, p.w, p.c)):
-        q = out[-1] if out else None
-        if q and (q.h, q.w) == (p.h, p.w) and q.c % 8 == 0 and q.base + 2 * q.h * q.w * q.c \
-                == p.base:
-            out[-1] = Piece(q.base, q.h, q.w, q.c + p.c)
-        else:
-            out.append(p)
-    return out
+    """The pieces, and every run of pieces back to back along C (the runs of one command,
+    §4.1, or the producers of a zero-copy concat) read as one tensor, where every non-last
+    piece fills whole 8-channel chunks.  An arena slot holds different tensors at different
+    times, so several pieces may start at one address: each continuation is followed
+    (a greedy merge of the first one missed e.g. a concat of 64 + 80 channels whose second
+    slot earlier held a 64-channel tensor)."""
+    uniq = sorted(set(pieces), key=lambda p: (p.base, p.h, p.w, p.c))
+    starts: dict[tuple[int, int, int], list[Piece]] = {}
+    for p in uniq:
+        starts.setdefault((p.base, p.h, p.w), []).append(p)
+    out = set(uniq)
+    for first in uniq:
+        stack = [(first.c, first)]
+        while stack:
+            total, last = stack.pop()
+            if last.c % 8:
+                continue  # a partial chunk ends the run
+            nxt = (last.base + 2 * last.h * last.w * last.c, last.h, last.w)
+            for q in starts.get(nxt, ()):
+                merged = Piece(first.base, q.h, q.w, total + q.c)
+                if merged not in out:  # the same start and end: the same continuations
+                    out.add(merged)
+                    stack.append((total + q.c, q))
+    return sorted(out, key=lambda p: (p.base, p.h, p.w, p.c))
 
 
 def hardware_info(meta: dict[str, Any]) -> DeviceInfo:

@@ -154,6 +154,7 @@ def _plan(core: CoreState, hdr: dict, runs: list[dict], u8_input: bool) -> ConvP
         else:
             out_offs.append(None)
             shape = out_shape
+    _check_ubuf(core, hdr, runs)
     # a garbage configuration must fail fast: outputs inside DRAM, bounded work
     core.mem.check_range(hdr["output_base_addr"], out_total * batch)
     macs = sum(_run_macs(r, shp) for r, shp in zip(runs, shapes)) * batch
@@ -165,18 +166,38 @@ def _plan(core: CoreState, hdr: dict, runs: list[dict], u8_input: bool) -> ConvP
         raise HardwareError("bad_config", CFG_ADDR, f"the command needs ~{work} bytes of host "
                             f"memory, over the simulator's limit of {core.work_limit}")
     one = ConvTotals()
+    elt_bytes = 0
     if eltwise:
         r0 = dict(runs[0], pool_enable=0 if runs[0]["pool_enable"] != POOL.avg else POOL.avg)
         (ew, eh, _, ec), _ = dims.run_output_shape(r0, (w, h, 1, c))
         elt_shape = (eh, ew, ec)
-        one.in_bytes += eh * ew * ec * 2
+        elt_bytes = eh * ew * ec * 2  # the addend streams in with run 0's input
     tiles = hdr["tiles"] if len(runs) == 1 else 1
     for i, run in enumerate(runs):
         in_ubuf = i > 0 and not topo >> (i - 1) & 1
         one.cycles += _run_cycles(core, run, shapes[i], tiles, sizes[i], in_ubuf,
-                                  out_offs[i] is None, one)
+                                  out_offs[i] is None, one, elt_bytes if i == 0 else 0)
     return ConvPlan(hdr, runs, shapes, sizes, out_offs, out_total, elt_shape,
                     w * h * c * (1 if u8_input else 2), one)
+
+
+def _check_ubuf(core: CoreState, hdr: dict, runs: list[dict]) -> None:
+    """What the hardware would get wrong, refused: a ``tiles`` field other than the tile
+    math's (``get_conv_tiles_v0``, §7.2, for this unified buffer), and a multi-run command
+    whose peak unified-buffer use (§7.3) exceeds it (§6.7 steps 5 and 11)."""
+    ub = core.params.ub_size
+    expected = dims.command_tiles(hdr, runs, ub)
+    if expected == 0:
+        raise HardwareError("bad_config", CFG_ADDR, f"the first run does not fit a {ub}-byte "
+                            "unified buffer in any number of tiles")
+    if hdr["tiles"] != expected:
+        raise HardwareError("bad_config", CFG_ADDR, f"tiles field {hdr['tiles']} disagrees "
+                            f"with the tile math ({expected} for a {ub}-byte unified buffer)")
+    if len(runs) > 1:
+        usage = dims.ubuf_single_tile_usage(hdr, runs, ub)
+        if usage > ub:
+            raise HardwareError("bad_config", CFG_ADDR, f"the multi-run command needs {usage} "
+                                f"bytes of unified buffer, the device has {ub}")
 
 
 def _execute(core: CoreState, plan: ConvPlan, table_word: int) -> None:
@@ -341,7 +362,11 @@ def _run(run: dict, x: np.ndarray, wb: tuple | None, addend: np.ndarray | None) 
 
 
 def _run_cycles(core: CoreState, run: dict, shapes: tuple, tiles: int, wsize: int,
-                in_ubuf: bool, out_ubuf: bool, totals: ConvTotals) -> int:
+                in_ubuf: bool, out_ubuf: bool, totals: ConvTotals, extra_in: int = 0) -> int:
+    """One run's cycles (:func:`~.timing.conv_run_cycles`).  A conv's MAC array works at the
+    conv output's size, before a fused max-pool or upsample shrinks or grows it (timing the
+    pooled size made a conv with a 2x2 pool 4x too fast: 399% MAC use); ``extra_in`` bytes
+    (an element-wise addend) stream in with the input and count in the DMA term."""
     (w, h, _, c), (ow, oh, _, m) = shapes
     ce, pe = run["conv_enable"], run["pool_enable"]
     kx, ky = _xy(run["p"])
@@ -360,9 +385,13 @@ def _run_cycles(core: CoreState, run: dict, shapes: tuple, tiles: int, wsize: in
         kind = "eltwise"
     in_b, w_b, out_b = conv_run_bytes(w, h, c, ow, oh, m, max(1, (kx - 1) * max(dil, 1) + 1),
                                       max(tiles, 1), wsize, in_ubuf, out_ubuf)
+    in_b += extra_in
     totals.in_bytes += in_b
     totals.weight_bytes += w_b
     totals.out_bytes += out_b
-    timing = conv_run_cycles(ow, oh, m, c, max(kx, 1), max(ky, 1), kind, max(tiles, 1),
+    cw, ch = ow, oh
+    if ce:  # the MAC stage's output: before the fused max-pool / upsample
+        (cw, ch, _, _), _ = dims.run_output_shape(dict(run, pool_enable=0), (w, h, 1, c))
+    timing = conv_run_cycles(cw, ch, m, c, max(kx, 1), max(ky, 1), kind, max(tiles, 1),
                              in_b, out_b, w_b, core.params.timing)
     return timing.total_cycles

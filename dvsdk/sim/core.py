@@ -15,13 +15,14 @@ import numpy as np
 
 from ..hw.spec import SPEC
 from .dram import Dram
+from .r5 import WINDOW_WORDS, R5Firmware
 from .timing import TimingParams
 
 WINDOW = SPEC.window
 START_REGS = {u: SPEC.reg(u, SPEC.unit(u)["start"]) for u in ("conv", "ipu", "maximizer")}
 IRQ_REGS = {u: SPEC.reg(u, SPEC.unit(u)["irq"]) for u in ("conv", "ipu", "maximizer")}
 R = {u: {n: SPEC.reg(u, n) for n in SPEC.unit(u)["registers"]}
-     for u in ("conv", "ipu", "maximizer")}
+     for u in ("conv", "ipu", "maximizer", "ipi", "shm")}
 PACKET = SPEC.packet
 WRITE_MAGIC = int(SPEC.stream["write_magic"])
 CFG_MEM_BYTES = int(SPEC.stream["controller_memory_bytes"])
@@ -54,6 +55,9 @@ class SimParams:
     hw_version: int = 0x0700
     max_input_size: int = 0
     units: tuple[str, ...] = ("conv", "ipu", "maximizer")
+    #: how conv streams are kicked: "r5" (IPI + shared memory, DMP's current stack) or
+    #: "direct" (conv 0x400-0x40C, bitstreams before March 2019) (§10.4, :mod:`.r5`)
+    kick: str = "r5"
     watchdog: Watchdog = field(default_factory=Watchdog)
     timing: TimingParams = field(init=False)
 
@@ -92,6 +96,13 @@ class CoreState:
         self.mem.tensor_limit = min(self.mem.tensor_limit, self.cache_limit)
         self.regs = regs or {u: np.zeros(WINDOW // 4, np.uint32) for u in START_REGS}
         self.on_irq = on_irq
+        #: the R5 control program (kick "r5"): it owns the conv interrupt (.r5)
+        self.r5: R5Firmware | None = None
+        if self.params.kick == "r5":
+            for window, words in WINDOW_WORDS.items():
+                self.regs.setdefault(window, np.zeros(words, np.uint32))
+            self.r5 = R5Firmware(self, on_irq)
+            self.on_irq = self.r5.route
         self.cfg_mem = np.zeros(CFG_MEM_BYTES, np.uint8)
         self.faults = Faults()
         self.errors: list[str] = []
@@ -120,6 +131,8 @@ class CoreState:
         conv[R["conv"]["HW_VERSION"] // 4] = self.params.hw_version
         conv[R["conv"]["MAX_INPUT_SIZE"] // 4] = self.params.max_input_size
         conv[R["conv"]["SIM_CLOCK_MHZ"] // 4] = int(self.params.clock_mhz)
+        if self.r5 is not None:
+            self.r5.power_on()
 
     def read_reg(self, unit: str, offset: int) -> int:
         return int(self.regs[unit][offset // 4])
@@ -135,10 +148,13 @@ class CoreState:
 
     def reset(self) -> None:
         """Abort and clear: status, interrupts, controller memory (sizes and IDs stay)."""
-        for unit, r in self.regs.items():
+        for unit in START_REGS:
+            r = self.regs[unit]
             r[IRQ_REGS[unit] // 4] = 0
             r[R[unit]["SIM_STATUS"] // 4] = 0
             r[R[unit]["SIM_FAULT_ADDR"] // 4] = 0
             r[START_REGS[unit] // 4] = 0
         self.cfg_mem[:] = 0
         self.faults = Faults()
+        if self.r5 is not None:
+            self.r5.reset()

@@ -7,7 +7,9 @@ wrote without ``sync_for_device``, or a checked CPU read of device output
 without ``sync_for_cpu``, is caught and reported with the buffer and byte range.
 
 URL options (``sim://?ub_size=524288&clock_mhz=300``): ``ub_size``, ``mac_num``,
-``clock_mhz``, ``dram_mb``, ``units`` (e.g. ``conv,maximizer``), ``coherence``
+``clock_mhz``, ``dram_mb``, ``units`` (e.g. ``conv,maximizer``), ``kick`` (``r5``, the
+default, as a stock board runs DMP's R5 firmware; ``direct`` for a pre-2019 bitstream:
+:mod:`dvsdk.driver.kick`, :mod:`dvsdk.sim.r5`), ``coherence``
 (``error`` | ``warn`` | ``off``), ``fault`` (``hang``, ``lost_irq``,
 ``dma_error``, ``bitflip``: once, on the next kick).
 
@@ -27,7 +29,16 @@ import numpy as np
 
 from .. import native
 from ..driver.allocator import RegionAllocator
-from ..driver.device import UNITS, Device, DeviceInfo, DmaBuffer, check_timeout, parse_url
+from ..driver.device import (
+    UNITS,
+    WINDOWS,
+    Device,
+    DeviceInfo,
+    DmaBuffer,
+    check_timeout,
+    parse_url,
+)
+from ..driver.kick import DEFAULT_KICK, KICK_PROTOCOLS, protocol
 from ..driver.regdump import describe_registers
 from ..errors import CoherenceError, DeviceTimeout, InvalidArgument, InvalidURL
 from .core import IRQ_REGS, Faults, R, SimParams
@@ -54,6 +65,18 @@ def _add_span(spans: list[tuple[int, int]], a: int, b: int) -> list[tuple[int, i
             s0, e0 = min(s, s0), max(e, e0)
     out.append((s0, e0))
     return sorted(out)
+
+
+#: per kick protocol: the register whose write acknowledges a unit's interrupt
+_ACK = {kick: {**{u: IRQ_REGS[u] for u in UNITS},
+               **({"ipi": R["ipi"]["ISR"]} if kick == "r5" else {})}
+        for kick in KICK_PROTOCOLS}
+
+
+def _acks(unit: str, value: int) -> bool:
+    """Whether ``value`` written to the unit's acknowledge register clears its interrupt:
+    0 for the units (§10.5), the channel bit 0x100 for the IPI (write 1 to clear, §10.4)."""
+    return bool(value & 0x100) if unit == "ipi" else not value & 1
 
 
 class SimDmaBuffer(DmaBuffer):
@@ -146,15 +169,17 @@ class SimDevice(Device):
         #: serializes the simulated hardware (module docstring)
         self.lock = threading.RLock()
         #: coherence problems found by a kick, by unit, reported by its next wait_irq
-        self.coherence_errors: dict[str, list[CoherenceError]] = {u: [] for u in UNITS}
+        self.coherence_errors: dict[str, list[CoherenceError]] = {u: [] for u in WINDOWS}
         self._running: str | None = None  # the unit whose kick runs now
         self._clean_in_kick: set[int] = set()  # buffers found clean since the last kick
-        self._irq = {u: threading.Event() for u in UNITS}
+        self._irq = {u: threading.Event() for u in WINDOWS}
         mem = Dram(self.dram, self.dram_base, on_read=self._device_read,
                    on_write=self._device_write, lazy=True)
         self.core = Dv700Core(self.dram, self.dram_base, params=self.params,
                               on_irq=self._on_irq, memory=mem)
+        self._ack = _ACK[self.params.kick]
         self.closed = False
+        protocol(self.params.kick).on_open(self)  # the driver's probe-time writes
 
     @classmethod
     def from_url(cls, url: str) -> SimDevice:
@@ -177,6 +202,7 @@ class SimDevice(Device):
             mac_num=mac_num,
             ub_size=u.pop_int("ub_size", 524288, lo=0, hi=1 << 26),
             units=units,
+            kick=u.pop_str("kick", DEFAULT_KICK, KICK_PROTOCOLS),
         )
         dram_mb = u.pop_int("dram_mb", 256, lo=1, hi=3072)
         coherence = u.pop_str("coherence", "error", COHERENCE_MODES)
@@ -188,9 +214,13 @@ class SimDevice(Device):
         return dev
 
     # -- Device interface ---------------------------------------------------------------
+    @property
+    def kick(self) -> str:
+        return self.params.kick
+
     def _unit(self, unit: str, offset: int) -> None:
         self.check_reg(unit, offset)
-        if unit not in self.params.units:
+        if unit not in self.params.units and unit not in self.windows[len(UNITS):]:
             raise InvalidArgument("this simulated device has no such unit", field="unit",
                                   value=unit, limit=self.params.units)
 
@@ -203,7 +233,7 @@ class SimDevice(Device):
     def write32(self, unit: str, offset: int, value: int) -> None:
         with self.lock:
             self._unit(unit, offset)
-            if offset == IRQ_REGS[unit] and not value & 1:
+            if self._ack.get(unit) == offset and _acks(unit, value):
                 self._irq[unit].clear()
             self._clean_in_kick.clear()  # any register write may start a unit: check afresh
             self._running = unit  # whose kick a coherence problem belongs to
@@ -224,7 +254,7 @@ class SimDevice(Device):
             self.allocator.free(buf.dram_off)
 
     def wait_irq(self, unit: str, timeout: float) -> None:
-        self.check_reg(unit, IRQ_REGS[unit])
+        self._unit(unit, 0)
         timeout = check_timeout(timeout)
         if not self._irq[unit].wait(timeout):
             regs = self.snapshot(unit)
@@ -243,7 +273,7 @@ class SimDevice(Device):
         return DeviceInfo(ub_size=p.ub_size, mac_num=p.mac_num, max_kernel_size=7,
                           conv_freq=int(p.clock_mhz), hw_version=p.hw_version, svn_version=93,
                           max_input_size=p.max_input_size, backend="sim", units=p.units,
-                          simulated=True, dma_size=self.dram.size,
+                          simulated=True, dma_size=self.dram.size, kick=p.kick,
                           extra={"clock_mhz": p.clock_mhz, "dram_base": self.dram_base})
 
     def reset(self) -> None:
@@ -276,9 +306,12 @@ class SimDevice(Device):
         return self.core.errors
 
     def snapshot(self, unit: str) -> dict[str, int]:
+        """The unit's registers by name; for the R5's IPI also the conv block's and the
+        shared memory's (what a hung R5 kick is diagnosed from)."""
+        units = ("conv", "shm", "ipi") if unit == "ipi" else (unit,)
         with self.lock:
-            return {name: self.core.read_reg(unit, off) for name, off in R[unit].items()
-                    if not name.startswith("BYTE_COUNTERS")}
+            return {name: self.core.read_reg(u, off) for u in units
+                    for name, off in R[u].items() if not name.startswith("BYTE_COUNTERS")}
 
     def coherence_problem(self, message: str, buffer: str, start: int, end: int) -> None:
         err = CoherenceError(message, buffer=buffer, start=start, end=end)

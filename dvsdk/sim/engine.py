@@ -8,6 +8,9 @@ unit's start register runs that unit to completion and raises its interrupt:
 * conv ``KICK`` (0x408): fetch the command stream at ``CMD_ADDR`` (``CMD_LEN``
   8-byte units) from DRAM and decode it like the hardware (§10.2-10.4): write
   packets, jumps between chunks, the interrupt write;
+* IPI ``TRIG`` with kick "r5": the R5 control program (:mod:`.r5`) takes the stream
+  address and length from shared memory and kicks the conv block; conv completions
+  come back as the IPI;
 * conv ``START`` (0x040), reached through the stream: run the configuration
   image at controller address 0x2000 (§10.3) on the conv engine;
 * IPU ``START`` / maximizer ``START``: run from their registers (§10.6, §10.7).
@@ -48,6 +51,12 @@ class Dv700Core(CoreState):
     def write_reg(self, unit: str, offset: int, value: int) -> None:
         """A CPU write: store, then do what the register triggers."""
         value &= 0xFFFFFFFF
+        if unit == "ipi" and self.r5 is not None:  # the R5 kick's IPI channel (.r5)
+            self.r5.write(offset, value)
+            return
+        if unit == "shm":  # shared memory: plain storage, read by the R5 on a trigger
+            self.regs[unit][offset // 4] = value
+            return
         if unit == "ipu" and offset == R["ipu"]["LUT"]:
             self.lut_port(value)
             return

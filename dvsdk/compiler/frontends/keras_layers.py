@@ -539,7 +539,8 @@ LAYERS: dict[str, LayerSpec] = {
                       "0) fused as Clip; threshold != 0 on the CPU"),
     "LeakyReLU": LayerSpec(leaky_relu, ("LeakyRelu",), HW, "fused"),
     "PReLU": LayerSpec(prelu, ("PRelu",), EITHER, "fused when shared over H and W"),
-    "ELU": LayerSpec(elu_layer, ("Elu",), HW, "fused"),
+    "ELU": LayerSpec(elu_layer, ("Elu",), EITHER, "fused with alpha 1 (DMP's ELU takes no "
+                     "alpha); other alphas on the CPU"),
     "ThresholdedReLU": LayerSpec(thresholded_relu, ("Greater", "Where"), CPU),
     "Softmax": LayerSpec(softmax_layer, ("Softmax",), CPU),
     "MaxPooling2D": LayerSpec(max_pool, ("MaxPool",), HW, "fused into the conv run before "

@@ -1,0 +1,331 @@
+"""``dv://``: DMP's own kernel module (dv-kernel-driver) as the backend (reference §2, §5, §10).
+
+Many boards run DMP's module: ``/dev/dv_conv``, ``/dev/dv_ipu``, ``/dev/dv_maximizer`` and
+``/sys/class/dmp_dv/dv_*``.  User space never touches a register there; it hands the
+module kernel commands and the module builds the stream and kicks the R5 (§10.3, §10.4).
+So this backend takes whole command lists (:meth:`KmodDevice.prepare`, the seam above
+register access), as libdmpdv does (§2.2, §2.4):
+
+* commit: the commands as kernel structs (:mod:`dvsdk.driver.kabi`), back to back, in one
+  ``DMP_DV_IOC_APPEND_CMD`` on a fresh fd of the unit's device (each ``open`` gets its own
+  command buffer, §10.1).  The IPU and the maximizer take one command per fd (§15.8), so
+  their lists open one fd per command;
+* exec: ``DMP_DV_IOC_RUN`` returns the command id; wait: ``DMP_DV_IOC_WAIT``, retried while
+  it fails with EBUSY (the kernel's 2 s wait ran out) or ERESTARTSYS / EINTR (a signal),
+  until the caller's timeout; ``cmd_exec_time`` (µs, §10.5) is the exec time;
+* after a conv wait the byte counters are read from sysfs (``input_bytes``,
+  ``output_bytes``, ``weights_bytes``: bytes, reset when read, §10.9);
+* DMA memory: dma-bufs from a dma-heap, else ION (:mod:`dvsdk.driver.dmabuf`).
+
+URL: ``dv://[?dev=/dev&sysfs=/sys&heap=auto&timeout=2.0]``; ``heap`` is a dma-heap name,
+``ion``, or ``auto`` (a contiguous dma-heap if there is one, else ION).  Every ioctl goes
+through :meth:`KmodDevice.ioctl`, one place, which tests replace with a fake module
+(``tests/fakedv.py``).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import fcntl
+import os
+import time
+from collections.abc import Sequence
+
+from ..errors import (
+    DeviceBusy,
+    DeviceError,
+    DeviceNotFound,
+    DeviceTimeout,
+    InvalidArgument,
+    InvalidCommand,
+    InvalidURL,
+)
+from ..hw.spec import SPEC
+from . import kabi
+from .device import MAX_TIMEOUT, UNITS, Device, DeviceInfo, DmaBuffer, check_timeout, parse_url
+from .dmabuf import DmaBufPool, Ioctl, KmodDmaBuffer, contiguous_heap
+from .submit import ExecStats
+
+KERNEL = SPEC.kernel
+DEVICE_NODES: dict[str, str] = dict(KERNEL["devices"])
+ONE_PER_FD = tuple(KERNEL["one_command_per_fd"])
+RESTART = {errno.EBUSY, errno.EINTR, int(KERNEL["errno_restartsys"])}
+FREQ_RANGE = tuple(int(v) for v in KERNEL["conv_freq_range"])
+DEFAULT_TIMEOUT = float(KERNEL["wait_timeout_s"])
+
+
+def system_ioctl(fd: int, request: int, arg: bytearray) -> int:
+    """The real ioctl: ``arg`` is passed as a mutable buffer and updated in place."""
+    return fcntl.ioctl(fd, request, arg, True)
+
+
+def _read(path: str) -> str | None:
+    try:
+        with open(path) as f:
+            return f.read().strip()
+    except OSError:
+        return None
+
+
+def write_conv_freq(conv_dir: str, mhz: int) -> int:
+    """Set the conv clock through DMP's kernel module: write ``mhz`` to ``conv_freq`` in
+    ``conv_dir`` (``/sys/class/dmp_dv/dv_conv``; the module programs the RPLL, 30..400 MHz,
+    §10.9) and return the MHz it reads back (the PLL may land near, not on, the value)."""
+    lo, hi = FREQ_RANGE
+    if isinstance(mhz, bool) or not isinstance(mhz, int) or not lo <= mhz <= hi:
+        raise InvalidArgument("conv clock out of range", field="conv_freq", value=mhz,
+                              limit=f"{lo}..{hi} MHz")
+    path = os.path.join(conv_dir, "conv_freq")
+    if not os.path.exists(path):
+        raise DeviceError("this board has no conv_freq to set", field="conv_freq",
+                          value=path, hint="the clock is set through DMP's kernel module "
+                          "(dv://); on a UIO board set the PL clock in the boot image")
+    try:
+        with open(path, "w") as f:
+            f.write(f"{mhz}\n")
+    except PermissionError:
+        raise DeviceError(f"cannot write {path}", field="conv_freq", value=mhz,
+                          hint="writing the clock needs root (or a udev rule granting "
+                               "the dvsdk group write access)") from None
+    except OSError as e:
+        raise DeviceError(f"the kernel refused conv_freq={mhz}: {e.strerror}",
+                          field="conv_freq", value=mhz, limit=f"{lo}..{hi}") from None
+    back = _read(path)
+    return int(back) if back and back.isdigit() else 0
+
+
+class KmodDevice(Device):
+    """A DV700 driven through DMP's kernel module (module docstring)."""
+
+    has_registers = False
+
+    def __init__(self, dev_root: str = "/dev", sysfs: str = "/sys", heap: str = "auto",
+                 timeout: float = DEFAULT_TIMEOUT, ioctl: Ioctl = system_ioctl,
+                 url: str = "dv://") -> None:
+        self.url = url
+        self.dev_root = dev_root
+        self.class_dir = os.path.join(sysfs, "class", KERNEL["sysfs_class"])
+        self.timeout = timeout
+        self._ioctl = ioctl
+        self.closed = False
+        conv = os.path.join(dev_root, DEVICE_NODES["conv"])
+        if not os.path.exists(conv):
+            raise DeviceNotFound(f"{conv} does not exist: DMP's kernel module is not loaded",
+                                 field="dev", value=conv, hint="modprobe dmp_dv (or use "
+                                 "uio:// with a device-tree overlay); run: dvsdk doctor")
+        self._units = tuple(u for u in UNITS
+                            if os.path.exists(os.path.join(dev_root, DEVICE_NODES[u])))
+        heaps = sorted(os.listdir(os.path.join(dev_root, "dma_heap"))) \
+            if os.path.isdir(os.path.join(dev_root, "dma_heap")) else []
+        if heap == "auto":
+            heap = contiguous_heap(heaps) or "ion"
+            if heap == "ion" and not os.path.exists(os.path.join(dev_root, "ion")):
+                raise DeviceNotFound("no contiguous dma-heap and no ION for DMA memory",
+                                     field="heap", value=os.path.join(dev_root, "dma_heap"),
+                                     limit=f"a CMA heap (found: {', '.join(heaps) or 'none'}) "
+                                           "or /dev/ion", hint="enable CONFIG_DMABUF_HEAPS_CMA "
+                                     "(or ION) in the kernel; run: dvsdk doctor --device dv://")
+        elif heap != "ion" and heap not in heaps:
+            raise DeviceNotFound("no such dma-heap", field="heap", value=heap, limit=heaps)
+        self.pool = DmaBufPool(dev_root, heap, self.ioctl)
+
+    @classmethod
+    def from_url(cls, url: str) -> KmodDevice:
+        u = parse_url(url)
+        if u.netloc or u.path not in ("", "/"):
+            raise InvalidURL("dv:// takes options only, as dv://?heap=linux,cma",
+                             field="url", value=url)
+        dev = u.pop_str("dev", "/dev")
+        sysfs = u.pop_str("sysfs", "/sys")
+        heap = u.pop_str("heap", "auto")
+        timeout = u.pop_float("timeout", DEFAULT_TIMEOUT, lo=0.0, hi=MAX_TIMEOUT)
+        u.reject_unknown()
+        return cls(dev, sysfs, heap, timeout, url=url)
+
+    # -- the one place ioctls are issued ------------------------------------------------
+    def ioctl(self, fd: int, request: int, arg: bytearray) -> int:
+        """Every ioctl of this backend (DMA memory included) goes through here."""
+        return self._ioctl(fd, request, arg)
+
+    # -- Device interface ---------------------------------------------------------------
+    @property
+    def kick(self) -> str:
+        return "kernel"
+
+    @property
+    def windows(self) -> tuple[str, ...]:
+        return ()
+
+    def _no_registers(self, what: str) -> DeviceError:
+        return DeviceError(f"dv:// has no {what}: DMP's kernel module owns the registers",
+                           field="device", value=self.url,
+                           hint="command lists (CommandList, dvsdk.load) work unchanged")
+
+    def read32(self, unit: str, offset: int) -> int:
+        raise self._no_registers("register access")
+
+    def write32(self, unit: str, offset: int, value: int) -> None:
+        raise self._no_registers("register access")
+
+    def wait_irq(self, unit: str, timeout: float) -> None:
+        raise self._no_registers("interrupt to wait on")
+
+    def alloc(self, nbytes: int, align: int = 64, name: str = "") -> DmaBuffer:
+        if self.closed:
+            raise DeviceError("device is closed", field="device", value=self.url)
+        return self.pool.alloc(int(nbytes), int(align), name, self)
+
+    def leaks(self) -> list[DmaBuffer]:
+        return list(self.pool.live.values())
+
+    def sysfs(self, unit: str, attr: str) -> str | None:
+        """``/sys/class/dmp_dv/dv_<unit>/<attr>`` as text, or None."""
+        return _read(os.path.join(self.class_dir, DEVICE_NODES[unit], attr))
+
+    def _int(self, attr: str, base: int = 10) -> int:
+        text = self.sysfs("conv", attr)
+        try:
+            return int(text, base) if text else 0
+        except ValueError:
+            return 0
+
+    def info(self) -> DeviceInfo:
+        """§10.9: the conv device's sysfs attributes (``hw_version`` is hex)."""
+        return DeviceInfo(
+            ub_size=self._int("ub_size"), mac_num=self._int("mac_num"),
+            max_kernel_size=self._int("max_kernel_size") or 3,  # libdmpdv's default (§6.2)
+            conv_freq=self._int("conv_freq"), hw_version=self._int("hw_version", 16),
+            svn_version=self._int("svn_version"), max_input_size=self._int("max_input_size"),
+            backend="dv", units=self._units, simulated=False, kick="kernel",
+            extra={"dma": self.pool.source, "heap": self.pool.name,
+                   "sysfs": os.path.join(self.class_dir, DEVICE_NODES["conv"]),
+                   "conv_kick_count": self._int("conv_kick_count")})
+
+    def set_clock(self, mhz: int) -> int:
+        """Write ``conv_freq`` (§10.9: the RPLL, 30..400 MHz) and return what reads back."""
+        return write_conv_freq(os.path.join(self.class_dir, DEVICE_NODES["conv"]), mhz)
+
+    def reset(self) -> None:
+        """Nothing to do from user space: the module recovers its queue itself (§10.5)."""
+        if self.closed:
+            raise DeviceError("device is closed", field="device", value=self.url)
+
+    def prepare(self, unit: str, commands: list, info: DeviceInfo) -> KernelSubmission:
+        return KernelSubmission(self, unit, commands)
+
+    def open_unit(self, unit: str) -> int:
+        """A fresh fd of the unit's device node (its own command buffer, §10.1)."""
+        path = os.path.join(self.dev_root, DEVICE_NODES[unit])
+        try:
+            return os.open(path, os.O_RDWR | os.O_CLOEXEC)
+        except PermissionError:
+            raise DeviceError(f"no permission to open {path}", field="dev", value=path,
+                              hint="install udev/99-dmp-dv700.rules and join group dvsdk "
+                                   "(run: dvsdk doctor)") from None
+        except OSError as e:
+            raise DeviceNotFound(f"cannot open {path}: {e.strerror}", field="dev",
+                                 value=path) from None
+
+    def close(self) -> None:
+        if not self.closed:
+            self.closed = True
+            self.pool.close()
+
+    def __repr__(self) -> str:
+        return f"<KmodDevice {self.dev_root} heap={self.pool.name}>"
+
+
+def _fd_of(buf: DmaBuffer) -> int:
+    if not isinstance(buf, KmodDmaBuffer) or buf.freed:
+        raise InvalidCommand("dv:// commands need this device's dma-bufs", field="buffer",
+                             value=getattr(buf, "name", buf), limit="KmodDevice.alloc()")
+    return buf.fd
+
+
+class KernelSubmission:
+    """A committed list handed to the kernel module (module docstring)."""
+
+    def __init__(self, device: KmodDevice, unit: str, commands: Sequence) -> None:
+        self.device, self.unit = device, unit
+        structs = [kabi.pack_command(c, _fd_of) for c in commands]
+        groups = [[s] for s in structs] if unit in ONE_PER_FD else [structs]
+        self.fds: list[int] = []
+        try:
+            for group in groups:
+                fd = device.open_unit(unit)
+                self.fds.append(fd)
+                self._append(fd, group)
+        except BaseException:
+            self.free()
+            raise
+        self._ids: list[int] = []
+
+    def _call(self, fd: int, request: int, arg: bytearray, what: str) -> None:
+        try:
+            self.device.ioctl(fd, request, arg)
+        except OSError as e:
+            code = e.errno or 0
+            if code == errno.EINVAL:
+                raise InvalidCommand(f"the kernel module refused the {self.unit} {what} "
+                                     "(EINVAL; its log says why)", field=what,
+                                     value=self.unit) from None
+            if code == errno.EBUSY:
+                raise DeviceBusy(f"the {self.unit} device is busy ({what})", field=what,
+                                 value=self.unit) from None
+            raise DeviceError(f"{what} on {DEVICE_NODES[self.unit]} failed: "
+                              f"{os.strerror(code)}", field=what, value=code) from None
+
+    def _append(self, fd: int, structs: list[bytes]) -> None:
+        data = ctypes.create_string_buffer(b"".join(structs))
+        arg = bytearray(kabi.KCMD.pack({"cmd_num": len(structs),
+                                        "cmd_pointer": ctypes.addressof(data)}))
+        self._call(fd, kabi.APPEND_CMD, arg, "APPEND_CMD")
+
+    def _run(self, fd: int) -> int:
+        arg = bytearray(kabi.KCMD_ID.size)
+        self._call(fd, kabi.RUN, arg, "RUN")
+        return int(kabi.KCMD_ID.unpack(arg)["cmd_id"])
+
+    def start(self) -> None:
+        self._ids = [self._run(self.fds[0])]
+
+    def _wait_id(self, fd: int, cmd_id: int, timeout: float) -> int:
+        """WAIT until done, retrying EBUSY / ERESTARTSYS / EINTR as libdmpdv does, up to
+        ``timeout`` s; returns ``cmd_exec_time`` (µs)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            arg = bytearray(kabi.KWAIT.pack({"cmd_id": cmd_id}))
+            try:
+                self.device.ioctl(fd, kabi.WAIT, arg)
+                return int(kabi.KWAIT.unpack(arg)["cmd_exec_time"])
+            except OSError as e:
+                if e.errno not in RESTART:
+                    raise DeviceError(f"WAIT on {DEVICE_NODES[self.unit]} failed: "
+                                      f"{os.strerror(e.errno or 0)}", field="WAIT",
+                                      value=e.errno) from None
+            if time.monotonic() >= deadline:
+                raise DeviceTimeout(f"the kernel module did not complete {self.unit} command "
+                                    f"id {cmd_id} within {timeout:g} s",
+                                    registers={"cmd_id": cmd_id}, field="timeout",
+                                    value=timeout, hint="the module's log (dmesg) says more")
+
+    def wait(self, timeout: float) -> ExecStats:
+        timeout = check_timeout(timeout)
+        total = 0
+        for i, fd in enumerate(self.fds):
+            if i:
+                self._ids.append(self._run(fd))
+            total += self._wait_id(fd, self._ids[-1], timeout)
+        stats = ExecStats(exec_time_us=float(total))
+        if self.unit == "conv":
+            dev = self.device
+            stats.input_bytes = dev._int("input_bytes")
+            stats.output_bytes = dev._int("output_bytes")
+            stats.weight_bytes = dev._int("weights_bytes")
+        return stats
+
+    def free(self) -> None:
+        for fd in self.fds:
+            os.close(fd)
+        self.fds = []

@@ -1,0 +1,141 @@
+"""A committed command list on a register-level device: the stream, the kick, the wait.
+
+:class:`~dvsdk.driver.cmdlist.CommandList` hands its validated commands to the device
+(:meth:`~dvsdk.driver.device.Device.prepare`).  A backend without register access
+(``dv://``) returns its own submission; for every register-level backend (``sim://``,
+``uio://``, the link) :class:`RegisterSubmission` does the work:
+
+* conv: the commands become one chained stream in DMA memory (§10.2-10.4), started and
+  waited for with the device's kick protocol (:mod:`dvsdk.driver.kick`: ``r5`` or
+  ``direct``);
+* IPU / maximizer: the register programs of §10.6 / §10.7, replayed from the CPU one
+  command at a time (the unit's start register, then its interrupt, acknowledged by
+  writing 0 to 0x020, §10.5).
+
+On the simulator (``DeviceInfo.simulated``) the exec time comes from the cycle registers
+and a status register reports what the hardware could not run (``DeviceFault``).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from ..errors import DeviceFault
+from ..hw.spec import SPEC
+from .device import Device, DeviceInfo
+from .kick import protocol
+from .regdump import describe_registers
+from .stream import CHUNK_BYTES, Stream, build_stream, conv_words
+from .unitregs import ipu_writes, maximizer_writes
+
+REG = {unit: {name: SPEC.reg(unit, name) for name in SPEC.unit(unit)["registers"]}
+       for unit in ("conv", "ipu", "maximizer")}
+STATUS = SPEC.status
+#: what a DeviceFault shows (the simulator's status registers, the kick, the interrupt)
+_FAULT_REGS = ("SIM_STATUS", "SIM_FAULT_ADDR", "CMD_ADDR", "CMD_LEN", "IRQ")
+
+
+@dataclass
+class ExecStats:
+    """What the last completed run cost: time, and on the simulator cycles and bytes."""
+
+    exec_time_us: float = 0.0
+    cycles: int | None = None
+    input_bytes: int = 0
+    weight_bytes: int = 0
+    output_bytes: int = 0
+
+
+class RegisterSubmission:
+    """Commands of one unit made ready for a register-level device (module docstring)."""
+
+    def __init__(self, device: Device, unit: str, commands: Sequence, plans: Sequence,
+                 info: DeviceInfo, chunk_bytes: int = CHUNK_BYTES) -> None:
+        self.device, self.unit, self.info = device, unit, info
+        self.stream: Stream | None = None
+        self.reg_writes: list[list[tuple[int, int]]] = []
+        self.kick = protocol(device.kick) if unit == "conv" else None
+        if unit == "conv":
+            words = [conv_words(cmd, plan.tiles) for cmd, plan in zip(commands, plans)]
+            self.stream = build_stream(device, words, chunk_bytes)
+        elif unit == "ipu":
+            self.reg_writes = [ipu_writes(c) for c in commands]
+        else:
+            self.reg_writes = [maximizer_writes(c) for c in commands]
+        self._started_at = 0.0
+
+    def start(self) -> None:
+        """Kick the stream (conv) or start the first register program."""
+        self._started_at = time.perf_counter()
+        if self.unit == "conv":
+            assert self.kick is not None and self.stream is not None
+            self.kick.start(self.device, self.stream.address, self.stream.length8)
+        else:
+            self._start_unit(0)
+
+    def _start_unit(self, index: int) -> None:
+        regs, dev = REG[self.unit], self.device
+        dev.write32(self.unit, regs["IRQ"], 0)
+        for offset, value in self.reg_writes[index]:
+            dev.write32(self.unit, offset, value)
+        dev.write32(self.unit, regs["START"], 1)
+
+    def wait(self, timeout: float) -> ExecStats:
+        """Wait for the completion (``timeout`` per interrupt; an IPU / maximizer list
+        waits one per command, starting the next after each)."""
+        unit = self.unit
+        cycles = 0
+        for i in range(len(self.reg_writes) if unit != "conv" else 1):
+            if i:
+                self._start_unit(i)
+            self._wait_one(timeout)
+            cycles += self._sim_cycles() or 0
+        stats = ExecStats(exec_time_us=(time.perf_counter() - self._started_at) * 1e6)
+        if self.info.simulated:
+            stats.cycles = cycles
+            stats.exec_time_us = cycles / (self.info.conv_freq or 300)
+        if unit == "conv":
+            self._read_counters(stats)
+        return stats
+
+    def _wait_one(self, timeout: float) -> None:
+        dev, unit, regs = self.device, self.unit, REG[self.unit]
+        dev.wait_irq(self.kick.irq_line if self.kick is not None else unit, timeout)
+        snap = None  # (taken before the acknowledge: it shows the interrupt as it was)
+        if self.info.simulated and dev.read32(unit, regs["SIM_STATUS"]):
+            snap = {name: dev.read32(unit, regs[name]) for name in _FAULT_REGS if name in regs}
+        if self.kick is not None:
+            self.kick.acknowledge(dev)
+        else:
+            dev.write32(unit, regs["IRQ"], 0)
+        if snap is not None:
+            status = snap["SIM_STATUS"]
+            dev.write32(unit, regs["SIM_STATUS"], 0)
+            reason = STATUS.name_of(status)
+            raise DeviceFault(f"{unit} reported {reason} at {snap['SIM_FAULT_ADDR']:#x}: "
+                              f"{describe_registers(unit, snap)}", status=status,
+                              reason=reason, registers=snap, field="SIM_STATUS", value=status)
+
+    def _sim_cycles(self) -> int | None:
+        if not self.info.simulated:
+            return None
+        regs, unit = REG[self.unit], self.unit
+        lo = self.device.read32(unit, regs["SIM_CYCLES_LO"])
+        hi = self.device.read32(unit, regs["SIM_CYCLES_HI"]) if "SIM_CYCLES_HI" in regs else 0
+        return hi << 32 | lo
+
+    def _read_counters(self, stats: ExecStats) -> None:
+        """§10.10: 16 counters in 16-byte beats, classified by index bits (classes overlap)."""
+        regs, dev = REG["conv"], self.device
+        counts = [dev.read32("conv", regs["BYTE_COUNTERS_LO"] + 4 * i) for i in range(8)]
+        counts += [dev.read32("conv", regs["BYTE_COUNTERS_HI"] + 4 * i) for i in range(8)]
+        stats.output_bytes = 16 * sum(v for i, v in enumerate(counts) if i & 3 == 3)
+        stats.weight_bytes = 16 * sum(v for i, v in enumerate(counts) if i & 4)
+        stats.input_bytes = 16 * sum(v for i, v in enumerate(counts) if i & 8)
+
+    def free(self) -> None:
+        if self.stream is not None:
+            self.stream.free()
+            self.stream = None
