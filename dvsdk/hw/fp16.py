@@ -78,6 +78,10 @@ def f16_to_f32(h: np.ndarray) -> np.ndarray:
     scaled by 2**112 give every finite value exactly (subnormals too); inf/NaN get the
     all-ones exponent; the sign is copied over.
     """
+    if native.NATIVE is not None:  # one pass, the same bits
+        out = np.empty(np.shape(h), np.float32)
+        native.NATIVE.f16_to_f32(np.ascontiguousarray(h).view(_U16LE), out)
+        return out
     if not denormals_work():
         return np.ascontiguousarray(h).astype(np.float32)
     w = h.view(_U16LE).astype(_U32)
@@ -139,9 +143,13 @@ def f32_to_f16(v: np.ndarray) -> np.ndarray:
     2**-112 moves a binary16 exponent into float32's (subnormals into float32
     subnormals, exactly), so the pattern shifted right by 13 is the binary16 one; inf and
     NaN keep their all-ones exponent and top mantissa bits.  Other inputs are truncated,
-    not rounded.
+    not rounded (with the compiled module, :mod:`dvsdk.native`: rounded as numpy's cast).
     """
     v = np.ascontiguousarray(v, dtype=np.float32)
+    if native.NATIVE is not None:  # one pass, the same bits
+        out = np.empty(v.shape, _U16LE)
+        native.NATIVE.f32_to_f16(v, out)
+        return out.view(np.float16)
     if not denormals_work():
         return v.astype(np.float16)
     with np.errstate(invalid="ignore"):  # a signalling NaN; replaced below

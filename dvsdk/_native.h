@@ -1,0 +1,93 @@
+/*
+ * Shared by the translation units of dvsdk._native (see _native.c): exact binary16 <->
+ * float32 bit conversions with numpy's semantics, and the buffer helper.
+ */
+#ifndef DVSDK_NATIVE_H
+#define DVSDK_NATIVE_H
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+
+/* The hot loops are also compiled for AVX2 / AVX-512 where the toolchain can pick the
+ * variant at load time (x86-64 Linux); the results are the same bits, only wider vectors. */
+#if defined(__GNUC__) && defined(__x86_64__) && defined(__linux__)
+#define HOT __attribute__((target_clones("avx512f", "avx2", "default")))
+#define X86_F16C 1
+#else
+#define HOT
+#define X86_F16C 0
+#endif
+
+/* float32 -> nearest binary16 (ties to even), as binary16 bits; numpy's
+ * npy_floatbits_to_halfbits semantics: overflow -> inf, NaN keeps its top payload bits
+ * (0x7c01 if they are all zero), subnormal results rounded at 2**-24. */
+static inline uint16_t f32_to_f16_bits(uint32_t f)
+{
+    uint16_t sign = (uint16_t)((f >> 16) & 0x8000u);
+    uint32_t a = f & 0x7fffffffu;
+    if (a >= 0x7f800000u) {                     /* inf or NaN */
+        if (a == 0x7f800000u)
+            return sign | 0x7c00u;
+        uint16_t r = (uint16_t)(0x7c00u + ((a & 0x007fffffu) >> 13));
+        return sign | (r == 0x7c00u ? 0x7c01u : r);
+    }
+    if (a >= 0x477ff000u)                       /* rounds to 65536 and beyond: inf */
+        return sign | 0x7c00u;
+    if (a >= 0x38800000u) {                     /* normal binary16 */
+        uint32_t r = a + 0x0fffu + ((a >> 13) & 1u);
+        return sign | (uint16_t)((r - 0x38000000u) >> 13);
+    }
+    if (a < 0x33000000u)                        /* below half the smallest subnormal */
+        return sign;
+    /* subnormal: significand with its hidden bit, shifted to units of 2**-24 */
+    uint32_t e = a >> 23;                       /* 102 .. 112 */
+    uint32_t sig = (a & 0x007fffffu) | 0x00800000u;
+    uint32_t shift = 126u - e;                  /* 14 .. 24 */
+    uint32_t q = sig >> shift;
+    uint32_t rem = sig & ((1u << shift) - 1u);
+    uint32_t half = 1u << (shift - 1u);
+    if (rem > half || (rem == half && (q & 1u)))
+        q += 1u;
+    return sign | (uint16_t)q;
+}
+
+static inline uint32_t f16_bits_to_f32(uint16_t h)
+{
+    uint32_t sign = ((uint32_t)h & 0x8000u) << 16;
+    uint32_t e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
+    if (e == 0x1fu)
+        return sign | 0x7f800000u | (m << 13);
+    if (e != 0)
+        return sign | ((e + 112u) << 23) | (m << 13);
+    if (m == 0)
+        return sign;
+    float v = (float)m * (1.0f / 16777216.0f);   /* m * 2**-24, exact */
+    uint32_t u;
+    memcpy(&u, &v, 4);
+    return sign | u;
+}
+
+static inline int get_f32(PyObject *obj, Py_buffer *view, int writable, const char *name)
+{
+    if (PyObject_GetBuffer(obj, view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT |
+                           (writable ? PyBUF_WRITABLE : 0)) < 0)
+        return -1;
+    if (view->itemsize != 4 || strcmp(view->format ? view->format : "B", "f") != 0) {
+        PyErr_Format(PyExc_TypeError, "%s must be a contiguous float32 buffer", name);
+        PyBuffer_Release(view);
+        return -1;
+    }
+    return 0;
+}
+
+/* the conversions and layout moves of _native_f16.c */
+PyObject *dv_f16_to_f32(PyObject *self, PyObject *args);
+PyObject *dv_f32_to_f16(PyObject *self, PyObject *args);
+PyObject *dv_pack(PyObject *self, PyObject *args);
+PyObject *dv_unpack(PyObject *self, PyObject *args);
+void dv_f16_init(void);
+extern const char dv_f16_to_f32_doc[], dv_f32_to_f16_doc[], dv_pack_doc[], dv_unpack_doc[];
+
+#endif
