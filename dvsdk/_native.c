@@ -24,12 +24,12 @@
  * the general conversion. */
 #define ROUND_CHUNK 64
 
-static inline void round_block(const uint32_t *s, uint32_t *d, Py_ssize_t n)
+static inline void round_block(const u32a *s, u32a *d, Py_ssize_t n)
 {
     for (Py_ssize_t c0 = 0; c0 < n; c0 += ROUND_CHUNK) {
         Py_ssize_t m = n - c0 < ROUND_CHUNK ? n - c0 : ROUND_CHUNK;
-        const uint32_t *sc = s + c0;
-        uint32_t *dc = d + c0;
+        const u32a *sc = s + c0;
+        u32a *dc = d + c0;
         uint32_t others = 0;
         for (Py_ssize_t i = 0; i < m; i++) {
             uint32_t u = sc[i], a = u & 0x7fffffffu;
@@ -67,7 +67,7 @@ static PyObject *round_f16(PyObject *self, PyObject *args)
         PyErr_SetString(PyExc_ValueError, "src and dst must be distinct, of one size");
     } else {
         Py_BEGIN_ALLOW_THREADS
-        round_block((const uint32_t *)src.buf, (uint32_t *)dst.buf, src.len / 4);
+        round_block((const u32a *)src.buf, (u32a *)dst.buf, src.len / 4);
         Py_END_ALLOW_THREADS
     }
     PyBuffer_Release(&src);
@@ -119,7 +119,7 @@ HOT static void finish_all(float *v, Py_ssize_t n, int act, float slope)
         float *blk = v + b0;
         memcpy(tmp, blk, (size_t)m * 4);
         act_block(tmp, m, act, slope, NULL);
-        round_block((const uint32_t *)tmp, (uint32_t *)blk, m);
+        round_block((const u32a *)tmp, (u32a *)blk, m);
     }
 }
 
@@ -178,7 +178,7 @@ HOT static void epilogue_all(float *restrict y, Py_ssize_t rows, Py_ssize_t m,
             }
             if (act >= 0) {
                 act_block(v, n, act, slope, prelu ? prelu + c0 : NULL);
-                round_block((const uint32_t *)v, (uint32_t *)row, n);
+                round_block((const u32a *)v, (u32a *)row, n);
             }
         }
     }
@@ -277,18 +277,6 @@ typedef struct {
     float slope;
 } DwArgs;
 
-/* the last step of one output value block: store, or activation and rounding */
-static inline __attribute__((always_inline)) void dw_store(const DwArgs *a, float *o, float *vals, Py_ssize_t ch,
-                            Py_ssize_t n)
-{
-    if (a->act < 0) {
-        memcpy(o + ch, vals, (size_t)n * 4);
-    } else {
-        act_block(vals, n, a->act, a->slope, a->prelu ? a->prelu + ch : NULL);
-        round_block((const uint32_t *)vals, (uint32_t *)(o + ch), n);
-    }
-}
-
 /* np output pixels (1 <= np <= DW_PX) whose taps are src[p * ntaps + t] */
 static inline __attribute__((always_inline)) void dw_pixels(const DwArgs *a,
                                                             const float **src, float **outs,
@@ -309,8 +297,7 @@ static inline __attribute__((always_inline)) void dw_pixels(const DwArgs *a,
         v16f b = LOADV(v16f, a->bias + ch);
         for (int p = 0; p < np; p++) {
             acc[p] = acc[p] + b;
-            memcpy(tmp[p], &acc[p], sizeof acc[p]);
-            dw_store(a, outs[p], tmp[p], ch, 16);
+            memcpy(outs[p] + ch, &acc[p], sizeof acc[p]);
         }
     }
     for (; ch + 8 <= c; ch += 8) {
@@ -325,8 +312,7 @@ static inline __attribute__((always_inline)) void dw_pixels(const DwArgs *a,
         v8f b = LOADV(v8f, a->bias + ch);
         for (int p = 0; p < np; p++) {
             acc[p] = acc[p] + b;
-            memcpy(tmp[p], &acc[p], sizeof acc[p]);
-            dw_store(a, outs[p], tmp[p], ch, 8);
+            memcpy(outs[p] + ch, &acc[p], sizeof acc[p]);
         }
     }
 #endif
@@ -343,30 +329,44 @@ static inline __attribute__((always_inline)) void dw_pixels(const DwArgs *a,
                 }
             }
             for (Py_ssize_t l = 0; l < n; l++)
-                tmp[p][l] = tmp[p][l] + a->bias[ch + l];
-            dw_store(a, outs[p], tmp[p], ch, n);
+                outs[p][ch + l] = tmp[p][l] + a->bias[ch + l];
         }
     }
 }
 
 HOT static void depthwise_rows(const DwArgs *a, float *restrict out, Py_ssize_t oy0,
-                               Py_ssize_t oy1, const float **src)
+                               Py_ssize_t oy1, const float **src, Py_ssize_t *toff)
 {
-    Py_ssize_t ntaps = a->ky * a->kx;
+    Py_ssize_t ntaps = a->ky * a->kx, c = a->c;
+    float fin[FINISH_BLOCK];
+    for (Py_ssize_t i = 0; i < a->ky; i++)
+        for (Py_ssize_t j = 0; j < a->kx; j++)
+            toff[i * a->kx + j] = (i * a->dy * a->w + j * a->dx) * c;
     for (Py_ssize_t oy = oy0; oy < oy1; oy++) {
+        Py_ssize_t iy0 = oy * a->sy - a->pt;
+        int rows_in = iy0 >= 0 && iy0 + (a->ky - 1) * a->dy < a->h;
         for (Py_ssize_t ox0 = 0; ox0 < a->ow; ox0 += DW_PX) {
             int np = a->ow - ox0 < DW_PX ? (int)(a->ow - ox0) : DW_PX;
             float *outs[DW_PX];
+            Py_ssize_t ix0 = ox0 * a->sx - a->pl;
+            int inside = rows_in && ix0 >= 0
+                && ix0 + (np - 1) * a->sx + (a->kx - 1) * a->dx < a->w;
             for (int p = 0; p < np; p++) {
                 Py_ssize_t ox = ox0 + p;
-                outs[p] = out + (oy * a->ow + ox) * a->c;
+                outs[p] = out + (oy * a->ow + ox) * c;
+                if (inside) {  /* the whole window is in the input: no bounds to check */
+                    const float *base = a->x + (iy0 * a->w + ix0 + p * a->sx) * c;
+                    for (Py_ssize_t t = 0; t < ntaps; t++)
+                        src[p * ntaps + t] = base + toff[t];
+                    continue;
+                }
                 for (Py_ssize_t i = 0; i < a->ky; i++) {
-                    Py_ssize_t iy = oy * a->sy + i * a->dy - a->pt;
+                    Py_ssize_t iy = iy0 + i * a->dy;
                     for (Py_ssize_t j = 0; j < a->kx; j++) {
                         Py_ssize_t ix = ox * a->sx + j * a->dx - a->pl;
                         src[p * ntaps + i * a->kx + j] =
                             (iy >= 0 && iy < a->h && ix >= 0 && ix < a->w)
-                            ? a->x + (iy * a->w + ix) * a->c : a->zeros;
+                            ? a->x + (iy * a->w + ix) * c : a->zeros;
                     }
                 }
             }
@@ -375,6 +375,14 @@ HOT static void depthwise_rows(const DwArgs *a, float *restrict out, Py_ssize_t 
             else
                 for (int p = 0; p < np; p++)
                     dw_pixels(a, src + p * ntaps, outs + p, 1);
+            if (a->act >= 0)  /* the epilogue on the np pixels just written (in cache) */
+                for (int p = 0; p < np; p++)
+                    for (Py_ssize_t c0 = 0; c0 < c; c0 += FINISH_BLOCK) {
+                        Py_ssize_t n = c - c0 < FINISH_BLOCK ? c - c0 : FINISH_BLOCK;
+                        memcpy(fin, outs[p] + c0, (size_t)n * 4);
+                        act_block(fin, n, a->act, a->slope, a->prelu ? a->prelu + c0 : NULL);
+                        round_block((const u32a *)fin, (u32a *)(outs[p] + c0), n);
+                    }
         }
     }
 }
@@ -399,6 +407,7 @@ static PyObject *depthwise(PyObject *self, PyObject *args)
     Py_ssize_t h, w, c, ky, kx, oh, ow;
     float *zeros = NULL;
     const float **src = NULL;
+    Py_ssize_t *toff = NULL;
     if (!PyArg_ParseTuple(args, "OOOOiiiiii|ifO", &objs[0], &objs[1], &objs[2], &objs[3],
                           &sx, &sy, &dx, &dy, &pl, &pt, &act, &slope, &po))
         return NULL;
@@ -435,7 +444,8 @@ static PyObject *depthwise(PyObject *self, PyObject *args)
     }
     zeros = PyMem_Calloc((size_t)c, sizeof(float));
     src = PyMem_Malloc((size_t)(DW_PX * ky * kx) * sizeof(float *));
-    if (!zeros || !src) {
+    toff = PyMem_Malloc((size_t)(ky * kx) * sizeof(Py_ssize_t));
+    if (!zeros || !src || !toff) {
         PyErr_NoMemory();
         goto done;
     }
@@ -444,12 +454,13 @@ static PyObject *depthwise(PyObject *self, PyObject *args)
                      (const float *)b[2].buf, zeros, gp ? (const float *)p.buf : NULL,
                      h, w, c, ky, kx, ow, sx, sy, dx, dy, pl, pt, act, slope};
         Py_BEGIN_ALLOW_THREADS
-        depthwise_rows(&da, (float *)b[3].buf, 0, oh, src);
+        depthwise_rows(&da, (float *)b[3].buf, 0, oh, src, toff);
         Py_END_ALLOW_THREADS
     }
 done:
     PyMem_Free(zeros);
     PyMem_Free(src);
+    PyMem_Free(toff);
     if (gp)
         PyBuffer_Release(&p);
     for (int k = 0; k < got; k++)

@@ -20,6 +20,15 @@
 #define X86_F16C 0
 #endif
 
+/* float32 patterns read and written as integers where the same memory is also accessed
+ * as float (the rounding of a block just computed): may_alias keeps the compiler from
+ * reordering the two kinds of access (the module is also built -fno-strict-aliasing) */
+#if defined(__GNUC__)
+typedef uint32_t __attribute__((may_alias)) u32a;
+#else
+typedef uint32_t u32a;
+#endif
+
 /* float32 -> nearest binary16 (ties to even), as binary16 bits; numpy's
  * npy_floatbits_to_halfbits semantics: overflow -> inf, NaN keeps its top payload bits
  * (0x7c01 if they are all zero), subnormal results rounded at 2**-24. */

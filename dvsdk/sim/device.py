@@ -360,15 +360,14 @@ class SimDevice(Device):
 
     def _buffers_in(self, addr: int, n: int):
         lo, hi = addr - self.dram_base, addr - self.dram_base + n
-        starts = self._starts
-        i = bisect_right(starts, lo) - 1
-        if i < 0:
-            i = 0
+        starts, buffers = self._starts, self.buffers
+        i = max(bisect_right(starts, lo) - 1, 0)
         while i < len(starts) and starts[i] < hi:
-            buf = self.buffers[starts[i]]
             off = starts[i]
-            if lo < off + buf.size:
-                yield buf, max(lo, off) - off, min(hi, off + buf.size) - off
+            buf = buffers[off]
+            end = off + buf._mem.size
+            if lo < end:
+                yield buf, max(lo, off) - off, min(hi, end) - off
             i += 1
 
     def _device_read(self, addr: int, n: int) -> None:
