@@ -217,6 +217,57 @@ __attribute__((target("avx2,f16c"))) static void unpack_f16c(const uint16_t *s, 
 }
 #endif
 
+static inline void copy_strided(const float *s, Py_ssize_t ss, float *d, Py_ssize_t n)
+{
+    for (Py_ssize_t i = 0; i < n; i++)
+        d[i] = s[i * ss];
+}
+
+/* float32 -> float32 in the chunked order (no conversion) */
+static void chunk_all(const float *src, float *dst, const Geometry *g)
+{
+    Py_ssize_t whc = g->w * g->h * g->c, wh = g->w * g->h, nfull = g->c / 8;
+    Py_ssize_t rem = g->c - 8 * nfull;
+    Py_ssize_t outer = g->transpose ? g->h : g->w, inner = g->transpose ? g->w : g->h;
+    Py_ssize_t so = g->transpose ? g->sh : g->sw, si = g->transpose ? g->sw : g->sh;
+    for (Py_ssize_t n = 0; n < g->n; n++) {
+        float *base = dst + n * whc;
+        Py_ssize_t sp = 0;
+        for (Py_ssize_t a = 0; a < outer; a++) {
+            for (Py_ssize_t b = 0; b < inner; b++, sp++) {
+                const float *s = src + n * g->sn + a * so + b * si;
+                for (Py_ssize_t k = 0; k < nfull; k++)
+                    copy_strided(s + 8 * k * g->sc, g->sc, base + 8 * k * wh + sp * 8, 8);
+                if (rem)
+                    copy_strided(s + 8 * nfull * g->sc, g->sc,
+                                 base + 8 * nfull * wh + sp * rem, rem);
+            }
+        }
+    }
+}
+
+static void unchunk_all(const float *src, float *dst, const Geometry *g)
+{
+    Py_ssize_t whc = g->w * g->h * g->c, wh = g->w * g->h, nfull = g->c / 8;
+    Py_ssize_t rem = g->c - 8 * nfull;
+    Py_ssize_t outer = g->transpose ? g->h : g->w, inner = g->transpose ? g->w : g->h;
+    Py_ssize_t sh = g->w * g->c, sw = g->c;
+    Py_ssize_t dout = g->transpose ? sh : sw, din = g->transpose ? sw : sh;
+    for (Py_ssize_t n = 0; n < g->n; n++) {
+        const float *base = src + n * whc;
+        Py_ssize_t sp = 0;
+        for (Py_ssize_t a = 0; a < outer; a++) {
+            for (Py_ssize_t b = 0; b < inner; b++, sp++) {
+                float *d = dst + n * whc + a * dout + b * din;
+                for (Py_ssize_t k = 0; k < nfull; k++)
+                    memcpy(d + 8 * k, base + 8 * k * wh + sp * 8, 32);
+                if (rem)
+                    memcpy(d + 8 * nfull, base + 8 * nfull * wh + sp * rem, (size_t)rem * 4);
+            }
+        }
+    }
+}
+
 static void pack_all(const float *src, uint16_t *dst, const Geometry *g)
 {
     Py_ssize_t whc = g->w * g->h * g->c, wh = g->w * g->h, nfull = g->c / 8;
@@ -307,9 +358,10 @@ static int geometry(Py_buffer *b, Geometry *g, int transpose)
 }
 
 const char dv_pack_doc[] =
-    "pack(src, dst, transpose)\n\nfloat32 ``src`` (N, H, W, C), any strides, rounded to "
-    "binary16 (numpy's cast) into ``dst`` (2-byte items, contiguous, N*H*W*C) in the "
-    "chunked layout (DWHC, or DHWC with ``transpose``).";
+    "pack(src, dst, transpose)\n\nfloat32 ``src`` (N, H, W, C), any strides, into ``dst`` "
+    "(contiguous, N*H*W*C elements) in the chunked layout (DWHC, or DHWC with "
+    "``transpose``): rounded to binary16 (numpy's cast) for a ``dst`` of 2-byte items, "
+    "copied for a float32 ``dst``.";
 
 PyObject *dv_pack(PyObject *self, PyObject *args)
 {
@@ -322,16 +374,26 @@ PyObject *dv_pack(PyObject *self, PyObject *args)
         return NULL;
     if (get_buf(so, &s, PyBUF_STRIDES, 4, "f", "src") < 0)
         return NULL;
-    if (get_buf(dobj, &d, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE, 2, "eHh", "dst") < 0) {
+    if (PyObject_GetBuffer(dobj, &d, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE | PyBUF_FORMAT) < 0) {
         PyBuffer_Release(&s);
         return NULL;
     }
-    if (geometry(&s, &g, transpose) == 0) {
-        if (g.n * g.h * g.w * g.c != d.len / 2) {
+    const char *f = d.format ? d.format : "B";
+    if (f[0] == '<' || f[0] == '=')
+        f++;
+    int f32 = d.itemsize == 4 && f[0] == 'f' && !f[1];
+    int f16 = d.itemsize == 2 && strchr("eHh", f[0]) && !f[1];
+    if (!f32 && !f16) {
+        PyErr_SetString(PyExc_TypeError, "pack: dst must hold binary16 or float32 items");
+    } else if (geometry(&s, &g, transpose) == 0) {
+        if (g.n * g.h * g.w * g.c != d.len / d.itemsize) {
             PyErr_SetString(PyExc_ValueError, "pack: dst does not hold N*H*W*C elements");
         } else {
             Py_BEGIN_ALLOW_THREADS
-            pack_all((const float *)s.buf, (uint16_t *)d.buf, &g);
+            if (f32)
+                chunk_all((const float *)s.buf, (float *)d.buf, &g);
+            else
+                pack_all((const float *)s.buf, (uint16_t *)d.buf, &g);
             Py_END_ALLOW_THREADS
         }
     }
@@ -343,8 +405,8 @@ PyObject *dv_pack(PyObject *self, PyObject *args)
 }
 
 const char dv_unpack_doc[] =
-    "unpack(src, dst, transpose)\n\nbinary16 ``src`` (2-byte items, contiguous) in the "
-    "chunked layout to float32 ``dst`` (N, H, W, C), contiguous (exact).";
+    "unpack(src, dst, transpose)\n\n``src`` (contiguous; binary16 2-byte items, or "
+    "float32) in the chunked layout to float32 ``dst`` (N, H, W, C), contiguous (exact).";
 
 PyObject *dv_unpack(PyObject *self, PyObject *args)
 {
@@ -355,19 +417,29 @@ PyObject *dv_unpack(PyObject *self, PyObject *args)
     Geometry g;
     if (!PyArg_ParseTuple(args, "OOp", &so, &dobj, &transpose))
         return NULL;
-    if (get_buf(so, &s, PyBUF_C_CONTIGUOUS, 2, "eHh", "src") < 0)
+    if (PyObject_GetBuffer(so, &s, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0)
         return NULL;
     if (get_buf(dobj, &d, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE | PyBUF_STRIDES, 4, "f",
                 "dst") < 0) {
         PyBuffer_Release(&s);
         return NULL;
     }
-    if (geometry(&d, &g, transpose) == 0) {
-        if (g.n * g.h * g.w * g.c != s.len / 2) {
+    const char *f = s.format ? s.format : "B";
+    if (f[0] == '<' || f[0] == '=')
+        f++;
+    int f32 = s.itemsize == 4 && f[0] == 'f' && !f[1];
+    int f16 = s.itemsize == 2 && strchr("eHh", f[0]) && !f[1];
+    if (!f32 && !f16) {
+        PyErr_SetString(PyExc_TypeError, "unpack: src must hold binary16 or float32 items");
+    } else if (geometry(&d, &g, transpose) == 0) {
+        if (g.n * g.h * g.w * g.c != s.len / s.itemsize) {
             PyErr_SetString(PyExc_ValueError, "unpack: src does not hold N*H*W*C elements");
         } else {
             Py_BEGIN_ALLOW_THREADS
-            unpack_all((const uint16_t *)s.buf, (float *)d.buf, &g);
+            if (f32)
+                unchunk_all((const float *)s.buf, (float *)d.buf, &g);
+            else
+                unpack_all((const uint16_t *)s.buf, (float *)d.buf, &g);
             Py_END_ALLOW_THREADS
         }
     }

@@ -87,6 +87,7 @@ class RunHandle:
         self.stats = RunStats()
         self.pc = 0
         self.exec_id: int | None = None
+        self.segment: Any = None  # the CPU segment in progress (cpusteps.SegmentState)
         self.t_kick = 0.0
         self.result: dict[str, np.ndarray] | None = None
 
