@@ -270,21 +270,28 @@ def _chunked_args(net: Any, h: Any, op: str, inputs: list[str], out: str
         v = net.constants.get(name)
         if v is None:
             v = h.host.get(name)
-        if v is None:  # on the device, synced: chunked if it is laid out as the output
+        if v is None:  # on the device, synced: as the output's layout, or (1, 1, C)
             d = net._dev(name)
-            if d is None or tuple(d["hwc"]) != hwc:
+            dhwc = tuple(d["hwc"]) if d is not None else None
+            if dhwc == hwc:
+                k = (hwc, bool(d.get("transpose")))
+                if key not in (None, k):
+                    return None
+                key = k
+                ops.append((FULL, name))
+            elif dhwc == (1, 1, c) and len(net.tensors[name]["shape"]) == 4:
+                ops.append((CHANNEL, name))
+            else:
                 return None
-            k = (hwc, bool(d.get("transpose")))
-            if key not in (None, k):
-                return None
-            key = k
-            ops.append((FULL, name))
             continue
         if isinstance(v, Chunked):
-            if v.hwc != hwc or key not in (None, v.key):
+            if v.hwc == hwc and key in (None, v.key):
+                key = v.key
+                ops.append((FULL, v))
+            elif v.hwc == (1, 1, c):  # (1, C, 1, 1): the chunked order is the channels'
+                ops.append((CHANNEL, v.flat))
+            else:
                 return None
-            key = v.key
-            ops.append((FULL, v))
             continue
         v = np.asarray(v)
         if v.dtype != _F32:
@@ -304,10 +311,13 @@ def _chunked_args(net: Any, h: Any, op: str, inputs: list[str], out: str
         key = (hwc, bool(d.get("transpose")) if d is not None else False)
     operands = []
     for kind, v in ops:
-        if kind == FULL and isinstance(v, str):  # read from the arena: FP16 -> float32
-            raw, _ = _device_bytes(net, h, v)
+        if isinstance(v, str):  # read from the arena: FP16 -> float32, no element moves
+            raw, d = _device_bytes(net, h, v)
             with h.stats.stage("unpack", v):
-                v = h.host[v] = Chunked(f16_to_f32(raw.view(np.float16)), hwc, key[1])
+                got = Chunked(f16_to_f32(raw.view(np.float16)), tuple(d["hwc"]),
+                              bool(d.get("transpose")))
+            h.host[v] = got
+            v = got.flat if kind == CHANNEL else got
         elif kind == FULL and isinstance(v, np.ndarray):  # an HWC array: reorder it
             v = Chunked(layout.to_chunks(v[0].transpose(1, 2, 0), key[1]), hwc, key[1])
         operands.append((kind, v))
