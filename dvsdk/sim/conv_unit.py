@@ -29,6 +29,7 @@ from .timing import conv_run_bytes, conv_run_cycles
 CONFIG = SPEC.struct("conv_config")
 CONFIG_RUN = SPEC.struct("conv_config_run")
 CFG_ADDR = int(SPEC.stream["cfg_image_address"])
+_TOPO = CFG_ADDR + CONFIG.offset("topo")  # the header's u32 run mask
 POOL = SPEC.enum("pool_enable")
 NO_BUFFER = 0xDEADBEEF
 #: per-command work limit of the simulator (a 300 MHz ZIA-C2 does ~1.7e11 MAC/s; this is
@@ -57,14 +58,15 @@ def _pads(word: int, mask_a: int) -> tuple[int, int, int, int]:
 def run_configuration(core: CoreState) -> None:
     """START was written: decode the image and run every sample of the batch."""
     table_word, core.u8_table = core.u8_table, NO_BUFFER  # consumed per command
-    hdr = _decoded(CONFIG, core.cfg_mem, CFG_ADDR)
-    nruns = int(hdr["topo"]).bit_length()
+    topo = int(core.cfg_mem[_TOPO : _TOPO + 4].view("<u4")[0])
+    nruns = topo.bit_length()
     end = CFG_ADDR + CONFIG.size + nruns * CONFIG_RUN.size
     if nruns == 0 or end > core.cfg_mem.size:
-        raise HardwareError("bad_config", CFG_ADDR, f"topo {hdr['topo']:#x} selects no runs")
+        raise HardwareError("bad_config", CFG_ADDR, f"topo {topo:#x} selects no runs")
     try:
         key = (core.cfg_mem[CFG_ADDR:end].tobytes(), table_word != NO_BUFFER)
         plan = core.conv_plans.get(key)
+        hdr = plan.hdr if plan is not None else _decoded(CONFIG, core.cfg_mem, CFG_ADDR)
         if plan is None:
             runs = [_decoded(CONFIG_RUN, core.cfg_mem, CFG_ADDR + CONFIG.size
                              + i * CONFIG_RUN.size) for i in range(nruns)]

@@ -40,6 +40,9 @@ from .status import STATUS, Hang, HardwareError
 from .timing import byte_counter_values
 from .units import run_ipu, run_maximizer
 
+_COUNTERS_LO = R["conv"]["BYTE_COUNTERS_LO"] // 4  # word indexes of the 2 x 8 counters
+_COUNTERS_HI = R["conv"]["BYTE_COUNTERS_HI"] // 4
+
 
 class Dv700Core(CoreState):
     """The DV700 model: :class:`~dvsdk.sim.core.CoreState` plus what register writes start."""
@@ -134,9 +137,8 @@ class Dv700Core(CoreState):
         conv = self.regs["conv"]
         addr = int(conv[R["conv"]["CMD_ADDR"] // 4])
         length = int(conv[R["conv"]["CMD_LEN"] // 4]) * 8
-        for i in range(16):  # counters reset per run ([INFER] §10.10)
-            conv[(R["conv"]["BYTE_COUNTERS_LO"] if i < 8 else R["conv"]["BYTE_COUNTERS_HI"]) // 4
-                 + i % 8] = 0
+        conv[_COUNTERS_LO : _COUNTERS_LO + 8] = 0  # counters reset per run ([INFER] §10.10)
+        conv[_COUNTERS_HI : _COUNTERS_HI + 8] = 0
         self.totals = ConvTotals()
         self.kick_commands = 0
         if addr % 8:
@@ -176,9 +178,9 @@ class Dv700Core(CoreState):
             raise HardwareError("stream_overrun", here, "stream ended without interrupt write")
         t = self.totals
         counters = byte_counter_values(t.in_bytes + fetched, t.weight_bytes, t.out_bytes)
-        for i, v in enumerate(counters):
-            base = R["conv"]["BYTE_COUNTERS_LO"] if i < 8 else R["conv"]["BYTE_COUNTERS_HI"]
-            conv[base // 4 + i % 8] = v & 0xFFFFFFFF
+        words = [v & 0xFFFFFFFF for v in counters]
+        conv[_COUNTERS_LO : _COUNTERS_LO + 8] = words[:8]
+        conv[_COUNTERS_HI : _COUNTERS_HI + 8] = words[8:]
         return t.cycles + self._stream_cycles(fetched)
 
     def _decoded(self, chunk: np.ndarray, addr: int) -> Decoded:
