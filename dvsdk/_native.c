@@ -13,38 +13,10 @@
  *
  * This file: FP16 rounding, the conv engine's epilogue (bias, addend, activation,
  * rounding: finish, epilogue) and the depthwise convolution; _native_f16.c: binary16
- * conversions and the chunked layout (pack, unpack).
+ * conversions and the chunked layout (pack, unpack); _native_conv.c: im2col, average
+ * pooling, the tails of sigmoid and ELU.
  */
 #include "_native.h"
-
-/* Round n float32 patterns to binary16 values (as float32 patterns), s -> d (must not
- * overlap), in chunks: a branch-free loop that vectorizes does integer rounding at
- * mantissa bit 13, right for zero and every normal binary16 result; only a chunk where
- * something else occurred (subnormal result, overflow, inf, NaN) is gone over again with
- * the general conversion. */
-#define ROUND_CHUNK 64
-
-static inline void round_block(const u32a *s, u32a *d, Py_ssize_t n)
-{
-    for (Py_ssize_t c0 = 0; c0 < n; c0 += ROUND_CHUNK) {
-        Py_ssize_t m = n - c0 < ROUND_CHUNK ? n - c0 : ROUND_CHUNK;
-        const u32a *sc = s + c0;
-        u32a *dc = d + c0;
-        uint32_t others = 0;
-        for (Py_ssize_t i = 0; i < m; i++) {
-            uint32_t u = sc[i], a = u & 0x7fffffffu;
-            others |= (uint32_t)(a - 1u < 0x387fffffu) | (uint32_t)(a >= 0x477ff000u);
-            dc[i] = (u + 0x0fffu + ((u >> 13) & 1u)) & 0xffffe000u;
-        }
-        if (!others)
-            continue;
-        for (Py_ssize_t i = 0; i < m; i++) {
-            uint32_t a = sc[i] & 0x7fffffffu;
-            if ((a - 1u < 0x387fffffu) | (a >= 0x477ff000u))
-                dc[i] = f16_bits_to_f32(f32_to_f16_bits(sc[i]));
-        }
-    }
-}
 
 PyDoc_STRVAR(round_f16_doc,
 "round_f16(src, dst)\n\nRound float32 ``src`` to the nearest binary16 values into float32 "
@@ -77,39 +49,6 @@ static PyObject *round_f16(PyObject *self, PyObject *args)
     Py_RETURN_NONE;
 }
 
-/* numpy's semantics, element by element: maximum/minimum return a NaN operand unchanged
- * and +0 for max(-0, 0); where(a > 0, a, a * slope) */
-static inline float act_relu6(float a)
-{
-    float m = (a != a) ? a : (a > 0.0f ? a : 0.0f);
-    return (m != m) ? m : (m < 6.0f ? m : 6.0f);
-}
-
-static inline float act_leaky(float a, float slope)
-{
-    return a > 0.0f ? a : a * slope;
-}
-
-/* The activations compiled here (ops.activation codes): 0 none, 2 leaky ReLU (slope),
- * 4 PReLU (per-channel slopes), 6 ReLU6. */
-static int act_compiled(int act)
-{
-    return act == 0 || act == 2 || act == 4 || act == 6;
-}
-
-/* v[0..n) = act(v), channel of v[i] is ch0 + i (PReLU) */
-static inline void act_block(float *restrict v, Py_ssize_t n, int act, float slope,
-                             const float *restrict prelu)
-{
-    if (act == 6)
-        for (Py_ssize_t i = 0; i < n; i++) v[i] = act_relu6(v[i]);
-    else if (act == 2)
-        for (Py_ssize_t i = 0; i < n; i++) v[i] = act_leaky(v[i], slope);
-    else if (act == 4)
-        for (Py_ssize_t i = 0; i < n; i++) v[i] = act_leaky(v[i], prelu[i]);
-}
-
-#define FINISH_BLOCK 4096
 
 HOT static void finish_all(float *v, Py_ssize_t n, int act, float slope)
 {
@@ -478,6 +417,9 @@ static PyMethodDef methods[] = {
     {"f16_to_f32", dv_f16_to_f32, METH_VARARGS, dv_f16_to_f32_doc},
     {"f32_to_f16", dv_f32_to_f16, METH_VARARGS, dv_f32_to_f16_doc},
     {"pack", dv_pack, METH_VARARGS, dv_pack_doc},
+    {"im2col", dv_im2col, METH_VARARGS, dv_im2col_doc},
+    {"avgpool", dv_avgpool, METH_VARARGS, dv_avgpool_doc},
+    {"act_exp", dv_act_exp, METH_VARARGS, dv_act_exp_doc},
     {"unpack", dv_unpack, METH_VARARGS, dv_unpack_doc},
     {NULL, NULL, 0, NULL},
 };

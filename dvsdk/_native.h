@@ -91,6 +91,69 @@ static inline int get_f32(PyObject *obj, Py_buffer *view, int writable, const ch
     return 0;
 }
 
+/* Round n float32 patterns to binary16 values (as float32 patterns), s -> d (must not
+ * overlap), in chunks: a branch-free loop that vectorizes does integer rounding at
+ * mantissa bit 13, right for zero and every normal binary16 result; only a chunk where
+ * something else occurred (subnormal result, overflow, inf, NaN) is gone over again with
+ * the general conversion. */
+#define ROUND_CHUNK 64
+
+static inline void round_block(const u32a *s, u32a *d, Py_ssize_t n)
+{
+    for (Py_ssize_t c0 = 0; c0 < n; c0 += ROUND_CHUNK) {
+        Py_ssize_t m = n - c0 < ROUND_CHUNK ? n - c0 : ROUND_CHUNK;
+        const u32a *sc = s + c0;
+        u32a *dc = d + c0;
+        uint32_t others = 0;
+        for (Py_ssize_t i = 0; i < m; i++) {
+            uint32_t u = sc[i], a = u & 0x7fffffffu;
+            others |= (uint32_t)(a - 1u < 0x387fffffu) | (uint32_t)(a >= 0x477ff000u);
+            dc[i] = (u + 0x0fffu + ((u >> 13) & 1u)) & 0xffffe000u;
+        }
+        if (!others)
+            continue;
+        for (Py_ssize_t i = 0; i < m; i++) {
+            uint32_t a = sc[i] & 0x7fffffffu;
+            if ((a - 1u < 0x387fffffu) | (a >= 0x477ff000u))
+                dc[i] = f16_bits_to_f32(f32_to_f16_bits(sc[i]));
+        }
+    }
+}
+
+/* numpy's semantics, element by element: maximum/minimum return a NaN operand unchanged
+ * and +0 for max(-0, 0); where(a > 0, a, a * slope) */
+static inline float act_relu6(float a)
+{
+    float m = (a != a) ? a : (a > 0.0f ? a : 0.0f);
+    return (m != m) ? m : (m < 6.0f ? m : 6.0f);
+}
+
+static inline float act_leaky(float a, float slope)
+{
+    return a > 0.0f ? a : a * slope;
+}
+
+/* The activations compiled here (ops.activation codes): 0 none, 2 leaky ReLU (slope),
+ * 4 PReLU (per-channel slopes), 6 ReLU6. */
+static inline int act_compiled(int act)
+{
+    return act == 0 || act == 2 || act == 4 || act == 6;
+}
+
+/* v[0..n) = act(v), channel of v[i] is ch0 + i (PReLU) */
+static inline void act_block(float *restrict v, Py_ssize_t n, int act, float slope,
+                             const float *restrict prelu)
+{
+    if (act == 6)
+        for (Py_ssize_t i = 0; i < n; i++) v[i] = act_relu6(v[i]);
+    else if (act == 2)
+        for (Py_ssize_t i = 0; i < n; i++) v[i] = act_leaky(v[i], slope);
+    else if (act == 4)
+        for (Py_ssize_t i = 0; i < n; i++) v[i] = act_leaky(v[i], prelu[i]);
+}
+
+#define FINISH_BLOCK 4096
+
 /* the conversions and layout moves of _native_f16.c */
 PyObject *dv_f16_to_f32(PyObject *self, PyObject *args);
 PyObject *dv_f32_to_f16(PyObject *self, PyObject *args);
@@ -98,5 +161,10 @@ PyObject *dv_pack(PyObject *self, PyObject *args);
 PyObject *dv_unpack(PyObject *self, PyObject *args);
 void dv_f16_init(void);
 extern const char dv_f16_to_f32_doc[], dv_f32_to_f16_doc[], dv_pack_doc[], dv_unpack_doc[];
+/* the conv engine's helpers of _native_conv.c */
+PyObject *dv_im2col(PyObject *self, PyObject *args);
+PyObject *dv_avgpool(PyObject *self, PyObject *args);
+PyObject *dv_act_exp(PyObject *self, PyObject *args);
+extern const char dv_im2col_doc[], dv_avgpool_doc[], dv_act_exp_doc[];
 
 #endif

@@ -133,3 +133,48 @@ def test_bad_arguments_to_the_new_loops_raise():
     with pytest.raises(ValueError):
         NATIVE.depthwise(x, np.zeros((1, 1, 2), np.float32), np.zeros(2, np.float32), x,
                          1, 1, 1, 1, 0, 0)                                # out is x
+
+
+@pytest.mark.parametrize("k,s,d,pads", [((3, 3), (1, 1), (1, 1), (1, 1, 1, 1)),
+                                        ((2, 3), (2, 1), (1, 2), (0, 1, 2, 0)),
+                                        ((1, 1), (2, 2), (1, 1), (0, 0, 0, 0)),
+                                        ((5, 5), (1, 1), (2, 2), (4, 4, 4, 4))])
+def test_im2col_builds_the_matrix_of_the_padded_window_view(k, s, d, pads):
+    from numpy.lib.stride_tricks import sliding_window_view
+
+    rng = np.random.default_rng(sum(k) + sum(pads))
+    x = special_mix(rng, (9, 11, 6))
+    (kx, ky), (sx, sy), (dx, dy), (pl, pr, pt, pb) = k, s, d, pads
+    xp = np.pad(x, ((pt, pb), (pl, pr), (0, 0)))
+    oh = (xp.shape[0] - (ky - 1) * dy - 1) // sy + 1
+    ow = (xp.shape[1] - (kx - 1) * dx - 1) // sx + 1
+    win = sliding_window_view(xp, ((ky - 1) * dy + 1, (kx - 1) * dx + 1), axis=(0, 1))
+    ref = win[::sy, ::sx][:oh, :ow, :, ::dy, ::dx].transpose(0, 1, 3, 4, 2).reshape(
+        oh, ow, -1)
+    got = np.full((oh - 2, ow, ky * kx * 6), np.nan, np.float32)  # rows 2.. only
+    NATIVE.im2col(x, got, 2, kx, ky, sx, sy, dx, dy, pl, pt)
+    assert same_bits(got, np.ascontiguousarray(ref[2:]))
+
+
+@pytest.mark.parametrize("size,stride,pads,param", [((3, 3), (2, 2), (1, 1, 1, 1), 1 / 9),
+                                                    ((1, 1), (1, 1), (0, 0, 0, 0), 1.0),
+                                                    ((7, 5), (1, 1), (0, 0, 0, 0), 0.03)])
+def test_avgpool_equals_numpy(size, stride, pads, param, monkeypatch):
+    x = special_mix(np.random.default_rng(3), (7, 9, 21))
+    ref = ops.avg_pool(x, size, stride, pads, param)   # the numpy reference
+    got = np.empty_like(ref)
+    NATIVE.avgpool(x, got, *size, *stride, pads[0], pads[2], float(np.float32(param)))
+    assert same_values(got, ref)
+
+
+@pytest.mark.parametrize("act,param", [(3, 0.0), (5, 0.0), (5, 0.25)])
+def test_sigmoid_and_elu_tails_after_numpys_exp(act, param):
+    t = special_mix(np.random.default_rng(act), (40, 130))
+    ref = round_f16(ops.activation(t, act, param))
+    if act == 3:
+        e, alpha = np.exp(-np.abs(t)), 0.0
+    else:
+        e, alpha = np.expm1(np.minimum(t, 0)), param or 1.0
+    got = t.copy()
+    NATIVE.act_exp(got, e, act, alpha)
+    assert same_values(got, ref)
