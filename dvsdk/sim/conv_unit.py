@@ -11,6 +11,7 @@ activation, and for every tensor kept in the unified buffer between runs
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -199,7 +200,7 @@ def _execute(core: CoreState, plan: ConvPlan, table_word: int) -> None:
                         table_word)
         addend = None
         if plan.elt_shape is not None:
-            eb = 2 * int(np.prod(plan.elt_shape))
+            eb = 2 * math.prod(plan.elt_shape)
             addend = core.mem.read_tensor(hdr["eltwise_base_addr"] + n * eb, plan.elt_shape)
         cur = x
         for i in range(len(runs)):

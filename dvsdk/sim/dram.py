@@ -21,6 +21,7 @@ An injected bit flip always writes the tensor at once, flipped, and keeps no val
 
 from __future__ import annotations
 
+import math
 from bisect import bisect_left, insort
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -183,7 +184,7 @@ class Dram:
     def read_tensor(self, addr: int, shape: tuple[int, ...]) -> np.ndarray:
         """``layout.unpack(read(addr, nbytes), shape)``, from the stored values when they
         are valid.  The result may be shared and read-only: callers must not modify it."""
-        n = 2 * int(np.prod(shape))
+        n = 2 * math.prod(int(d) for d in shape)
         off = self._span(addr, n)
         if self.on_read:
             self.on_read(addr, n)
