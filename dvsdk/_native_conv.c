@@ -27,19 +27,21 @@ static int buf_f32(PyObject *obj, Py_buffer *b, int writable, int ndim, const ch
 HOT static void im2col_rows(const float *restrict x, Py_ssize_t h, Py_ssize_t w,
                             Py_ssize_t c, float *restrict out, Py_ssize_t oy0,
                             Py_ssize_t rows, Py_ssize_t ow, int kx, int ky, int sx, int sy,
-                            int dx, int dy, int pl, int pt)
+                            int dx, int dy, int pl, int pt, int ux, int uy)
 {
     size_t bytes = (size_t)c * 4;
+    Py_ssize_t zh = (h - 1) * uy + 1, zw = (w - 1) * ux + 1;  /* the zero-inserted input */
     for (Py_ssize_t r = 0; r < rows; r++) {
         Py_ssize_t oy = oy0 + r;
         for (Py_ssize_t ox = 0; ox < ow; ox++) {
             float *o = out + ((r * ow + ox) * ky * kx) * c;
             for (int i = 0; i < ky; i++) {
-                Py_ssize_t iy = oy * sy + (Py_ssize_t)i * dy - pt;
+                Py_ssize_t zy = oy * sy + (Py_ssize_t)i * dy - pt;
+                int row_in = zy >= 0 && zy < zh && zy % uy == 0;
                 for (int j = 0; j < kx; j++, o += c) {
-                    Py_ssize_t ix = ox * sx + (Py_ssize_t)j * dx - pl;
-                    if (iy >= 0 && iy < h && ix >= 0 && ix < w)
-                        memcpy(o, x + (iy * w + ix) * c, bytes);
+                    Py_ssize_t zx = ox * sx + (Py_ssize_t)j * dx - pl;
+                    if (row_in && zx >= 0 && zx < zw && zx % ux == 0)
+                        memcpy(o, x + ((zy / uy) * w + zx / ux) * c, bytes);
                     else
                         memset(o, 0, bytes);
                 }
@@ -49,20 +51,21 @@ HOT static void im2col_rows(const float *restrict x, Py_ssize_t h, Py_ssize_t w,
 }
 
 const char dv_im2col_doc[] =
-    "im2col(x, out, oy0, kx, ky, sx, sy, dx, dy, pad_left, pad_top)\n\n"
-    "Output rows oy0.. of ``x`` (H, W, C) zero-padded by pad_left/pad_top (and as far as "
-    "needed right and down) as the matrix ``out`` (rows, OW, ky*kx*C): row (r, ox) holds "
-    "the window of output pixel (oy0 + r, ox), taps in row-major order, C fastest.";
+    "im2col(x, out, oy0, kx, ky, sx, sy, dx, dy, pad_left, pad_top, ux=1, uy=1)\n\n"
+    "Output rows oy0.. of ``x`` (H, W, C), with ux-1 / uy-1 zeros inserted between its "
+    "columns / rows (a deconvolution's input) and zero-padded by pad_left/pad_top (and as "
+    "far as needed right and down), as the matrix ``out`` (rows, OW, ky*kx*C): row (r, ox) "
+    "holds the window of output pixel (oy0 + r, ox), taps in row-major order, C fastest.";
 
 PyObject *dv_im2col(PyObject *self, PyObject *args)
 {
     (void)self;
     PyObject *xo, *oo;
     Py_ssize_t oy0;
-    int kx, ky, sx, sy, dx, dy, pl, pt;
+    int kx, ky, sx, sy, dx, dy, pl, pt, ux = 1, uy = 1;
     Py_buffer x, o;
-    if (!PyArg_ParseTuple(args, "OOniiiiiiii", &xo, &oo, &oy0, &kx, &ky, &sx, &sy, &dx, &dy,
-                          &pl, &pt))
+    if (!PyArg_ParseTuple(args, "OOniiiiiiii|ii", &xo, &oo, &oy0, &kx, &ky, &sx, &sy, &dx,
+                          &dy, &pl, &pt, &ux, &uy))
         return NULL;
     if (buf_f32(xo, &x, 0, 3, "x") < 0)
         return NULL;
@@ -73,12 +76,13 @@ PyObject *dv_im2col(PyObject *self, PyObject *args)
     Py_ssize_t h = x.shape[0], w = x.shape[1], c = x.shape[2];
     Py_ssize_t rows = o.shape[0], ow = o.shape[1];
     if (kx < 1 || ky < 1 || sx < 1 || sy < 1 || dx < 1 || dy < 1 || pl < 0 || pt < 0
-        || oy0 < 0 || o.shape[2] != (Py_ssize_t)kx * ky * c || x.buf == o.buf) {
+        || ux < 1 || uy < 1 || oy0 < 0 || o.shape[2] != (Py_ssize_t)kx * ky * c
+        || x.buf == o.buf) {
         PyErr_SetString(PyExc_ValueError, "im2col: inconsistent shapes or steps");
     } else {
         Py_BEGIN_ALLOW_THREADS
         im2col_rows((const float *)x.buf, h, w, c, (float *)o.buf, oy0, rows, ow, kx, ky,
-                    sx, sy, dx, dy, pl, pt);
+                    sx, sy, dx, dy, pl, pt, ux, uy);
         Py_END_ALLOW_THREADS
     }
     PyBuffer_Release(&x);

@@ -135,24 +135,28 @@ def test_bad_arguments_to_the_new_loops_raise():
                          1, 1, 1, 1, 0, 0)                                # out is x
 
 
-@pytest.mark.parametrize("k,s,d,pads", [((3, 3), (1, 1), (1, 1), (1, 1, 1, 1)),
-                                        ((2, 3), (2, 1), (1, 2), (0, 1, 2, 0)),
-                                        ((1, 1), (2, 2), (1, 1), (0, 0, 0, 0)),
-                                        ((5, 5), (1, 1), (2, 2), (4, 4, 4, 4))])
-def test_im2col_builds_the_matrix_of_the_padded_window_view(k, s, d, pads):
+@pytest.mark.parametrize("k,s,d,pads,up", [((3, 3), (1, 1), (1, 1), (1, 1, 1, 1), (1, 1)),
+                                           ((2, 3), (2, 1), (1, 2), (0, 1, 2, 0), (1, 1)),
+                                           ((1, 1), (2, 2), (1, 1), (0, 0, 0, 0), (1, 1)),
+                                           ((5, 5), (1, 1), (2, 2), (4, 4, 4, 4), (1, 1)),
+                                           ((2, 2), (1, 1), (1, 1), (1, 1, 1, 1), (2, 2)),
+                                           ((3, 2), (1, 1), (1, 1), (2, 0, 1, 1), (3, 2))])
+def test_im2col_builds_the_matrix_of_the_padded_window_view(k, s, d, pads, up):
     from numpy.lib.stride_tricks import sliding_window_view
 
     rng = np.random.default_rng(sum(k) + sum(pads))
     x = special_mix(rng, (9, 11, 6))
     (kx, ky), (sx, sy), (dx, dy), (pl, pr, pt, pb) = k, s, d, pads
-    xp = np.pad(x, ((pt, pb), (pl, pr), (0, 0)))
+    z = np.zeros(((9 - 1) * up[1] + 1, (11 - 1) * up[0] + 1, 6), np.float32)
+    z[::up[1], ::up[0]] = x                       # a deconvolution's zero-inserted input
+    xp = np.pad(z, ((pt, pb), (pl, pr), (0, 0)))
     oh = (xp.shape[0] - (ky - 1) * dy - 1) // sy + 1
     ow = (xp.shape[1] - (kx - 1) * dx - 1) // sx + 1
     win = sliding_window_view(xp, ((ky - 1) * dy + 1, (kx - 1) * dx + 1), axis=(0, 1))
     ref = win[::sy, ::sx][:oh, :ow, :, ::dy, ::dx].transpose(0, 1, 3, 4, 2).reshape(
         oh, ow, -1)
     got = np.full((oh - 2, ow, ky * kx * 6), np.nan, np.float32)  # rows 2.. only
-    NATIVE.im2col(x, got, 2, kx, ky, sx, sy, dx, dy, pl, pt)
+    NATIVE.im2col(x, got, 2, kx, ky, sx, sy, dx, dy, pl, pt, *up)
     assert same_bits(got, np.ascontiguousarray(ref[2:]))
 
 

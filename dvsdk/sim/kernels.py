@@ -84,7 +84,9 @@ def make_step(run: dict, reference: Callable[..., np.ndarray]) -> Step:
         c = x.shape[2]
         if (wts.shape[1] != 1 or wts.shape[0] != c) if depthwise else wts.shape[1] != c:
             return reference(run, x, wb, addend)  # its error
-        if up != (1, 1):  # ops.deconv2d: the input zero-inserted, then a stride-1 conv
+        if up != (1, 1) and (depthwise or pointwise):
+            # ops.deconv2d: the input zero-inserted, then a stride-1 conv (the general
+            # case below inserts the zeros as it builds its matrix)
             h_in, w_in, c = x.shape
             z = np.zeros(((h_in - 1) * up[1] + 1, (w_in - 1) * up[0] + 1, c), np.float32)
             z[::up[1], ::up[0], :] = x
@@ -113,7 +115,7 @@ def make_step(run: dict, reference: Callable[..., np.ndarray]) -> Step:
             h, w, c = x.shape
             out = np.matmul(x.reshape(-1, c), wmat).reshape(h, w, -1)
         else:
-            out = _correlate(x, wb, (kx, ky), stride, pads, dil)
+            out = _correlate(x, wb, (kx, ky), stride, pads, dil, up)
         return _tail(out, bias, prelu, addend, run)
     return step
 
@@ -163,12 +165,16 @@ def _avg_pool(x: np.ndarray, size: tuple[int, int], stride: tuple[int, int],
 
 
 def _correlate(x: np.ndarray, wb: tuple, k: tuple[int, int], stride: tuple[int, int],
-               pads: tuple[int, int, int, int], dil: tuple[int, ...]) -> np.ndarray:
-    """The conv stage of :func:`.ops.conv2d` (general case) without its bias: the same
-    im2col blocks (built in one pass, without the padded copy) and matrix products."""
+               pads: tuple[int, int, int, int], dil: tuple[int, ...],
+               up: tuple[int, int] = (1, 1)) -> np.ndarray:
+    """The conv stage of :func:`.ops.conv2d` (general case) without its bias, on ``x``
+    with ``up - 1`` zeros inserted between its columns and rows (a deconvolution's input):
+    the same im2col blocks (built in one pass, without the padded or zero-inserted copy)
+    and matrix products."""
     w, derived = wb[0], wb[4]
     (kx, ky), (sx, sy), (pl, pr, pt, pb), (dx, dy) = k, stride, pads, dil
     h_in, w_in, c = x.shape
+    h_in, w_in = (h_in - 1) * up[1] + 1, (w_in - 1) * up[0] + 1
     m = w.shape[0]
     ow = ops.conv_out_size(w_in, (kx - 1) * dx + 1, pl, pr, sx, "width")
     oh = ops.conv_out_size(h_in, (ky - 1) * dy + 1, pt, pb, sy, "height")
@@ -182,7 +188,7 @@ def _correlate(x: np.ndarray, wb: tuple, k: tuple[int, int], stride: tuple[int, 
     cols = np.empty((min(rows_per_block, oh), ow, kdim), np.float32)
     for r in range(0, oh, rows_per_block):
         blk = cols[: min(rows_per_block, oh - r)]
-        native.NATIVE.im2col(x, blk, r, kx, ky, sx, sy, dx, dy, pl, pt)
+        native.NATIVE.im2col(x, blk, r, kx, ky, sx, sy, dx, dy, pl, pt, up[0], up[1])
         n = blk.shape[0] * ow
         np.matmul(blk.reshape(n, kdim), wmat, out=out[r:r + rows_per_block].reshape(n, m))
     return out
