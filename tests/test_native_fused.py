@@ -11,7 +11,7 @@ import pytest
 
 from dvsdk import native
 from dvsdk.hw import layout
-from dvsdk.hw.fp16 import f16_to_f32, f32_to_f16, round_f16, to_f16
+from dvsdk.hw.fp16 import f32_to_f16, round_f16, to_f16, to_f32
 from dvsdk.sim import ops
 
 from .test_native import NATIVE, needs_native, same_bits, same_values, special_mix
@@ -29,7 +29,7 @@ def test_binary16_to_float32_for_every_pattern():
     out = np.empty(65536, np.float32)
     NATIVE.f16_to_f32(ALL_HALVES, out)
     assert same_bits(out, ALL_HALVES.astype(np.float32))   # NaN payloads and all
-    assert same_bits(f16_to_f32(ALL_HALVES), ALL_HALVES.astype(np.float32))
+    assert same_bits(to_f32(ALL_HALVES), ALL_HALVES.astype(np.float32))
 
 
 def test_float32_to_binary16_rounds_as_numpy_on_a_sweep_and_specials():

@@ -5,10 +5,11 @@ conventions).  Scalars: :func:`fp16_bits`, :func:`fp16_value`, and the IPU's FP2
 (:func:`fp24`).  Arrays (the simulator's and the layout's data paths): :func:`f16_to_f32`,
 :func:`round_f16` (round float32 to the nearest binary16 value, kept in float32) and
 :func:`f32_to_f16` (float32 holding binary16 values to binary16), :func:`to_f16` (any
-float32 rounded to binary16).  numpy's own float16 casts are exact but branch per
-element and run several times slower on data mixing zeros with other values (every
-ReLU output), so these use integer bit operations with the same results, or the
-compiled module's one-pass loops (:mod:`dvsdk.native`) where it is built.
+float32 rounded to binary16) and :func:`to_f32` (the inverse, exact).  numpy's own
+float16 casts are exact but branch per element and run several times slower on data
+mixing zeros with other values (every ReLU output), so these use integer bit operations
+with the same results, or the compiled module's one-pass loops (:mod:`dvsdk.native`)
+where it is built.
 """
 
 from __future__ import annotations
@@ -79,10 +80,6 @@ def f16_to_f32(h: np.ndarray) -> np.ndarray:
     scaled by 2**112 give every finite value exactly (subnormals too); inf/NaN get the
     all-ones exponent; the sign is copied over.
     """
-    if native.NATIVE is not None:  # one pass, the same bits
-        out = np.empty(np.shape(h), np.float32)
-        native.NATIVE.f16_to_f32(np.ascontiguousarray(h).view(_U16LE), out)
-        return out
     if not denormals_work():
         return np.ascontiguousarray(h).astype(np.float32)
     w = h.view(_U16LE).astype(_U32)
@@ -179,3 +176,13 @@ def to_f16(x: np.ndarray) -> np.ndarray:
         return out.view(np.float16)
     with np.errstate(over="ignore", invalid="ignore"):
         return v.astype(np.float16)
+
+
+def to_f32(h: np.ndarray) -> np.ndarray:
+    """binary16 to float32, exact (NaN payloads included), as a new array of its shape:
+    :func:`f16_to_f32`, in one compiled pass where the module is built."""
+    if native.NATIVE is not None:
+        out = np.empty(np.shape(h), np.float32)
+        native.NATIVE.f16_to_f32(np.ascontiguousarray(h).view(_U16LE), out)
+        return out
+    return f16_to_f32(h)

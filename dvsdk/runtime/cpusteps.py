@@ -39,7 +39,7 @@ import numpy as np
 from ..cpu import ops as cpu_ops
 from ..errors import DeviceError, NetFileError
 from ..hw import layout
-from ..hw.fp16 import f16_to_f32, to_f16
+from ..hw.fp16 import to_f16, to_f32
 
 #: ops whose kernels compute each output element from the same element of each operand
 ELEMENTWISE = frozenset({
@@ -314,7 +314,7 @@ def _chunked_args(net: Any, h: Any, op: str, inputs: list[str], out: str
         if isinstance(v, str):  # read from the arena: FP16 -> float32, no element moves
             raw, d = _device_bytes(net, h, v)
             with h.stats.stage("unpack", v):
-                got = Chunked(f16_to_f32(raw.view(np.float16)), tuple(d["hwc"]),
+                got = Chunked(to_f32(raw.view(np.float16)), tuple(d["hwc"]),
                               bool(d.get("transpose")))
             h.host[v] = got
             v = got.flat if kind == CHANNEL else got
