@@ -1,118 +1,22 @@
 /*
- * dvsdk._native: optional compiled loops for the simulator's two hottest data paths.
+ * dvsdk._native: optional compiled loops for the simulator's and the layout's hottest
+ * data paths.
  *
- * Both have a numpy implementation that is the reference (dvsdk/hw/fp16.py round_f16,
- * dvsdk/sim/ops.py _depthwise); these give the same bits (NaN payloads aside: which
- * of two NaN operands survives may differ), one pass over memory instead
- * of numpy's five to eighteen.  The package works without this module (it is an
- * optional extension: a machine without a C compiler gets the numpy paths).
+ * Each has a numpy implementation that is the reference (dvsdk/hw/fp16.py, dvsdk/hw/
+ * layout.py, dvsdk/sim/ops.py); these give the same bits (NaN payloads aside where said:
+ * which of two NaN operands survives may differ), one pass over memory instead of
+ * numpy's several.  The package works without this module (it is an optional extension:
+ * a machine without a C compiler gets the numpy paths).
  *
  * Exactness: built with -ffp-contract=off, so a*b+c is a float32 multiply rounded, then
- * an add rounded, as numpy computes it (no fused multiply-add).
+ * an add rounded, as numpy computes it (no fused multiply-add), in the same order.
+ *
+ * This file: FP16 rounding, the conv engine's epilogue (bias, addend, activation,
+ * rounding: finish, epilogue) and the depthwise convolution; _native_f16.c: binary16
+ * conversions and the chunked layout (pack, unpack); _native_conv.c: im2col, average
+ * pooling, the tails of sigmoid and ELU.
  */
-#define PY_SSIZE_T_CLEAN
-#include <Python.h>
-#include <stdint.h>
-#include <string.h>
-
-/* The hot loops are also compiled for AVX2 where the toolchain can pick the variant at
- * load time (x86-64 Linux); the results are the same bits, only wider vectors. */
-#if defined(__GNUC__) && defined(__x86_64__) && defined(__linux__)
-#define HOT __attribute__((target_clones("avx2", "default")))
-#else
-#define HOT
-#endif
-
-/* float32 -> nearest binary16 (ties to even), as binary16 bits; numpy's
- * npy_floatbits_to_halfbits semantics: overflow -> inf, NaN keeps its top payload bits
- * (0x7c01 if they are all zero), subnormal results rounded at 2**-24. */
-static inline uint16_t f32_to_f16_bits(uint32_t f)
-{
-    uint16_t sign = (uint16_t)((f >> 16) & 0x8000u);
-    uint32_t a = f & 0x7fffffffu;
-    if (a >= 0x7f800000u) {                     /* inf or NaN */
-        if (a == 0x7f800000u)
-            return sign | 0x7c00u;
-        uint16_t r = (uint16_t)(0x7c00u + ((a & 0x007fffffu) >> 13));
-        return sign | (r == 0x7c00u ? 0x7c01u : r);
-    }
-    if (a >= 0x477ff000u)                       /* rounds to 65536 and beyond: inf */
-        return sign | 0x7c00u;
-    if (a >= 0x38800000u) {                     /* normal binary16 */
-        uint32_t r = a + 0x0fffu + ((a >> 13) & 1u);
-        return sign | (uint16_t)((r - 0x38000000u) >> 13);
-    }
-    if (a < 0x33000000u)                        /* below half the smallest subnormal */
-        return sign;
-    /* subnormal: significand with its hidden bit, shifted to units of 2**-24 */
-    uint32_t e = a >> 23;                       /* 102 .. 112 */
-    uint32_t sig = (a & 0x007fffffu) | 0x00800000u;
-    uint32_t shift = 126u - e;                  /* 14 .. 24 */
-    uint32_t q = sig >> shift;
-    uint32_t rem = sig & ((1u << shift) - 1u);
-    uint32_t half = 1u << (shift - 1u);
-    if (rem > half || (rem == half && (q & 1u)))
-        q += 1u;
-    return sign | (uint16_t)q;
-}
-
-static inline uint32_t f16_bits_to_f32(uint16_t h)
-{
-    uint32_t sign = ((uint32_t)h & 0x8000u) << 16;
-    uint32_t e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
-    if (e == 0x1fu)
-        return sign | 0x7f800000u | (m << 13);
-    if (e != 0)
-        return sign | ((e + 112u) << 23) | (m << 13);
-    if (m == 0)
-        return sign;
-    float v = (float)m * (1.0f / 16777216.0f);   /* m * 2**-24, exact */
-    uint32_t u;
-    memcpy(&u, &v, 4);
-    return sign | u;
-}
-
-static int get_f32(PyObject *obj, Py_buffer *view, int writable, const char *name)
-{
-    if (PyObject_GetBuffer(obj, view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT |
-                           (writable ? PyBUF_WRITABLE : 0)) < 0)
-        return -1;
-    if (view->itemsize != 4 || strcmp(view->format ? view->format : "B", "f") != 0) {
-        PyErr_Format(PyExc_TypeError, "%s must be a contiguous float32 buffer", name);
-        PyBuffer_Release(view);
-        return -1;
-    }
-    return 0;
-}
-
-/* Round n float32 patterns to binary16 values (as float32 patterns), s -> d (must not
- * overlap), in chunks: a branch-free loop that vectorizes does integer rounding at
- * mantissa bit 13, right for zero and every normal binary16 result; only a chunk where
- * something else occurred (subnormal result, overflow, inf, NaN) is gone over again with
- * the general conversion. */
-#define ROUND_CHUNK 64
-
-static inline void round_block(const uint32_t *s, uint32_t *d, Py_ssize_t n)
-{
-    for (Py_ssize_t c0 = 0; c0 < n; c0 += ROUND_CHUNK) {
-        Py_ssize_t m = n - c0 < ROUND_CHUNK ? n - c0 : ROUND_CHUNK;
-        const uint32_t *sc = s + c0;
-        uint32_t *dc = d + c0;
-        uint32_t others = 0;
-        for (Py_ssize_t i = 0; i < m; i++) {
-            uint32_t u = sc[i], a = u & 0x7fffffffu;
-            others |= (uint32_t)(a - 1u < 0x387fffffu) | (uint32_t)(a >= 0x477ff000u);
-            dc[i] = (u + 0x0fffu + ((u >> 13) & 1u)) & 0xffffe000u;
-        }
-        if (!others)
-            continue;
-        for (Py_ssize_t i = 0; i < m; i++) {
-            uint32_t a = sc[i] & 0x7fffffffu;
-            if ((a - 1u < 0x387fffffu) | (a >= 0x477ff000u))
-                dc[i] = f16_bits_to_f32(f32_to_f16_bits(sc[i]));
-        }
-    }
-}
+#include "_native.h"
 
 PyDoc_STRVAR(round_f16_doc,
 "round_f16(src, dst)\n\nRound float32 ``src`` to the nearest binary16 values into float32 "
@@ -135,7 +39,7 @@ static PyObject *round_f16(PyObject *self, PyObject *args)
         PyErr_SetString(PyExc_ValueError, "src and dst must be distinct, of one size");
     } else {
         Py_BEGIN_ALLOW_THREADS
-        round_block((const uint32_t *)src.buf, (uint32_t *)dst.buf, src.len / 4);
+        round_block((const u32a *)src.buf, (u32a *)dst.buf, src.len / 4);
         Py_END_ALLOW_THREADS
     }
     PyBuffer_Release(&src);
@@ -145,20 +49,6 @@ static PyObject *round_f16(PyObject *self, PyObject *args)
     Py_RETURN_NONE;
 }
 
-/* numpy's semantics, element by element: maximum/minimum return a NaN operand unchanged
- * and +0 for max(-0, 0); where(a > 0, a, a * slope) */
-static inline float act_relu6(float a)
-{
-    float m = (a != a) ? a : (a > 0.0f ? a : 0.0f);
-    return (m != m) ? m : (m < 6.0f ? m : 6.0f);
-}
-
-static inline float act_leaky(float a, float slope)
-{
-    return a > 0.0f ? a : a * slope;
-}
-
-#define FINISH_BLOCK 4096
 
 HOT static void finish_all(float *v, Py_ssize_t n, int act, float slope)
 {
@@ -166,13 +56,9 @@ HOT static void finish_all(float *v, Py_ssize_t n, int act, float slope)
     for (Py_ssize_t b0 = 0; b0 < n; b0 += FINISH_BLOCK) {
         Py_ssize_t m = n - b0 < FINISH_BLOCK ? n - b0 : FINISH_BLOCK;
         float *blk = v + b0;
-        if (act == 6)
-            for (Py_ssize_t i = 0; i < m; i++) tmp[i] = act_relu6(blk[i]);
-        else if (act == 2)
-            for (Py_ssize_t i = 0; i < m; i++) tmp[i] = act_leaky(blk[i], slope);
-        else
-            memcpy(tmp, blk, (size_t)m * 4);
-        round_block((const uint32_t *)tmp, (uint32_t *)blk, m);
+        memcpy(tmp, blk, (size_t)m * 4);
+        act_block(tmp, m, act, slope, NULL);
+        round_block((const u32a *)tmp, (u32a *)blk, m);
     }
 }
 
@@ -207,56 +93,267 @@ static PyObject *finish(PyObject *self, PyObject *args)
     Py_RETURN_NONE;
 }
 
-HOT static void depthwise_all(const float *restrict x, Py_ssize_t h, Py_ssize_t w,
-                              Py_ssize_t c, const float *restrict wt, Py_ssize_t ky,
-                              Py_ssize_t kx, const float *restrict bias,
-                              float *restrict out, Py_ssize_t oh, Py_ssize_t ow, int sx,
-                              int sy, int dx, int dy, int pl, int pt,
-                              const float *restrict zeros)
+/* The epilogue of a conv stage on ``rows`` rows of ``m`` channels, in place:
+ * v = y + bias[ch]; v = v + addend (if any); then, if ``act`` >= 0, the activation and
+ * the rounding to binary16 values -- each step one float32 operation, in numpy's order
+ * (ops._add_per_channel, the element-wise add, ops.activation, fp16). */
+HOT static void epilogue_all(float *restrict y, Py_ssize_t rows, Py_ssize_t m,
+                             const float *restrict bias, const float *restrict addend,
+                             int act, float slope, const float *restrict prelu)
 {
-    for (Py_ssize_t oy = 0; oy < oh; oy++) {
-        for (Py_ssize_t ox = 0; ox < ow; ox++) {
-            float *restrict o = out + (oy * ow + ox) * c;
-            for (Py_ssize_t ch = 0; ch < c; ch++)
-                o[ch] = 0.0f;
-            for (Py_ssize_t i = 0; i < ky; i++) {
-                Py_ssize_t iy = oy * sy + i * dy - pt;
-                for (Py_ssize_t j = 0; j < kx; j++) {
-                    Py_ssize_t ix = ox * sx + j * dx - pl;
-                    const float *restrict px = (iy >= 0 && iy < h && ix >= 0 && ix < w)
-                        ? x + (iy * w + ix) * c : zeros;
-                    const float *restrict wk = wt + (i * kx + j) * c;
-                    for (Py_ssize_t ch = 0; ch < c; ch++) {
-                        float p = px[ch] * wk[ch];
-                        o[ch] = o[ch] + p;
+    float tmp[FINISH_BLOCK];
+    for (Py_ssize_t r = 0; r < rows; r++) {
+        for (Py_ssize_t c0 = 0; c0 < m; c0 += FINISH_BLOCK) {
+            Py_ssize_t n = m - c0 < FINISH_BLOCK ? m - c0 : FINISH_BLOCK;
+            float *row = y + r * m + c0;
+            float *v = act >= 0 ? tmp : row;  /* may be row itself: no restrict */
+            if (bias)
+                for (Py_ssize_t i = 0; i < n; i++) v[i] = row[i] + bias[c0 + i];
+            else if (v != row)
+                memcpy(v, row, (size_t)n * 4);
+            if (addend) {
+                const float *restrict ad = addend + r * m + c0;
+                for (Py_ssize_t i = 0; i < n; i++) v[i] = v[i] + ad[i];
+            }
+            if (act >= 0) {
+                act_block(v, n, act, slope, prelu ? prelu + c0 : NULL);
+                round_block((const u32a *)v, (u32a *)row, n);
+            }
+        }
+    }
+}
+
+/* an optional float32 vector argument (None allowed) of exactly n elements */
+static int opt_vec(PyObject *obj, Py_buffer *b, Py_ssize_t n, const char *name, int *got)
+{
+    *got = 0;
+    if (obj == Py_None)
+        return 0;
+    if (get_f32(obj, b, 0, name) < 0)
+        return -1;
+    *got = 1;
+    if (b->len / 4 != n) {
+        PyErr_Format(PyExc_ValueError, "%s must have %zd elements", name, n);
+        return -1;
+    }
+    return 0;
+}
+
+PyDoc_STRVAR(epilogue_doc,
+"epilogue(y, bias, addend, act, slope, prelu)\n\n"
+"In place on float32 ``y`` (rows, M): ``y + bias`` (``bias`` (M,) or None), then "
+"``+ addend`` (``y``'s shape, or None); then, for ``act`` >= 0, the activation (0 none, "
+"2 leaky ReLU with ``slope``, 4 PReLU with per-channel ``prelu`` (M,), 6 ReLU6) and "
+"rounding to binary16 values.  Each a float32 operation in numpy's order; one pass over "
+"memory.");
+
+static PyObject *epilogue(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *yo, *bo, *ao, *po;
+    int act, gb = 0, ga = 0, gp = 0;
+    float slope;
+    Py_buffer y, b, a, p;
+    if (!PyArg_ParseTuple(args, "OOOifO", &yo, &bo, &ao, &act, &slope, &po))
+        return NULL;
+    if (act >= 0 && !act_compiled(act)) {
+        PyErr_Format(PyExc_ValueError, "epilogue: activation %d is not compiled", act);
+        return NULL;
+    }
+    if (get_f32(yo, &y, 1, "y") < 0)
+        return NULL;
+    if (y.ndim != 2) {
+        PyErr_SetString(PyExc_ValueError, "epilogue: y must be 2-D (rows, channels)");
+        goto done;
+    }
+    Py_ssize_t rows = y.shape[0], m = y.shape[1];
+    if (opt_vec(bo, &b, m, "bias", &gb) < 0 || opt_vec(ao, &a, rows * m, "addend", &ga) < 0
+        || opt_vec(po, &p, m, "prelu", &gp) < 0)
+        goto done;
+    if (act == 4 && !gp) {
+        PyErr_SetString(PyExc_ValueError, "epilogue: PReLU needs slopes");
+        goto done;
+    }
+    if (ga && a.buf == y.buf) {
+        PyErr_SetString(PyExc_ValueError, "epilogue: addend must not be y");
+        goto done;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    epilogue_all((float *)y.buf, rows, m, gb ? (const float *)b.buf : NULL,
+                 ga ? (const float *)a.buf : NULL, act, slope,
+                 gp ? (const float *)p.buf : NULL);
+    Py_END_ALLOW_THREADS
+done:
+    if (gp) PyBuffer_Release(&p);
+    if (ga) PyBuffer_Release(&a);
+    if (gb) PyBuffer_Release(&b);
+    PyBuffer_Release(&y);
+    if (PyErr_Occurred())
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+/* Depthwise correlation: acc = 0 + tap0*w0 + tap1*w1 + ... (row-major taps, each product
+ * rounded before its add; a padded position reads zeros, so 0*w is added as
+ * ops._depthwise does), + bias, then the optional epilogue (activation, rounding).
+ * Four output pixels of one row are computed together, 16 channels at a time (then 8,
+ * then one by one), so four independent sums are in flight and each weight load serves
+ * four products. */
+#if defined(__GNUC__)
+typedef float v16f __attribute__((vector_size(64)));
+typedef float v8f __attribute__((vector_size(32)));
+#define DW_VECTOR 1
+#define LOADV(T, p) __extension__({ T v_; memcpy(&v_, (p), sizeof v_); v_; })
+#else
+#define DW_VECTOR 0
+#endif
+#define DW_PX 4
+
+typedef struct {
+    const float *x, *wt, *bias, *zeros, *prelu;
+    Py_ssize_t h, w, c, ky, kx, ow;
+    int sx, sy, dx, dy, pl, pt, act;
+    float slope;
+} DwArgs;
+
+/* np output pixels (1 <= np <= DW_PX) whose taps are src[p * ntaps + t] */
+static inline __attribute__((always_inline)) void dw_pixels(const DwArgs *a,
+                                                            const float **src, float **outs,
+                                                            const int np)
+{
+    Py_ssize_t ntaps = a->ky * a->kx, c = a->c, ch = 0;
+    float tmp[DW_PX][16];
+#if DW_VECTOR
+    for (; ch + 16 <= c; ch += 16) {
+        v16f acc[DW_PX];
+        for (int p = 0; p < np; p++)
+            acc[p] = (v16f){0};
+        for (Py_ssize_t t = 0; t < ntaps; t++) {
+            v16f wk = LOADV(v16f, a->wt + t * c + ch);
+            for (int p = 0; p < np; p++)
+                acc[p] = acc[p] + LOADV(v16f, src[p * ntaps + t] + ch) * wk;
+        }
+        v16f b = LOADV(v16f, a->bias + ch);
+        for (int p = 0; p < np; p++) {
+            acc[p] = acc[p] + b;
+            memcpy(outs[p] + ch, &acc[p], sizeof acc[p]);
+        }
+    }
+    for (; ch + 8 <= c; ch += 8) {
+        v8f acc[DW_PX];
+        for (int p = 0; p < np; p++)
+            acc[p] = (v8f){0};
+        for (Py_ssize_t t = 0; t < ntaps; t++) {
+            v8f wk = LOADV(v8f, a->wt + t * c + ch);
+            for (int p = 0; p < np; p++)
+                acc[p] = acc[p] + LOADV(v8f, src[p * ntaps + t] + ch) * wk;
+        }
+        v8f b = LOADV(v8f, a->bias + ch);
+        for (int p = 0; p < np; p++) {
+            acc[p] = acc[p] + b;
+            memcpy(outs[p] + ch, &acc[p], sizeof acc[p]);
+        }
+    }
+#endif
+    for (; ch < c; ch += 16) {
+        Py_ssize_t n = c - ch < 16 ? c - ch : 16;
+        for (int p = 0; p < np; p++) {
+            for (Py_ssize_t l = 0; l < n; l++)
+                tmp[p][l] = 0.0f;
+            for (Py_ssize_t t = 0; t < ntaps; t++) {
+                const float *px = src[p * ntaps + t] + ch, *wk = a->wt + t * c + ch;
+                for (Py_ssize_t l = 0; l < n; l++) {
+                    float prod = px[l] * wk[l];
+                    tmp[p][l] = tmp[p][l] + prod;
+                }
+            }
+            for (Py_ssize_t l = 0; l < n; l++)
+                outs[p][ch + l] = tmp[p][l] + a->bias[ch + l];
+        }
+    }
+}
+
+HOT static void depthwise_rows(const DwArgs *a, float *restrict out, Py_ssize_t oy0,
+                               Py_ssize_t oy1, const float **src, Py_ssize_t *toff)
+{
+    Py_ssize_t ntaps = a->ky * a->kx, c = a->c;
+    float fin[FINISH_BLOCK];
+    for (Py_ssize_t i = 0; i < a->ky; i++)
+        for (Py_ssize_t j = 0; j < a->kx; j++)
+            toff[i * a->kx + j] = (i * a->dy * a->w + j * a->dx) * c;
+    for (Py_ssize_t oy = oy0; oy < oy1; oy++) {
+        Py_ssize_t iy0 = oy * a->sy - a->pt;
+        int rows_in = iy0 >= 0 && iy0 + (a->ky - 1) * a->dy < a->h;
+        for (Py_ssize_t ox0 = 0; ox0 < a->ow; ox0 += DW_PX) {
+            int np = a->ow - ox0 < DW_PX ? (int)(a->ow - ox0) : DW_PX;
+            float *outs[DW_PX];
+            Py_ssize_t ix0 = ox0 * a->sx - a->pl;
+            int inside = rows_in && ix0 >= 0
+                && ix0 + (np - 1) * a->sx + (a->kx - 1) * a->dx < a->w;
+            for (int p = 0; p < np; p++) {
+                Py_ssize_t ox = ox0 + p;
+                outs[p] = out + (oy * a->ow + ox) * c;
+                if (inside) {  /* the whole window is in the input: no bounds to check */
+                    const float *base = a->x + (iy0 * a->w + ix0 + p * a->sx) * c;
+                    for (Py_ssize_t t = 0; t < ntaps; t++)
+                        src[p * ntaps + t] = base + toff[t];
+                    continue;
+                }
+                for (Py_ssize_t i = 0; i < a->ky; i++) {
+                    Py_ssize_t iy = iy0 + i * a->dy;
+                    for (Py_ssize_t j = 0; j < a->kx; j++) {
+                        Py_ssize_t ix = ox * a->sx + j * a->dx - a->pl;
+                        src[p * ntaps + i * a->kx + j] =
+                            (iy >= 0 && iy < a->h && ix >= 0 && ix < a->w)
+                            ? a->x + (iy * a->w + ix) * c : a->zeros;
                     }
                 }
             }
-            for (Py_ssize_t ch = 0; ch < c; ch++)
-                o[ch] = o[ch] + bias[ch];
+            if (np == DW_PX)
+                dw_pixels(a, src, outs, DW_PX);
+            else
+                for (int p = 0; p < np; p++)
+                    dw_pixels(a, src + p * ntaps, outs + p, 1);
+            if (a->act >= 0)  /* the epilogue on the np pixels just written (in cache) */
+                for (int p = 0; p < np; p++)
+                    for (Py_ssize_t c0 = 0; c0 < c; c0 += FINISH_BLOCK) {
+                        Py_ssize_t n = c - c0 < FINISH_BLOCK ? c - c0 : FINISH_BLOCK;
+                        memcpy(fin, outs[p] + c0, (size_t)n * 4);
+                        act_block(fin, n, a->act, a->slope, a->prelu ? a->prelu + c0 : NULL);
+                        round_block((const u32a *)fin, (u32a *)(outs[p] + c0), n);
+                    }
         }
     }
 }
 
 PyDoc_STRVAR(depthwise_doc,
-"depthwise(x, taps, bias, out, sx, sy, dx, dy, pad_left, pad_top)\n\n"
+"depthwise(x, taps, bias, out, sx, sy, dx, dy, pad_left, pad_top, act=-1, slope=0, "
+"prelu=None)\n\n"
 "Depthwise correlation: ``x`` (H, W, C) input, zero-padded by ``pad_left``/``pad_top`` "
 "(and as far right and down as the output needs), ``taps`` (ky, kx, C) weights, "
 "``bias`` (C,), ``out`` (OH, OW, C); all float32 C-contiguous.  out = 0 + tap0*w0 + "
 "tap1*w1 + ... (taps in row-major order, each product rounded before its add; a padded "
-"position contributes 0*w) + bias.");
+"position contributes 0*w) + bias.  With ``act`` >= 0, the activation (see epilogue) "
+"and the rounding to binary16 values follow.");
 
 static PyObject *depthwise(PyObject *self, PyObject *args)
 {
     (void)self;
-    PyObject *objs[4];
-    Py_buffer b[4];
-    int sx, sy, dx, dy, pl, pt;
+    PyObject *objs[4], *po = Py_None;
+    Py_buffer b[4], p;
+    int sx, sy, dx, dy, pl, pt, act = -1, gp = 0;
+    float slope = 0.0f;
     Py_ssize_t h, w, c, ky, kx, oh, ow;
     float *zeros = NULL;
-    if (!PyArg_ParseTuple(args, "OOOOiiiiii", &objs[0], &objs[1], &objs[2], &objs[3],
-                          &sx, &sy, &dx, &dy, &pl, &pt))
+    const float **src = NULL;
+    Py_ssize_t *toff = NULL;
+    if (!PyArg_ParseTuple(args, "OOOOiiiiii|ifO", &objs[0], &objs[1], &objs[2], &objs[3],
+                          &sx, &sy, &dx, &dy, &pl, &pt, &act, &slope, &po))
         return NULL;
+    if (act >= 0 && !act_compiled(act)) {
+        PyErr_Format(PyExc_ValueError, "depthwise: activation %d is not compiled", act);
+        return NULL;
+    }
     static const char *names[4] = {"x", "taps", "bias", "out"};
     int got = 0;
     for (; got < 4; got++)
@@ -274,18 +371,37 @@ static PyObject *depthwise(PyObject *self, PyObject *args)
         PyErr_SetString(PyExc_ValueError, "depthwise: inconsistent shapes or steps");
         goto done;
     }
+    if (opt_vec(po, &p, c, "prelu", &gp) < 0)
+        goto done;
+    if (act == 4 && !gp) {
+        PyErr_SetString(PyExc_ValueError, "depthwise: PReLU needs slopes");
+        goto done;
+    }
+    if (b[3].buf == b[0].buf) {
+        PyErr_SetString(PyExc_ValueError, "depthwise: out must not be x");
+        goto done;
+    }
     zeros = PyMem_Calloc((size_t)c, sizeof(float));
-    if (!zeros) {
+    src = PyMem_Malloc((size_t)(DW_PX * ky * kx) * sizeof(float *));
+    toff = PyMem_Malloc((size_t)(ky * kx) * sizeof(Py_ssize_t));
+    if (!zeros || !src || !toff) {
         PyErr_NoMemory();
         goto done;
     }
-    Py_BEGIN_ALLOW_THREADS
-    depthwise_all((const float *)b[0].buf, h, w, c, (const float *)b[1].buf, ky, kx,
-                  (const float *)b[2].buf, (float *)b[3].buf, oh, ow, sx, sy, dx, dy, pl, pt,
-                  zeros);
-    Py_END_ALLOW_THREADS
+    {
+        DwArgs da = {(const float *)b[0].buf, (const float *)b[1].buf,
+                     (const float *)b[2].buf, zeros, gp ? (const float *)p.buf : NULL,
+                     h, w, c, ky, kx, ow, sx, sy, dx, dy, pl, pt, act, slope};
+        Py_BEGIN_ALLOW_THREADS
+        depthwise_rows(&da, (float *)b[3].buf, 0, oh, src, toff);
+        Py_END_ALLOW_THREADS
+    }
 done:
     PyMem_Free(zeros);
+    PyMem_Free(src);
+    PyMem_Free(toff);
+    if (gp)
+        PyBuffer_Release(&p);
     for (int k = 0; k < got; k++)
         PyBuffer_Release(&b[k]);
     if (PyErr_Occurred())
@@ -296,7 +412,15 @@ done:
 static PyMethodDef methods[] = {
     {"round_f16", round_f16, METH_VARARGS, round_f16_doc},
     {"finish", finish, METH_VARARGS, finish_doc},
+    {"epilogue", epilogue, METH_VARARGS, epilogue_doc},
     {"depthwise", depthwise, METH_VARARGS, depthwise_doc},
+    {"f16_to_f32", dv_f16_to_f32, METH_VARARGS, dv_f16_to_f32_doc},
+    {"f32_to_f16", dv_f32_to_f16, METH_VARARGS, dv_f32_to_f16_doc},
+    {"pack", dv_pack, METH_VARARGS, dv_pack_doc},
+    {"im2col", dv_im2col, METH_VARARGS, dv_im2col_doc},
+    {"avgpool", dv_avgpool, METH_VARARGS, dv_avgpool_doc},
+    {"act_exp", dv_act_exp, METH_VARARGS, dv_act_exp_doc},
+    {"unpack", dv_unpack, METH_VARARGS, dv_unpack_doc},
     {NULL, NULL, 0, NULL},
 };
 
@@ -308,5 +432,6 @@ static struct PyModuleDef module = {
 
 PyMODINIT_FUNC PyInit__native(void)
 {
+    dv_f16_init();
     return PyModule_Create(&module);
 }

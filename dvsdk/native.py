@@ -1,10 +1,12 @@
-"""The optional compiled loops (``dvsdk/_native.c``) and the switch between them and numpy.
+"""The optional compiled loops (``dvsdk/_native*.c``) and the switch between them and numpy.
 
-The simulator's two hottest data paths, FP16 rounding (:func:`dvsdk.hw.fp16.round_f16`) and
-the depthwise convolution (:mod:`dvsdk.sim.ops`), have a numpy implementation, which is
-the reference, and a compiled one with the same bits (NaN payloads aside: which NaN an
-operation on two NaNs returns may differ, as it does between numpy's own SIMD builds)
-that makes one pass over memory instead of numpy's five to eighteen.  The compiled
+The hottest data paths have a numpy implementation, which is the reference, and a compiled
+one with the same bits (NaN payloads aside where an operation on two NaNs may return
+either, as numpy's own SIMD builds differ there) that makes one pass over memory instead of
+numpy's several: FP16 rounding and conversions and the chunked layout (:mod:`dvsdk.hw.fp16`,
+:mod:`dvsdk.hw.layout`, used by the runtime too), and the simulator's conv engine
+(:mod:`dvsdk.sim.kernels`: the epilogue of bias, addend, activation and rounding, depthwise
+convolution, im2col, average pooling).  The compiled
 module is an optional extension: a machine without a C compiler installs and runs with
 numpy only.  ``DVSDK_NATIVE=0``
 in the environment selects numpy even where the module exists.

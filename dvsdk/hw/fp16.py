@@ -4,10 +4,12 @@ The hardware stores every tensor and parameter as IEEE binary16 (dv700-interface
 conventions).  Scalars: :func:`fp16_bits`, :func:`fp16_value`, and the IPU's FP24
 (:func:`fp24`).  Arrays (the simulator's and the layout's data paths): :func:`f16_to_f32`,
 :func:`round_f16` (round float32 to the nearest binary16 value, kept in float32) and
-:func:`f32_to_f16` (float32 holding binary16 values to binary16).  numpy's own float16
-casts are exact but branch per element and run several times slower on data mixing
-zeros with other values (every ReLU output), so these use integer bit operations with
-the same results.
+:func:`f32_to_f16` (float32 holding binary16 values to binary16), :func:`to_f16` (any
+float32 rounded to binary16) and :func:`to_f32` (the inverse, exact).  numpy's own
+float16 casts are exact but branch per element and run several times slower on data
+mixing zeros with other values (every ReLU output), so these use integer bit operations
+with the same results, or the compiled module's one-pass loops (:mod:`dvsdk.native`)
+where it is built.
 """
 
 from __future__ import annotations
@@ -139,9 +141,13 @@ def f32_to_f16(v: np.ndarray) -> np.ndarray:
     2**-112 moves a binary16 exponent into float32's (subnormals into float32
     subnormals, exactly), so the pattern shifted right by 13 is the binary16 one; inf and
     NaN keep their all-ones exponent and top mantissa bits.  Other inputs are truncated,
-    not rounded.
+    not rounded (with the compiled module, :mod:`dvsdk.native`: rounded as numpy's cast).
     """
     v = np.ascontiguousarray(v, dtype=np.float32)
+    if native.NATIVE is not None:  # one pass, the same bits
+        out = np.empty(v.shape, _U16LE)
+        native.NATIVE.f32_to_f16(v, out)
+        return out.view(np.float16)
     if not denormals_work():
         return v.astype(np.float16)
     with np.errstate(invalid="ignore"):  # a signalling NaN; replaced below
@@ -157,3 +163,26 @@ def f32_to_f16(v: np.ndarray) -> np.ndarray:
     w &= _U32(0x8000)
     h |= w
     return h.astype(_U16LE).view(np.float16)
+
+
+def to_f16(x: np.ndarray) -> np.ndarray:
+    """float32 rounded to binary16 (nearest even; inf from 65520; NaN keeps its top payload
+    bits), as a new float16 array: the bits of ``x.astype(np.float16)``, in one pass with
+    the compiled module (:mod:`dvsdk.native`)."""
+    v = np.ascontiguousarray(x, dtype=np.float32)
+    if native.NATIVE is not None:
+        out = np.empty(v.shape, _U16LE)
+        native.NATIVE.f32_to_f16(v, out)
+        return out.view(np.float16)
+    with np.errstate(over="ignore", invalid="ignore"):
+        return v.astype(np.float16)
+
+
+def to_f32(h: np.ndarray) -> np.ndarray:
+    """binary16 to float32, exact (NaN payloads included), as a new array of its shape:
+    :func:`f16_to_f32`, in one compiled pass where the module is built."""
+    if native.NATIVE is not None:
+        out = np.empty(np.shape(h), np.float32)
+        native.NATIVE.f16_to_f32(np.ascontiguousarray(h).view(_U16LE), out)
+        return out
+    return f16_to_f32(h)

@@ -12,7 +12,8 @@ sample is exactly ``W*H*C*2`` bytes.  FP16 is stored little-endian.
 
 All data paths are vectorized: the tensor is first cast to FP16 in one contiguous
 pass, then each group of 8 channels (and the one partial group) is moved as a single
-opaque 2..16-byte unit by one strided copy.
+opaque 2..16-byte unit by one strided copy.  With the compiled module
+(:mod:`dvsdk.native`) a float32 tensor is converted and moved in one pass, same bits.
 """
 
 from __future__ import annotations
@@ -23,10 +24,11 @@ from typing import Any
 
 import numpy as np
 
+from .. import native
 from ..errors import LayoutError
 from .fp16 import f16_to_f32
 
-__all__ = ["pack", "unpack", "offset", "offsets", "nbytes"]
+__all__ = ["pack", "unpack", "to_chunks", "from_chunks", "offset", "offsets", "nbytes"]
 
 _F16 = np.dtype("<f2")
 _CHUNK = 8
@@ -53,9 +55,10 @@ def _scratch_f16(shape: tuple[int, ...]) -> np.ndarray:
     return buf[:count].reshape(shape)
 
 
-def _unit(n_channels: int) -> np.dtype:
-    """A dtype whose one element is ``n_channels`` FP16 values (an opaque copy unit)."""
-    nb = 2 * n_channels
+def _unit(n_channels: int, itemsize: int = 2) -> np.dtype:
+    """A dtype whose one element is ``n_channels`` values of ``itemsize`` bytes (an opaque
+    copy unit)."""
+    nb = itemsize * n_channels
     return _UNIT.get(nb, np.dtype(f"V{nb}"))
 
 
@@ -153,7 +156,9 @@ def pack(x: Any, transpose: bool = False) -> np.ndarray:
     n, h, w, c, _ = _check_shape(arr.shape)
     arr = arr.reshape(n, h, w, c)
     out = np.empty(n * h * w * c, dtype=_F16)
-    whc = w * h * c
+    if native.NATIVE is not None and arr.dtype == np.float32:
+        native.NATIVE.pack(arr, out, transpose)
+        return out
     nfull, rem = divmod(c, _CHUNK)
     identity = (transpose or h == 1 or w == 1) and nfull + (rem > 0) == 1
     with np.errstate(over="ignore", invalid="ignore"):
@@ -163,19 +168,81 @@ def pack(x: Any, transpose: bool = False) -> np.ndarray:
             return out
         src = _scratch_f16((n, h, w, c))
         src[...] = arr
+    _to_chunked(src, out, transpose)
+    return out
+
+
+def _to_chunked(src: np.ndarray, out: np.ndarray, transpose: bool) -> None:
+    """Contiguous ``src`` (N, H, W, C) into the 1-D ``out`` of the same dtype, in the
+    chunked order: each group of 8 channels (and the one partial group) moves as one
+    opaque unit by one strided copy."""
+    n, h, w, c = src.shape
+    whc, item = w * h * c, src.dtype.itemsize
+    nfull, rem = divmod(c, _CHUNK)
     dst2 = out.reshape(n, whc)
     # Destination spatial order: (W, H) for DWHC, (H, W) for DHWC.
     dshape = (w, h) if not transpose else (h, w)
     if nfull:
-        u = _unit(_CHUNK)
+        u = _unit(_CHUNK, item)
         s = src[..., : nfull * _CHUNK].view(u).reshape(n, h, w, nfull)
         d = dst2[:, : nfull * _CHUNK * w * h].view(u).reshape(n, nfull, *dshape)
         d[...] = s.transpose((0, 3, 2, 1) if not transpose else (0, 3, 1, 2))
     if rem:
-        u = _unit(rem)
+        u = _unit(rem, item)
         s = src[..., nfull * _CHUNK :].view(u).reshape(n, h, w)
         d = dst2[:, nfull * _CHUNK * w * h :].view(u).reshape(n, *dshape)
         d[...] = s.transpose((0, 2, 1)) if not transpose else s
+
+
+def _from_chunked(flat: np.ndarray, tmp: np.ndarray, transpose: bool) -> None:
+    """The inverse of :func:`_to_chunked`: 1-D ``flat`` into contiguous ``tmp``
+    (N, H, W, C) of the same dtype."""
+    n, h, w, c = tmp.shape
+    whc, item = w * h * c, flat.dtype.itemsize
+    nfull, rem = divmod(c, _CHUNK)
+    src2 = flat.reshape(n, whc)
+    dshape = (w, h) if not transpose else (h, w)
+    if nfull:
+        u = _unit(_CHUNK, item)
+        s = src2[:, : nfull * _CHUNK * w * h].view(u).reshape(n, nfull, *dshape)
+        d = tmp[..., : nfull * _CHUNK].view(u).reshape(n, h, w, nfull)
+        d[...] = s.transpose((0, 3, 2, 1) if not transpose else (0, 2, 3, 1))
+    if rem:
+        u = _unit(rem, item)
+        s = src2[:, nfull * _CHUNK * w * h :].view(u).reshape(n, *dshape)
+        d = tmp[..., nfull * _CHUNK :].view(u).reshape(n, h, w)
+        d[...] = s.transpose((0, 2, 1)) if not transpose else s
+
+
+def to_chunks(x: np.ndarray, transpose: bool = False) -> np.ndarray:
+    """A float32 ``(H, W, C)`` or ``(N, H, W, C)`` tensor in the chunked order (§1), as a
+    new 1-D float32 array: :func:`pack`'s element order without the rounding to FP16
+    (element-wise work on it is layout-agnostic, see ``dvsdk.runtime.cpusteps``)."""
+    arr = np.asarray(x, np.float32)
+    n, h, w, c, _ = _check_shape(arr.shape)
+    arr = arr.reshape(n, h, w, c)
+    out = np.empty(n * h * w * c, np.float32)
+    if native.NATIVE is not None:
+        native.NATIVE.pack(arr, out, transpose)
+    else:
+        _to_chunked(np.ascontiguousarray(arr), out, transpose)
+    return out
+
+
+def from_chunks(flat: np.ndarray, shape: Sequence[int], transpose: bool = False
+                ) -> np.ndarray:
+    """The inverse of :func:`to_chunks`: a new float32 array of ``shape``."""
+    n, h, w, c, _ = _check_shape(shape)
+    src = np.ascontiguousarray(flat, np.float32).reshape(-1)
+    if src.size != n * h * w * c:
+        raise LayoutError(f"buffer holds {src.size} elements, shape {tuple(shape)} needs "
+                          f"{n * h * w * c}", field="buf.size", value=src.size,
+                          limit=n * h * w * c)
+    out = np.empty(tuple(shape), np.float32)
+    if native.NATIVE is not None:
+        native.NATIVE.unpack(src, out.reshape(n, h, w, c), transpose)
+    else:
+        _from_chunked(src, out.reshape(n, h, w, c), transpose)
     return out
 
 
@@ -215,21 +282,13 @@ def unpack(buf: Any, shape: Sequence[int], transpose: bool = False) -> np.ndarra
             value=flat.size,
             limit=need,
         )
+    if native.NATIVE is not None:
+        out = np.empty(tuple(shape), np.float32)
+        native.NATIVE.unpack(flat, out.reshape(n, h, w, c), transpose)
+        return out
     nfull, rem = divmod(c, _CHUNK)
     if (transpose or h == 1 or w == 1) and nfull + (rem > 0) == 1:
         return f16_to_f32(flat).reshape(tuple(shape))
-    whc = w * h * c
-    src2 = flat.reshape(n, whc)
     tmp = _scratch_f16((n, h, w, c))
-    dshape = (w, h) if not transpose else (h, w)
-    if nfull:
-        u = _unit(_CHUNK)
-        s = src2[:, : nfull * _CHUNK * w * h].view(u).reshape(n, nfull, *dshape)
-        d = tmp[..., : nfull * _CHUNK].view(u).reshape(n, h, w, nfull)
-        d[...] = s.transpose((0, 3, 2, 1) if not transpose else (0, 2, 3, 1))
-    if rem:
-        u = _unit(rem)
-        s = src2[:, nfull * _CHUNK * w * h :].view(u).reshape(n, *dshape)
-        d = tmp[..., nfull * _CHUNK :].view(u).reshape(n, h, w)
-        d[...] = s.transpose((0, 2, 1)) if not transpose else s
+    _from_chunked(flat, tmp, transpose)
     return f16_to_f32(tmp).reshape(tuple(shape))

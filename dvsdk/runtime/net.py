@@ -6,7 +6,10 @@ and commits one command list per hardware segment.  ``net.run(x)`` takes the
 model's own inputs (NCHW float32 for an ONNX model, a dict for several) and
 returns ``{output name: array}`` in the model's own shapes and element types (META
 ``dtype``: float32 for float tensors), so results compare directly with onnxruntime.
-CPU ops run between segments; every CPU↔device hand-over is an explicit cache sync.
+CPU ops run between segments; every CPU↔device hand-over is an explicit cache sync, one
+per segment boundary and byte range (element-wise ops run in the device's layout:
+:mod:`.cpusteps`; ``cpu_steps="unpack"`` selects the reference path that converts every
+tensor to NCHW and back, per op).
 
 Threads: a :class:`Net` may be shared by threads.  Its runs take turns on one lock (the
 device runs one stream at a time anyway): ``run`` holds it from upload to outputs,
@@ -29,6 +32,7 @@ from ..driver.device import Device, check_timeout, open_device
 from ..errors import DeviceError, InvalidArgument, NetFileError
 from ..hw import layout
 from ..netfile import NetFile, check, check_hardware, read
+from . import cpusteps
 from .handle import RunContext, RunHandle, RunStats, SegmentStats, spec_dtype, to_ir
 from .records import decode_attr, relocate, verify
 
@@ -36,8 +40,15 @@ from .records import decode_attr, relocate, verify
 class Net:
     """A compiled network loaded on a device."""
 
-    def __init__(self, source: str | os.PathLike | NetFile, device: Device | str | None = None
-                 ) -> None:
+    def __init__(self, source: str | os.PathLike | NetFile, device: Device | str | None = None,
+                 cpu_steps: str | None = None) -> None:
+        #: how CPU steps run: "device" (element-wise ops on the device's layout, one sync
+        #: per segment boundary) or "unpack" (the reference: NCHW per tensor and op);
+        #: default from DVSDK_CPU_STEPS, else "device"
+        self.cpu_steps = cpu_steps or os.environ.get("DVSDK_CPU_STEPS", "").strip() or "device"
+        if self.cpu_steps not in cpusteps.MODES:
+            raise InvalidArgument("unknown way to run CPU steps", field="cpu_steps",
+                                  value=self.cpu_steps, limit=cpusteps.MODES)
         self.file = source if isinstance(source, NetFile) else read(source)
         if isinstance(source, NetFile):
             check(source)       # read() has checked META; a NetFile may come from anywhere
@@ -108,6 +119,7 @@ class Net:
             else:
                 raise NetFileError("unknown program step", field="kind", value=step["kind"],
                                    limit=("hw", "cpu"))
+        self._segments = cpusteps.segments(self.steps)
         return ctx
 
     # -- tensors between host and arena ---------------------------------------------------
@@ -143,7 +155,8 @@ class Net:
                 raise NetFileError("tensor has no value at this point", field="tensor",
                                    value=name)
             h.host[name] = self._download(h.ctx, name, h.stats)
-        return h.host[name]
+        v = h.host[name]
+        return v.nchw() if isinstance(v, cpusteps.Chunked) else v
 
     # -- running ------------------------------------------------------------------------
     def _feeds(self, x: Any) -> dict[str, np.ndarray]:
@@ -241,6 +254,8 @@ class Net:
             for t in list(h.host):   # the device may have rewritten any arena tensor
                 if self._dev(t) is not None:
                     del h.host[t]
+        elif self.cpu_steps == "device":
+            cpusteps.step(self, h)
         else:
             op_type, attrs, inputs, outputs, name = payload
             args = [self._value(h, i) if i else None for i in inputs]
@@ -374,6 +389,8 @@ def _from_hwc(hwc: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
     return hwc.reshape(shape)
 
 
-def load(path: str | os.PathLike | NetFile, device: Device | str | None = None) -> Net:
-    """Load a net.bin on ``device`` (a Device, a URL, or None for the default)."""
-    return Net(path, device)
+def load(path: str | os.PathLike | NetFile, device: Device | str | None = None,
+         cpu_steps: str | None = None) -> Net:
+    """Load a net.bin on ``device`` (a Device, a URL, or None for the default);
+    ``cpu_steps`` as :class:`Net` takes it."""
+    return Net(path, device, cpu_steps)

@@ -11,16 +11,18 @@ activation, and for every tensor kept in the unified buffer between runs
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, field
 
 import numpy as np
 
+from .. import native
 from ..errors import DvsdkError
 from ..hw import dims, layout
 from ..hw.fp16 import fp16_value
 from ..hw.spec import SPEC
 from ..hw.weights import unpack_conv_weights, unpack_dilated_weights
-from . import ops
+from . import kernels, ops
 from .core import CoreState
 from .status import Hang, HardwareError
 from .timing import conv_run_bytes, conv_run_cycles
@@ -28,6 +30,7 @@ from .timing import conv_run_bytes, conv_run_cycles
 CONFIG = SPEC.struct("conv_config")
 CONFIG_RUN = SPEC.struct("conv_config_run")
 CFG_ADDR = int(SPEC.stream["cfg_image_address"])
+_TOPO = CFG_ADDR + CONFIG.offset("topo")  # the header's u32 run mask
 POOL = SPEC.enum("pool_enable")
 NO_BUFFER = 0xDEADBEEF
 #: per-command work limit of the simulator (a 300 MHz ZIA-C2 does ~1.7e11 MAC/s; this is
@@ -56,14 +59,15 @@ def _pads(word: int, mask_a: int) -> tuple[int, int, int, int]:
 def run_configuration(core: CoreState) -> None:
     """START was written: decode the image and run every sample of the batch."""
     table_word, core.u8_table = core.u8_table, NO_BUFFER  # consumed per command
-    hdr = _decoded(CONFIG, core.cfg_mem, CFG_ADDR)
-    nruns = int(hdr["topo"]).bit_length()
+    topo = int(core.cfg_mem[_TOPO : _TOPO + 4].view("<u4")[0])
+    nruns = topo.bit_length()
     end = CFG_ADDR + CONFIG.size + nruns * CONFIG_RUN.size
     if nruns == 0 or end > core.cfg_mem.size:
-        raise HardwareError("bad_config", CFG_ADDR, f"topo {hdr['topo']:#x} selects no runs")
+        raise HardwareError("bad_config", CFG_ADDR, f"topo {topo:#x} selects no runs")
     try:
         key = (core.cfg_mem[CFG_ADDR:end].tobytes(), table_word != NO_BUFFER)
         plan = core.conv_plans.get(key)
+        hdr = plan.hdr if plan is not None else _decoded(CONFIG, core.cfg_mem, CFG_ADDR)
         if plan is None:
             runs = [_decoded(CONFIG_RUN, core.cfg_mem, CFG_ADDR + CONFIG.size
                              + i * CONFIG_RUN.size) for i in range(nruns)]
@@ -120,6 +124,8 @@ class ConvPlan:
     elt_shape: tuple[int, int, int] | None
     in_bytes_one: int
     one: ConvTotals
+    #: per run, its prepared step (kernels.make_step), by whether the compiled loops are on
+    steps: dict = field(default_factory=dict)
 
 
 def _plan(core: CoreState, hdr: dict, runs: list[dict], u8_input: bool) -> ConvPlan:
@@ -206,17 +212,21 @@ def _execute(core: CoreState, plan: ConvPlan, table_word: int) -> None:
     w, h, c = hdr["w"], hdr["h"], hdr["c"]
     weights = [_load_weights(core, run, shp[0][3], size) if size else None
                for run, shp, size in zip(runs, plan.shapes, plan.weight_sizes)]
+    mode = native.NATIVE is not None
+    steps = plan.steps.get(mode)
+    if steps is None:
+        steps = plan.steps[mode] = [kernels.make_step(run, _run) for run in runs]
     for n in range(batch):
         x = _read_input(core, hdr["input_base_addr"] + n * plan.in_bytes_one, (h, w, c),
                         table_word)
         addend = None
         if plan.elt_shape is not None:
-            eb = 2 * int(np.prod(plan.elt_shape))
+            eb = 2 * math.prod(plan.elt_shape)
             addend = core.mem.read_tensor(hdr["eltwise_base_addr"] + n * eb, plan.elt_shape)
         cur = x
-        for i, run in enumerate(runs):
+        for i in range(len(runs)):
             src = x if i == 0 or topo >> (i - 1) & 1 else cur
-            y = _run(run, src, weights[i], addend if i == 0 else None)
+            y = steps[i](src, weights[i], addend if i == 0 else None)
             if plan.out_offs[i] is not None:
                 addr = hdr["output_base_addr"] + n * plan.out_total + plan.out_offs[i]
                 core.mem.write_tensor(addr, y)
@@ -324,7 +334,7 @@ def _decode_weights(blob: np.ndarray, run: dict, in_c: int, size: int) -> tuple:
                                                run["actfunc"] == 4)
     if not dw:  # (M, C, ky, kx) over (ky, kx, C, M) memory: the matmul operand, no copy
         wts = np.ascontiguousarray(wts.transpose(2, 3, 1, 0)).transpose(3, 2, 0, 1)
-    return wts, bias, prelu, size
+    return wts, bias, prelu, size, {}  # {}: what kernels.make_step derives from them
 
 
 def _run(run: dict, x: np.ndarray, wb: tuple | None, addend: np.ndarray | None) -> np.ndarray:
@@ -336,7 +346,7 @@ def _run(run: dict, x: np.ndarray, wb: tuple | None, addend: np.ndarray | None) 
     if run["lrn"] & 1:
         t = ops.lrn(x, (run["lrn"] >> 8) & 0xF)
     elif ce:
-        wts, bias, prelu, _ = wb
+        wts, bias, prelu = wb[:3]
         kx, ky = _xy(run["p"])
         stride = _xy(run["conv_stride"])
         pads = _pads(run["conv_pad"], 0x7F)

@@ -116,6 +116,8 @@ class CoreState:
         self.weight_cache_bytes = 0
         #: configuration images worked out (conv_unit.ConvPlan), by image bytes
         self.conv_plans: dict[tuple, object] = {}
+        #: stream chunks decoded (decode.Decoded), by address and content
+        self._chunks: dict[tuple, object] = {}
         #: the running stream's byte and cycle totals (conv_unit.ConvTotals)
         self.totals: Any = None
         self.kick_commands = 0  # conv commands started by the running kick

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import threading
 import warnings
+from bisect import bisect_left, bisect_right, insort
 
 import numpy as np
 
@@ -57,14 +58,22 @@ def _intervals_overlap(spans: list[tuple[int, int]], a: int, b: int) -> tuple[in
 
 
 def _add_span(spans: list[tuple[int, int]], a: int, b: int) -> list[tuple[int, int]]:
-    out, s0, e0 = [], a, b
-    for s, e in sorted(spans):
-        if e < s0 or s > e0:
-            out.append((s, e))
-        else:
-            s0, e0 = min(s, s0), max(e, e0)
-    out.append((s0, e0))
-    return sorted(out)
+    """``spans`` (sorted, disjoint, not touching) with ``[a, b)`` merged in, as a new list."""
+    i = bisect_left(spans, (a, a))
+    if i and spans[i - 1][1] >= a:
+        i -= 1
+    j = i
+    while j < len(spans) and spans[j][0] <= b:
+        j += 1
+    if i < j:
+        a, b = min(a, spans[i][0]), max(b, spans[j - 1][1])
+    return spans[:i] + [(a, b)] + spans[j:]
+
+
+def _span_of(spans: list[tuple[int, int]], a: int, b: int) -> tuple[int, int] | None:
+    """The first to the last byte of ``[a, b)`` that ``spans`` cover, or None."""
+    hits = [(max(s, a), min(e, b)) for s, e in spans if s < b and a < e]
+    return (hits[0][0], hits[-1][1]) if hits else None
 
 
 #: per kick protocol: the register whose write acknowledges a unit's interrupt
@@ -80,26 +89,67 @@ def _acks(unit: str, value: int) -> bool:
 
 
 class SimDmaBuffer(DmaBuffer):
-    """A DMA buffer whose CPU view and DRAM content are separate arrays."""
+    """A DMA buffer whose CPU view and DRAM content are separate arrays.
+
+    The CPU's pending stores are tracked two ways.  Stores through :meth:`write` record
+    their byte spans (``cpu_written``): a clean writes back exactly those, and a device read
+    that overlaps one is a coherence problem, found without looking at the data.  The raw
+    ``view`` (and :meth:`array`) can be stored to behind our back, so the first time either
+    is handed out the buffer keeps a ``snapshot`` of what the CPU held at the last sync and
+    from then on also compares against it, as a cache that cannot see stores would have to.
+    The runtime and the driver only use the checked accessors, so their buffers never pay
+    for the comparison."""
 
     def __init__(self, device: SimDevice, offset: int, nbytes: int, name: str) -> None:
+        self._raw = False  # the raw view was handed out (class docstring)
         super().__init__(device, device.dram_base + offset, np.zeros(nbytes, np.uint8), name)
         self.sim = device
         self.dram_off = offset
-        self.snapshot = np.zeros(nbytes, np.uint8)  # what the CPU view held at the last sync
+        #: what the CPU view held at the last sync; kept once the raw view was handed out
+        self.snapshot: np.ndarray | None = None
         self.device_dirty: list[tuple[int, int]] = []
         self.cpu_written: list[tuple[int, int]] = []  # spans written through write()
+
+    @property
+    def view(self) -> np.ndarray:  # type: ignore[override]
+        """The raw CPU view: stores through it are found by comparison from now on."""
+        if not self._raw:
+            with self.sim.lock:
+                if not self._raw:
+                    self.snapshot = self._mem.copy()  # pending stores are in cpu_written
+                    self._raw = True
+        return self._mem
+
+    @view.setter
+    def view(self, value: np.ndarray) -> None:
+        self._mem = value
+
+    @property
+    def size(self) -> int:
+        return int(self._mem.size)
+
+    @property
+    def raw(self) -> bool:
+        """Whether the raw view was handed out (CPU stores are then also found by
+        comparison, see the class docstring)."""
+        return self._raw
+
+    def read(self, offset: int = 0, nbytes: int | None = None) -> np.ndarray:
+        offset, nbytes = self._range(offset, nbytes)
+        self._check_cpu_read(offset, nbytes)
+        return self._mem[offset : offset + nbytes].copy()
 
     def _dram(self, offset: int, nbytes: int) -> np.ndarray:
         return self.sim.dram[self.dram_off + offset : self.dram_off + offset + nbytes]
 
     def write(self, offset: int, data) -> None:
         """A CPU store: the lines become dirty whatever the value (as in a real cache)."""
+        raw = np.frombuffer(memoryview(np.ascontiguousarray(data)).cast("B"), np.uint8)
+        offset, n = self._range(offset, raw.size)
         with self.sim.lock:
-            super().write(offset, data)
-            n = np.asarray(data).nbytes if not isinstance(data, (bytes, bytearray)) \
-                else len(data)
-            self.cpu_written = _add_span(self.cpu_written, offset, offset + n)
+            self._mem[offset : offset + n] = raw
+            if n:
+                self.cpu_written = _add_span(self.cpu_written, offset, offset + n)
 
     def free(self) -> None:
         with self.sim.lock:
@@ -112,14 +162,27 @@ class SimDmaBuffer(DmaBuffer):
     def _clean(self, offset: int, nbytes: int) -> None:
         """Clean: write back what the CPU stored since the last sync (write() spans, plus
         any byte changed through the raw view)."""
-        cpu = self.view[offset : offset + nbytes]
-        snap = self.snapshot[offset : offset + nbytes]
+        end = offset + nbytes
+        if not self._raw:
+            spans = [(max(s, offset), min(e, end)) for s, e in self.cpu_written
+                     if s < end and offset < e]
+            if not spans:
+                return
+            self.cpu_written = remove_span(self.cpu_written, offset, end)
+            dram, mem = self.sim.dram, self.sim.core.mem
+            for s, e in spans:
+                mem.release(self.phys + s, e - s, whole=True)
+                dram[self.dram_off + s : self.dram_off + e] = self._mem[s:e]
+            return
+        assert self.snapshot is not None
+        cpu = self._mem[offset:end]
+        snap = self.snapshot[offset:end]
         dirty = cpu != snap
         for s, e in self.cpu_written:
-            a, b = max(s, offset), min(e, offset + nbytes)
+            a, b = max(s, offset), min(e, end)
             if a < b:
                 dirty[a - offset : b - offset] = True
-        self.cpu_written = remove_span(self.cpu_written, offset, offset + nbytes)
+        self.cpu_written = remove_span(self.cpu_written, offset, end)
         if dirty.any():
             where = np.flatnonzero(dirty)
             lo, hi = int(where[0]), int(where[-1]) + 1
@@ -134,9 +197,11 @@ class SimDmaBuffer(DmaBuffer):
             self._clean(offset, nbytes)
             self.sim.core.mem.materialize(self.phys + offset, nbytes)
             fresh = self._dram(offset, nbytes)
-            self.view[offset : offset + nbytes] = fresh
-            self.snapshot[offset : offset + nbytes] = fresh
-            self.device_dirty = remove_span(self.device_dirty, offset, offset + nbytes)
+            self._mem[offset : offset + nbytes] = fresh
+            if self.snapshot is not None:
+                self.snapshot[offset : offset + nbytes] = fresh
+            if self.device_dirty:
+                self.device_dirty = remove_span(self.device_dirty, offset, offset + nbytes)
 
     def _check_cpu_read(self, offset: int, nbytes: int) -> None:
         # device_dirty is replaced whole (never mutated), so reading it needs no lock
@@ -165,6 +230,8 @@ class SimDevice(Device):
         self.dram = np.zeros(dram_mb << 20, np.uint8)
         self.allocator = RegionAllocator(self.dram.size, base=self.dram_base)
         self.buffers: dict[int, SimDmaBuffer] = {}
+        self._starts: list[int] = []  # the buffers' offsets, sorted (for _buffers_in)
+        self._checked: set[tuple[str, int]] = set()  # register accesses found valid
         self.coherence = coherence
         #: serializes the simulated hardware (module docstring)
         self.lock = threading.RLock()
@@ -219,10 +286,13 @@ class SimDevice(Device):
         return self.params.kick
 
     def _unit(self, unit: str, offset: int) -> None:
+        if (unit, offset) in self._checked:  # (checked once: the rule never changes)
+            return
         self.check_reg(unit, offset)
         if unit not in self.params.units and unit not in self.windows[len(UNITS):]:
             raise InvalidArgument("this simulated device has no such unit", field="unit",
                                   value=unit, limit=self.params.units)
+        self._checked.add((unit, offset))
 
     def read32(self, unit: str, offset: int) -> int:
         # one word of the register file: atomic without the lock (a read while another
@@ -246,11 +316,13 @@ class SimDevice(Device):
             self.core.mem.release(self.dram_base + off, int(nbytes))
             self.dram[off : off + nbytes] = 0
             self.buffers[off] = buf
+            insort(self._starts, off)
             return buf
 
     def release(self, buf: SimDmaBuffer) -> None:
         with self.lock:
-            self.buffers.pop(buf.dram_off, None)
+            if self.buffers.pop(buf.dram_off, None) is not None:
+                self._starts.remove(buf.dram_off)
             self.allocator.free(buf.dram_off)
 
     def wait_irq(self, unit: str, timeout: float) -> None:
@@ -325,14 +397,26 @@ class SimDevice(Device):
 
     def _buffers_in(self, addr: int, n: int):
         lo, hi = addr - self.dram_base, addr - self.dram_base + n
-        for off, buf in self.buffers.items():
-            if off < hi and lo < off + buf.size:
-                yield buf, max(lo, off) - off, min(hi, off + buf.size) - off
+        starts, buffers = self._starts, self.buffers
+        i = max(bisect_right(starts, lo) - 1, 0)
+        while i < len(starts) and starts[i] < hi:
+            off = starts[i]
+            buf = buffers[off]
+            end = off + buf._mem.size
+            if lo < end:
+                yield buf, max(lo, off) - off, min(hi, end) - off
+            i += 1
 
     def _device_read(self, addr: int, n: int) -> None:
         if self.coherence == "off":
             return
         for buf, a, b in self._buffers_in(addr, n):
+            if not buf.raw:
+                # only write() can have stored: its spans say exactly what is pending
+                hit = buf.cpu_written and _span_of(buf.cpu_written, a, b)
+                if hit:
+                    self._report_read(buf, *hit)
+                continue
             if id(buf) in self._clean_in_kick:
                 continue
             if not buf.cpu_written and same_bytes(buf.view, buf.snapshot):
@@ -350,14 +434,16 @@ class SimDevice(Device):
                     dirty[lo - a : hi - a] = True
             diff = np.flatnonzero(dirty)
             if diff.size:
-                msg = (f"device read of bytes {a + diff[0]}..{a + diff[-1] + 1} of {buf.name}, "
-                       "written by the CPU without sync_for_device")
-                err = CoherenceError(msg, buffer=buf.name, start=int(a + diff[0]),
-                                     end=int(a + diff[-1] + 1))
-                if self.coherence == "error":
-                    self.coherence_errors[self._running or "conv"].append(err)
-                else:
-                    warnings.warn(msg, stacklevel=2)
+                self._report_read(buf, int(a + diff[0]), int(a + diff[-1] + 1))
+
+    def _report_read(self, buf: SimDmaBuffer, start: int, end: int) -> None:
+        msg = (f"device read of bytes {start}..{end} of {buf.name}, "
+               "written by the CPU without sync_for_device")
+        err = CoherenceError(msg, buffer=buf.name, start=start, end=end)
+        if self.coherence == "error":
+            self.coherence_errors[self._running or "conv"].append(err)
+        else:
+            warnings.warn(msg, stacklevel=3)
 
     def _device_write(self, addr: int, n: int) -> None:
         for buf, a, b in self._buffers_in(addr, n):

@@ -21,11 +21,14 @@ An injected bit flip always writes the tensor at once, flipped, and keeps no val
 
 from __future__ import annotations
 
+import math
+from bisect import bisect_left, insort
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 
+from .. import native
 from ..hw import layout
 from ..hw.fp16 import f32_to_f16
 from .status import HardwareError
@@ -33,9 +36,6 @@ from .status import HardwareError
 #: bytes per entry of the write clock behind :meth:`Dram.version` (2**6: the DMA
 #: allocators' alignment, so two buffers never share an entry)
 LINE_SHIFT = 6
-#: the stored tensors are indexed by 64 KiB page, so finding those that overlap an access
-#: costs the tensors near it, not all of them (a batch of N samples stores N tensors)
-PAGE_SHIFT = 16
 
 
 #: bytes compared at a time by :func:`same_bytes` (its temporary is an eighth of this)
@@ -70,6 +70,15 @@ def remove_span(spans: list[tuple[int, int]], a: int, b: int) -> list[tuple[int,
         if e > b:
             out.append((b, e))
     return out
+
+
+def _packed(values: np.ndarray) -> np.ndarray:
+    """The chunked FP16 bytes of binary16-valued float32 ``values`` (HWC): converted and
+    moved in one compiled pass, or with numpy converted by ``f32_to_f16`` first (exact for
+    such values, and faster than numpy's cast)."""
+    if native.NATIVE is not None:
+        return layout.pack(values).view(np.uint8)
+    return layout.pack(f32_to_f16(values)).view(np.uint8)
 
 
 @dataclass(slots=True)
@@ -115,8 +124,9 @@ class Dram:
         self.flip_next_write = False
         self.tensor_limit = self.TENSOR_LIMIT
         self.tensors: dict[tuple[int, int], StoredTensor] = {}  # by (start, end) address
-        #: page -> keys of the tensors on it; built once there are many tensors
-        self._pages: dict[int, set[tuple[int, int]]] | None = None
+        #: the keys of ``tensors``, sorted, and the longest one's length (_overlapping)
+        self._keys: list[tuple[int, int]] = []
+        self._maxlen = 0
         self._kept_bytes = 0
         self._clock = 0
         # lazy mode: the write clock of each 64-byte line, for version() (np.zeros: pages
@@ -170,7 +180,7 @@ class Dram:
         self._span(addr, n)
         if self.flip_next_write or not self.lazy:
             flip = self.flip_next_write
-            packed = layout.pack(f32_to_f16(values)).view(np.uint8)
+            packed = _packed(values)
             self.write(addr, packed)
             if not flip:
                 self._keep(StoredTensor(addr, addr + n, values, packed, [(addr, addr + n)]))
@@ -184,7 +194,7 @@ class Dram:
     def read_tensor(self, addr: int, shape: tuple[int, ...]) -> np.ndarray:
         """``layout.unpack(read(addr, nbytes), shape)``, from the stored values when they
         are valid.  The result may be shared and read-only: callers must not modify it."""
-        n = 2 * int(np.prod(shape))
+        n = 2 * math.prod(int(d) for d in shape)
         off = self._span(addr, n)
         if self.on_read:
             self.on_read(addr, n)
@@ -199,11 +209,9 @@ class Dram:
         """Write out the stored tensors whose unwritten bytes overlap ``[addr, addr+n)``
         (lazy mode); the simulated DMA calls it before the CPU reads DRAM."""
         end = addr + n
-        near = self._overlapping(addr, end) if len(self.tensors) > 32 else \
-            self.tensors.values()
-        for t in [t for t in near if t.packed is None
+        for t in [t for t in self._overlapping(addr, end) if t.packed is None
                   and any(s < end and addr < e for s, e in t.live)]:
-            packed = layout.pack(f32_to_f16(t.values)).view(np.uint8)
+            packed = _packed(t.values)
             for s, e in t.live:
                 self.array[s - self.base : e - self.base] = packed[s - t.addr : e - t.addr]
             if t.whole:
@@ -238,48 +246,35 @@ class Dram:
         t.values.flags.writeable = False
         key = (t.addr, t.end)
         self.tensors[key] = t
-        if self._pages is not None:
-            self._index(key)
+        insort(self._keys, key)
+        self._maxlen = max(self._maxlen, t.end - t.addr)
         self._kept_bytes += t.values.nbytes
 
     def _drop(self, t: StoredTensor) -> None:
         key = (t.addr, t.end)
         del self.tensors[key]
-        if self._pages is not None:
-            for page in range(t.addr >> PAGE_SHIFT, ((t.end - 1) >> PAGE_SHIFT) + 1):
-                keys = self._pages[page]
-                keys.discard(key)
-                if not keys:
-                    del self._pages[page]
+        del self._keys[bisect_left(self._keys, key)]
+        if not self._keys:
+            self._maxlen = 0
         self._kept_bytes -= t.values.nbytes
 
-    def _index(self, key: tuple[int, int]) -> None:
-        assert self._pages is not None
-        for page in range(key[0] >> PAGE_SHIFT, ((key[1] - 1) >> PAGE_SHIFT) + 1):
-            self._pages.setdefault(page, set()).add(key)
-
     def _overlapping(self, a: int, b: int) -> list[StoredTensor]:
-        """The stored tensors overlapping ``[a, b)`` (their live ranges are disjoint, so
-        the order does not matter); used once there are many (the page index is built on
-        first use and kept up to date from then on)."""
-        tensors = self.tensors
-        if self._pages is None:
-            self._pages = {}
-            for key in tensors:
-                self._index(key)
-        first, last = a >> PAGE_SHIFT, (b - 1) >> PAGE_SHIFT
-        if last - first >= len(self._pages):
-            return [t for (s, e), t in tensors.items() if s < b and a < e]
-        keys = {k for p in range(first, last + 1) for k in self._pages.get(p, ())
-                if k[0] < b and a < k[1]}
-        return [tensors[k] for k in keys]
+        """The stored tensors whose address range overlaps ``[a, b)``, found by bisection
+        in the sorted keys: those starting before ``b`` and less than the longest
+        tensor's length before ``a`` (a batch of N samples stores N tensors)."""
+        keys, out = self._keys, []
+        j = bisect_left(keys, (b, -1)) - 1
+        floor = a - self._maxlen
+        while j >= 0 and keys[j][0] > floor:
+            if keys[j][1] > a:
+                out.append(self.tensors[keys[j]])
+            j -= 1
+        return out
 
     def _clip(self, a: int, b: int) -> None:
         """``[a, b)`` is about to be overwritten whole: written tensors there are dropped,
         unwritten ones lose that part (and are dropped when nothing is left)."""
-        near = self._overlapping(a, b) if len(self.tensors) > 32 else \
-            [t for t in self.tensors.values() if t.addr < b and a < t.end]
-        for t in near:
+        for t in self._overlapping(a, b):
             if t.packed is not None:
                 self._drop(t)
                 continue

@@ -33,16 +33,18 @@ from .conv_unit import ConvTotals, run_configuration
 from .core import (
     CFG_MEM_BYTES,
     IRQ_REGS,
-    PACKET,
     START_REGS,
     U8_TABLE_INDEX,
-    WRITE_MAGIC,
     CoreState,
     R,
 )
+from .decode import CFG, JUMP, REG, Decoded, decode
 from .status import STATUS, Hang, HardwareError
 from .timing import byte_counter_values
 from .units import run_ipu, run_maximizer
+
+_COUNTERS_LO = R["conv"]["BYTE_COUNTERS_LO"] // 4  # word indexes of the 2 x 8 counters
+_COUNTERS_HI = R["conv"]["BYTE_COUNTERS_HI"] // 4
 
 
 class Dv700Core(CoreState):
@@ -144,9 +146,8 @@ class Dv700Core(CoreState):
         conv = self.regs["conv"]
         addr = int(conv[R["conv"]["CMD_ADDR"] // 4])
         length = int(conv[R["conv"]["CMD_LEN"] // 4]) * 8
-        for i in range(16):  # counters reset per run ([INFER] §10.10)
-            conv[(R["conv"]["BYTE_COUNTERS_LO"] if i < 8 else R["conv"]["BYTE_COUNTERS_HI"]) // 4
-                 + i % 8] = 0
+        conv[_COUNTERS_LO : _COUNTERS_LO + 8] = 0  # counters reset per run ([INFER] §10.10)
+        conv[_COUNTERS_HI : _COUNTERS_HI + 8] = 0
         self.totals = ConvTotals()
         self.kick_commands = 0
         if addr % 8:
@@ -154,54 +155,53 @@ class Dv700Core(CoreState):
         if length == 0:
             raise HardwareError("stream_overrun", addr, "command stream length is 0")
         wd = self.params.watchdog
-        fetched = 0
-        chunk = self._fetch(addr, length, fetched)
-        fetched = length
-        pos = steps = 0
+        fetched = steps = 0
         irq_seen = False
-        while pos < chunk.size:
-            word = int(chunk[pos])
-            here = addr + 4 * pos
-            steps += 1
-            if steps > wd.stream_steps:
-                raise Hang(here, f"watchdog: {wd.stream_steps} packets decoded and no "
-                           "interrupt write (the stream loops or does not end)")
-            if word == 0:  # pad word
-                pos += 1
-                continue
-            if word & 1:  # jump
-                if pos + 1 >= chunk.size:
-                    raise HardwareError("stream_overrun", here, "jump packet cut by chunk end")
-                nlen, naddr = word & ~1, int(chunk[pos + 1])
-                if nlen % 8 or nlen == 0:
-                    raise HardwareError("misaligned", here, f"jump length {nlen} not 8k")
-                if naddr % 8:
-                    raise HardwareError("misaligned", naddr, "jump target not 8-byte aligned")
-                addr, chunk, pos = naddr, self._fetch(naddr, nlen, fetched), 0
-                fetched += nlen
-                continue
-            hdr = PACKET.unpack(word)
-            if not hdr["write"] or hdr["magic"] != WRITE_MAGIC:
-                raise HardwareError("unknown_packet", here, f"unknown packet word {word:#010x}")
-            n = hdr["count_minus_1"] + 1
-            if pos + 1 + n > chunk.size:
-                raise HardwareError("stream_overrun", here, "write packet cut by chunk end")
-            index = hdr["reg_index"]
-            if not hdr["increment"] and index * 4 == R["conv"]["CFG_DATA"]:
-                self._cfg_data(chunk[pos + 1 : pos + 1 + n], here)  # a configuration image
-            else:
-                for k in range(n):
-                    reg = index + k if hdr["increment"] else index
-                    irq_seen |= self._stream_write(reg, int(chunk[pos + 1 + k]), here)
-            pos += 1 + n
-        if not irq_seen:
-            raise HardwareError("stream_overrun", addr, "stream ended without interrupt write")
+        here, nbytes = addr, length
+        while True:  # chunk by chunk, each decoded once per content (decode.py)
+            chunk = self._fetch(here, nbytes, fetched)
+            fetched += nbytes
+            dec = self._decoded(chunk, here)
+            if steps + dec.steps > wd.stream_steps:  # the watchdog stops it in this chunk
+                dec = decode(chunk, here, wd.stream_steps - steps,
+                             f"watchdog: {wd.stream_steps} packets decoded and no interrupt "
+                             "write (the stream loops or does not end)")
+            steps += dec.steps
+            jump = None
+            for op in dec.ops:
+                kind = op[0]
+                if kind == REG:
+                    irq_seen |= self._stream_write(op[1], op[2], op[3])
+                elif kind == CFG:
+                    self._cfg_data(op[1], op[2])  # a configuration image
+                elif kind == JUMP:
+                    jump = op
+                elif op[1] == "hang":
+                    raise Hang(op[2], op[3])
+                else:
+                    raise HardwareError(op[1], op[2], op[3])
+            if jump is None:
+                break
+            here, nbytes = jump[1], jump[2]
+        if not irq_seen:  # (at the last chunk's address)
+            raise HardwareError("stream_overrun", here, "stream ended without interrupt write")
         t = self.totals
         counters = byte_counter_values(t.in_bytes + fetched, t.weight_bytes, t.out_bytes)
-        for i, v in enumerate(counters):
-            base = R["conv"]["BYTE_COUNTERS_LO"] if i < 8 else R["conv"]["BYTE_COUNTERS_HI"]
-            conv[base // 4 + i % 8] = v & 0xFFFFFFFF
+        words = [v & 0xFFFFFFFF for v in counters]
+        conv[_COUNTERS_LO : _COUNTERS_LO + 8] = words[:8]
+        conv[_COUNTERS_HI : _COUNTERS_HI + 8] = words[8:]
         return t.cycles + self._stream_cycles(fetched)
+
+    def _decoded(self, chunk: np.ndarray, addr: int) -> Decoded:
+        """``decode(chunk, addr)``, kept per address and content (the same command list
+        kicked again decodes nothing)."""
+        key = (addr, chunk.tobytes())
+        dec = self._chunks.get(key)
+        if dec is None:
+            if len(self._chunks) >= 256:
+                self._chunks.clear()
+            dec = self._chunks[key] = decode(chunk, addr)
+        return dec
 
     def _stream_cycles(self, fetched: int) -> int:
         return -(-fetched // self.params.bus_bytes_per_cycle)

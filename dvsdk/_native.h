@@ -1,0 +1,170 @@
+/*
+ * Shared by the translation units of dvsdk._native (see _native.c): exact binary16 <->
+ * float32 bit conversions with numpy's semantics, and the buffer helper.
+ */
+#ifndef DVSDK_NATIVE_H
+#define DVSDK_NATIVE_H
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+
+/* The hot loops are also compiled for AVX2 / AVX-512 where the toolchain can pick the
+ * variant at load time (x86-64 Linux); the results are the same bits, only wider vectors. */
+#if defined(__GNUC__) && defined(__x86_64__) && defined(__linux__)
+#define HOT __attribute__((target_clones("avx512f", "avx2", "default")))
+#define X86_F16C 1
+#else
+#define HOT
+#define X86_F16C 0
+#endif
+
+/* float32 patterns read and written as integers where the same memory is also accessed
+ * as float (the rounding of a block just computed): may_alias keeps the compiler from
+ * reordering the two kinds of access (the module is also built -fno-strict-aliasing) */
+#if defined(__GNUC__)
+typedef uint32_t __attribute__((may_alias)) u32a;
+#else
+typedef uint32_t u32a;
+#endif
+
+/* float32 -> nearest binary16 (ties to even), as binary16 bits; numpy's
+ * npy_floatbits_to_halfbits semantics: overflow -> inf, NaN keeps its top payload bits
+ * (0x7c01 if they are all zero), subnormal results rounded at 2**-24. */
+static inline uint16_t f32_to_f16_bits(uint32_t f)
+{
+    uint16_t sign = (uint16_t)((f >> 16) & 0x8000u);
+    uint32_t a = f & 0x7fffffffu;
+    if (a >= 0x7f800000u) {                     /* inf or NaN */
+        if (a == 0x7f800000u)
+            return sign | 0x7c00u;
+        uint16_t r = (uint16_t)(0x7c00u + ((a & 0x007fffffu) >> 13));
+        return sign | (r == 0x7c00u ? 0x7c01u : r);
+    }
+    if (a >= 0x477ff000u)                       /* rounds to 65536 and beyond: inf */
+        return sign | 0x7c00u;
+    if (a >= 0x38800000u) {                     /* normal binary16 */
+        uint32_t r = a + 0x0fffu + ((a >> 13) & 1u);
+        return sign | (uint16_t)((r - 0x38000000u) >> 13);
+    }
+    if (a < 0x33000000u)                        /* below half the smallest subnormal */
+        return sign;
+    /* subnormal: significand with its hidden bit, shifted to units of 2**-24 */
+    uint32_t e = a >> 23;                       /* 102 .. 112 */
+    uint32_t sig = (a & 0x007fffffu) | 0x00800000u;
+    uint32_t shift = 126u - e;                  /* 14 .. 24 */
+    uint32_t q = sig >> shift;
+    uint32_t rem = sig & ((1u << shift) - 1u);
+    uint32_t half = 1u << (shift - 1u);
+    if (rem > half || (rem == half && (q & 1u)))
+        q += 1u;
+    return sign | (uint16_t)q;
+}
+
+static inline uint32_t f16_bits_to_f32(uint16_t h)
+{
+    uint32_t sign = ((uint32_t)h & 0x8000u) << 16;
+    uint32_t e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
+    if (e == 0x1fu)
+        return sign | 0x7f800000u | (m << 13);
+    if (e != 0)
+        return sign | ((e + 112u) << 23) | (m << 13);
+    if (m == 0)
+        return sign;
+    float v = (float)m * (1.0f / 16777216.0f);   /* m * 2**-24, exact */
+    uint32_t u;
+    memcpy(&u, &v, 4);
+    return sign | u;
+}
+
+static inline int get_f32(PyObject *obj, Py_buffer *view, int writable, const char *name)
+{
+    if (PyObject_GetBuffer(obj, view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT |
+                           (writable ? PyBUF_WRITABLE : 0)) < 0)
+        return -1;
+    if (view->itemsize != 4 || strcmp(view->format ? view->format : "B", "f") != 0) {
+        PyErr_Format(PyExc_TypeError, "%s must be a contiguous float32 buffer", name);
+        PyBuffer_Release(view);
+        return -1;
+    }
+    return 0;
+}
+
+/* Round n float32 patterns to binary16 values (as float32 patterns), s -> d (must not
+ * overlap), in chunks: a branch-free loop that vectorizes does integer rounding at
+ * mantissa bit 13, right for zero and every normal binary16 result; only a chunk where
+ * something else occurred (subnormal result, overflow, inf, NaN) is gone over again with
+ * the general conversion. */
+#define ROUND_CHUNK 64
+
+static inline void round_block(const u32a *s, u32a *d, Py_ssize_t n)
+{
+    for (Py_ssize_t c0 = 0; c0 < n; c0 += ROUND_CHUNK) {
+        Py_ssize_t m = n - c0 < ROUND_CHUNK ? n - c0 : ROUND_CHUNK;
+        const u32a *sc = s + c0;
+        u32a *dc = d + c0;
+        uint32_t others = 0;
+        for (Py_ssize_t i = 0; i < m; i++) {
+            uint32_t u = sc[i], a = u & 0x7fffffffu;
+            others |= (uint32_t)(a - 1u < 0x387fffffu) | (uint32_t)(a >= 0x477ff000u);
+            dc[i] = (u + 0x0fffu + ((u >> 13) & 1u)) & 0xffffe000u;
+        }
+        if (!others)
+            continue;
+        for (Py_ssize_t i = 0; i < m; i++) {
+            uint32_t a = sc[i] & 0x7fffffffu;
+            if ((a - 1u < 0x387fffffu) | (a >= 0x477ff000u))
+                dc[i] = f16_bits_to_f32(f32_to_f16_bits(sc[i]));
+        }
+    }
+}
+
+/* numpy's semantics, element by element: maximum/minimum return a NaN operand unchanged
+ * and +0 for max(-0, 0); where(a > 0, a, a * slope) */
+static inline float act_relu6(float a)
+{
+    float m = (a != a) ? a : (a > 0.0f ? a : 0.0f);
+    return (m != m) ? m : (m < 6.0f ? m : 6.0f);
+}
+
+static inline float act_leaky(float a, float slope)
+{
+    return a > 0.0f ? a : a * slope;
+}
+
+/* The activations compiled here (ops.activation codes): 0 none, 2 leaky ReLU (slope),
+ * 4 PReLU (per-channel slopes), 6 ReLU6. */
+static inline int act_compiled(int act)
+{
+    return act == 0 || act == 2 || act == 4 || act == 6;
+}
+
+/* v[0..n) = act(v), channel of v[i] is ch0 + i (PReLU) */
+static inline void act_block(float *restrict v, Py_ssize_t n, int act, float slope,
+                             const float *restrict prelu)
+{
+    if (act == 6)
+        for (Py_ssize_t i = 0; i < n; i++) v[i] = act_relu6(v[i]);
+    else if (act == 2)
+        for (Py_ssize_t i = 0; i < n; i++) v[i] = act_leaky(v[i], slope);
+    else if (act == 4)
+        for (Py_ssize_t i = 0; i < n; i++) v[i] = act_leaky(v[i], prelu[i]);
+}
+
+#define FINISH_BLOCK 4096
+
+/* the conversions and layout moves of _native_f16.c */
+PyObject *dv_f16_to_f32(PyObject *self, PyObject *args);
+PyObject *dv_f32_to_f16(PyObject *self, PyObject *args);
+PyObject *dv_pack(PyObject *self, PyObject *args);
+PyObject *dv_unpack(PyObject *self, PyObject *args);
+void dv_f16_init(void);
+extern const char dv_f16_to_f32_doc[], dv_f32_to_f16_doc[], dv_pack_doc[], dv_unpack_doc[];
+/* the conv engine's helpers of _native_conv.c */
+PyObject *dv_im2col(PyObject *self, PyObject *args);
+PyObject *dv_avgpool(PyObject *self, PyObject *args);
+PyObject *dv_act_exp(PyObject *self, PyObject *args);
+extern const char dv_im2col_doc[], dv_avgpool_doc[], dv_act_exp_doc[];
+
+#endif

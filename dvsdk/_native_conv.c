@@ -1,0 +1,225 @@
+/*
+ * dvsdk._native: the conv engine's data movement and the activations that need numpy's
+ * transcendental functions (dvsdk/sim/ops.py is the reference; see _native.c).
+ *
+ * im2col: the matrix ops.conv2d builds from a padded copy and a sliding-window view, in
+ * one pass and without the padded copy: the same values, the same (rows, ky*kx*C) shape,
+ * so numpy's matrix product on it is the same call with the same sums.
+ * avgpool: ops.avg_pool's sum over the window taps in row-major order (padded positions
+ * add 0), then the multiplication by the parameter.
+ * act_exp: the part of ops.activation's sigmoid and ELU after numpy's exp / expm1, and the
+ * rounding, in one pass (numpy computes the transcendental function, so its bits stay).
+ */
+#include "_native.h"
+
+static int buf_f32(PyObject *obj, Py_buffer *b, int writable, int ndim, const char *name)
+{
+    if (get_f32(obj, b, writable, name) < 0)
+        return -1;
+    if (ndim && b->ndim != ndim) {
+        PyErr_Format(PyExc_ValueError, "%s must be %d-D", name, ndim);
+        PyBuffer_Release(b);
+        return -1;
+    }
+    return 0;
+}
+
+HOT static void im2col_rows(const float *restrict x, Py_ssize_t h, Py_ssize_t w,
+                            Py_ssize_t c, float *restrict out, Py_ssize_t oy0,
+                            Py_ssize_t rows, Py_ssize_t ow, int kx, int ky, int sx, int sy,
+                            int dx, int dy, int pl, int pt, int ux, int uy)
+{
+    size_t bytes = (size_t)c * 4;
+    Py_ssize_t zh = (h - 1) * uy + 1, zw = (w - 1) * ux + 1;  /* the zero-inserted input */
+    for (Py_ssize_t r = 0; r < rows; r++) {
+        Py_ssize_t oy = oy0 + r;
+        for (Py_ssize_t ox = 0; ox < ow; ox++) {
+            float *o = out + ((r * ow + ox) * ky * kx) * c;
+            for (int i = 0; i < ky; i++) {
+                Py_ssize_t zy = oy * sy + (Py_ssize_t)i * dy - pt;
+                int row_in = zy >= 0 && zy < zh && zy % uy == 0;
+                for (int j = 0; j < kx; j++, o += c) {
+                    Py_ssize_t zx = ox * sx + (Py_ssize_t)j * dx - pl;
+                    if (row_in && zx >= 0 && zx < zw && zx % ux == 0)
+                        memcpy(o, x + ((zy / uy) * w + zx / ux) * c, bytes);
+                    else
+                        memset(o, 0, bytes);
+                }
+            }
+        }
+    }
+}
+
+const char dv_im2col_doc[] =
+    "im2col(x, out, oy0, kx, ky, sx, sy, dx, dy, pad_left, pad_top, ux=1, uy=1)\n\n"
+    "Output rows oy0.. of ``x`` (H, W, C), with ux-1 / uy-1 zeros inserted between its "
+    "columns / rows (a deconvolution's input) and zero-padded by pad_left/pad_top (and as "
+    "far as needed right and down), as the matrix ``out`` (rows, OW, ky*kx*C): row (r, ox) "
+    "holds the window of output pixel (oy0 + r, ox), taps in row-major order, C fastest.";
+
+PyObject *dv_im2col(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *xo, *oo;
+    Py_ssize_t oy0;
+    int kx, ky, sx, sy, dx, dy, pl, pt, ux = 1, uy = 1;
+    Py_buffer x, o;
+    if (!PyArg_ParseTuple(args, "OOniiiiiiii|ii", &xo, &oo, &oy0, &kx, &ky, &sx, &sy, &dx,
+                          &dy, &pl, &pt, &ux, &uy))
+        return NULL;
+    if (buf_f32(xo, &x, 0, 3, "x") < 0)
+        return NULL;
+    if (buf_f32(oo, &o, 1, 3, "out") < 0) {
+        PyBuffer_Release(&x);
+        return NULL;
+    }
+    Py_ssize_t h = x.shape[0], w = x.shape[1], c = x.shape[2];
+    Py_ssize_t rows = o.shape[0], ow = o.shape[1];
+    if (kx < 1 || ky < 1 || sx < 1 || sy < 1 || dx < 1 || dy < 1 || pl < 0 || pt < 0
+        || ux < 1 || uy < 1 || oy0 < 0 || o.shape[2] != (Py_ssize_t)kx * ky * c
+        || x.buf == o.buf) {
+        PyErr_SetString(PyExc_ValueError, "im2col: inconsistent shapes or steps");
+    } else {
+        Py_BEGIN_ALLOW_THREADS
+        im2col_rows((const float *)x.buf, h, w, c, (float *)o.buf, oy0, rows, ow, kx, ky,
+                    sx, sy, dx, dy, pl, pt, ux, uy);
+        Py_END_ALLOW_THREADS
+    }
+    PyBuffer_Release(&x);
+    PyBuffer_Release(&o);
+    if (PyErr_Occurred())
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+HOT static void avgpool_all(const float *restrict x, Py_ssize_t h, Py_ssize_t w,
+                            Py_ssize_t c, float *restrict out, Py_ssize_t oh, Py_ssize_t ow,
+                            int kx, int ky, int sx, int sy, int pl, int pt, float param,
+                            float *restrict acc)
+{
+    for (Py_ssize_t oy = 0; oy < oh; oy++) {
+        for (Py_ssize_t ox = 0; ox < ow; ox++) {
+            for (Py_ssize_t ch = 0; ch < c; ch++)
+                acc[ch] = 0.0f;
+            for (int i = 0; i < ky; i++) {
+                Py_ssize_t iy = oy * sy + i - pt;
+                for (int j = 0; j < kx; j++) {
+                    Py_ssize_t ix = ox * sx + j - pl;
+                    if (iy >= 0 && iy < h && ix >= 0 && ix < w) {
+                        const float *px = x + (iy * w + ix) * c;
+                        for (Py_ssize_t ch = 0; ch < c; ch++)
+                            acc[ch] = acc[ch] + px[ch];
+                    } else {
+                        for (Py_ssize_t ch = 0; ch < c; ch++)
+                            acc[ch] = acc[ch] + 0.0f;
+                    }
+                }
+            }
+            float *o = out + (oy * ow + ox) * c;
+            for (Py_ssize_t ch = 0; ch < c; ch++)
+                o[ch] = acc[ch] * param;
+        }
+    }
+}
+
+const char dv_avgpool_doc[] =
+    "avgpool(x, out, kx, ky, sx, sy, pad_left, pad_top, param)\n\n"
+    "Average pooling as ops.avg_pool: out (OH, OW, C) = (0 + sum of the window's taps in "
+    "row-major order, padded positions 0) * param, float32 throughout.";
+
+PyObject *dv_avgpool(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *xo, *oo;
+    int kx, ky, sx, sy, pl, pt;
+    float param;
+    Py_buffer x, o;
+    float *acc = NULL;
+    if (!PyArg_ParseTuple(args, "OOiiiiiif", &xo, &oo, &kx, &ky, &sx, &sy, &pl, &pt, &param))
+        return NULL;
+    if (buf_f32(xo, &x, 0, 3, "x") < 0)
+        return NULL;
+    if (buf_f32(oo, &o, 1, 3, "out") < 0) {
+        PyBuffer_Release(&x);
+        return NULL;
+    }
+    Py_ssize_t c = x.shape[2];
+    if (kx < 1 || ky < 1 || sx < 1 || sy < 1 || pl < 0 || pt < 0 || o.shape[2] != c
+        || x.buf == o.buf) {
+        PyErr_SetString(PyExc_ValueError, "avgpool: inconsistent shapes or steps");
+    } else if (!(acc = PyMem_Malloc((size_t)(c ? c : 1) * sizeof(float)))) {
+        PyErr_NoMemory();
+    } else {
+        Py_BEGIN_ALLOW_THREADS
+        avgpool_all((const float *)x.buf, x.shape[0], x.shape[1], c, (float *)o.buf,
+                    o.shape[0], o.shape[1], kx, ky, sx, sy, pl, pt, param, acc);
+        Py_END_ALLOW_THREADS
+    }
+    PyMem_Free(acc);
+    PyBuffer_Release(&x);
+    PyBuffer_Release(&o);
+    if (PyErr_Occurred())
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+/* sigmoid from e = exp(-|a|): where(a >= 0, 1/(1+e), e/(1+e)); ELU from m = expm1(min(a,
+ * 0)): where(a > 0, a, alpha*m); each a float32 operation as numpy does it */
+HOT static void act_exp_all(float *restrict y, const float *restrict e, Py_ssize_t n,
+                            int act, float alpha)
+{
+    float tmp[FINISH_BLOCK];
+    for (Py_ssize_t b0 = 0; b0 < n; b0 += FINISH_BLOCK) {
+        Py_ssize_t m = n - b0 < FINISH_BLOCK ? n - b0 : FINISH_BLOCK;
+        float *blk = y + b0;
+        const float *eb = e + b0;
+        if (act == 3) {
+            for (Py_ssize_t i = 0; i < m; i++) {
+                float d = 1.0f + eb[i];
+                tmp[i] = blk[i] >= 0.0f ? 1.0f / d : eb[i] / d;
+            }
+        } else {
+            for (Py_ssize_t i = 0; i < m; i++)
+                tmp[i] = blk[i] > 0.0f ? blk[i] : alpha * eb[i];
+        }
+        round_block((const u32a *)tmp, (u32a *)blk, m);
+    }
+}
+
+const char dv_act_exp_doc[] =
+    "act_exp(y, e, act, alpha)\n\nIn place on float32 ``y``: the sigmoid (``act`` 3, ``e`` = "
+    "numpy's exp(-|y|)) or ELU (``act`` 5, ``e`` = numpy's expm1(minimum(y, 0)), ``alpha``) "
+    "of ops.activation, then rounding to binary16 values.";
+
+PyObject *dv_act_exp(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *yo, *eo;
+    int act;
+    float alpha;
+    Py_buffer y, e;
+    if (!PyArg_ParseTuple(args, "OOif", &yo, &eo, &act, &alpha))
+        return NULL;
+    if (act != 3 && act != 5) {
+        PyErr_Format(PyExc_ValueError, "act_exp: activation %d has no exp", act);
+        return NULL;
+    }
+    if (buf_f32(yo, &y, 1, 0, "y") < 0)
+        return NULL;
+    if (buf_f32(eo, &e, 0, 0, "e") < 0) {
+        PyBuffer_Release(&y);
+        return NULL;
+    }
+    if (y.len != e.len || y.buf == e.buf) {
+        PyErr_SetString(PyExc_ValueError, "act_exp: y and e must be distinct, of one size");
+    } else {
+        Py_BEGIN_ALLOW_THREADS
+        act_exp_all((float *)y.buf, (const float *)e.buf, y.len / 4, act, alpha);
+        Py_END_ALLOW_THREADS
+    }
+    PyBuffer_Release(&y);
+    PyBuffer_Release(&e);
+    if (PyErr_Occurred())
+        return NULL;
+    Py_RETURN_NONE;
+}

@@ -1,0 +1,451 @@
+/*
+ * dvsdk._native: binary16 <-> float32 conversions and the DV700's chunked tensor layout
+ * (dv700-interface.md section 1; dvsdk/hw/layout.py is the reference).
+ *
+ * The conversions have numpy's semantics exactly, NaN payloads included: float32 ->
+ * binary16 rounds to nearest even (magnitudes from 65520 become inf, a NaN keeps its top
+ * payload bits, 0x7c01 if they are all zero), binary16 -> float32 is exact.  Where the
+ * CPU converts eight values at a time in hardware (x86-64 F16C), that is used for every
+ * group of eight holding no NaN (the instructions quiet a signalling NaN, numpy does not);
+ * such a group, and every other element, goes through the bit routines of _native.h.
+ */
+#include "_native.h"
+
+#if X86_F16C
+#include <immintrin.h>
+static int have_f16c;
+#endif
+
+void dv_f16_init(void)
+{
+#if X86_F16C
+    __builtin_cpu_init();
+    have_f16c = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
+#endif
+}
+
+static inline void to_f16_scalar(const float *s, Py_ssize_t ss, uint16_t *d, Py_ssize_t n)
+{
+    for (Py_ssize_t i = 0; i < n; i++) {
+        uint32_t u;
+        memcpy(&u, s + i * ss, 4);
+        d[i] = f32_to_f16_bits(u);
+    }
+}
+
+static inline void to_f32_scalar(const uint16_t *s, float *d, Py_ssize_t n)
+{
+    for (Py_ssize_t i = 0; i < n; i++) {
+        uint32_t u = f16_bits_to_f32(s[i]);
+        memcpy(d + i, &u, 4);
+    }
+}
+
+#if X86_F16C
+/* eight contiguous float32 -> binary16; a group holding a NaN goes the exact way */
+__attribute__((target("avx2,f16c"))) static inline void to_f16_8(const float *s,
+                                                                  uint16_t *d)
+{
+    __m256 v = _mm256_loadu_ps(s);
+    if (_mm256_movemask_ps(_mm256_cmp_ps(v, v, _CMP_UNORD_Q))) {
+        to_f16_scalar(s, 1, d, 8);
+        return;
+    }
+    _mm_storeu_si128((__m128i *)d, _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT));
+}
+
+/* eight binary16 -> float32; a group holding a NaN goes the exact way */
+__attribute__((target("avx2,f16c"))) static inline void to_f32_8(const uint16_t *s,
+                                                                  float *d)
+{
+    __m128i h = _mm_loadu_si128((const __m128i *)s);
+    __m128i mag = _mm_and_si128(h, _mm_set1_epi16(0x7fff));
+    if (_mm_movemask_epi8(_mm_cmpgt_epi16(mag, _mm_set1_epi16(0x7c00)))) {
+        to_f32_scalar(s, d, 8);
+        return;
+    }
+    _mm256_storeu_ps(d, _mm256_cvtph_ps(h));
+}
+
+__attribute__((target("avx2,f16c"))) static void to_f16_run_f16c(const float *s,
+                                                                  uint16_t *d, Py_ssize_t n)
+{
+    Py_ssize_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        to_f16_8(s + i, d + i);
+    to_f16_scalar(s + i, 1, d + i, n - i);
+}
+
+__attribute__((target("avx2,f16c"))) static void to_f32_run_f16c(const uint16_t *s,
+                                                                  float *d, Py_ssize_t n)
+{
+    Py_ssize_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        to_f32_8(s + i, d + i);
+    to_f32_scalar(s + i, d + i, n - i);
+}
+#endif
+
+/* n contiguous values */
+static void to_f16_run(const float *s, uint16_t *d, Py_ssize_t n)
+{
+#if X86_F16C
+    if (have_f16c) {
+        to_f16_run_f16c(s, d, n);
+        return;
+    }
+#endif
+    to_f16_scalar(s, 1, d, n);
+}
+
+static void to_f32_run(const uint16_t *s, float *d, Py_ssize_t n)
+{
+#if X86_F16C
+    if (have_f16c) {
+        to_f32_run_f16c(s, d, n);
+        return;
+    }
+#endif
+    to_f32_scalar(s, d, n);
+}
+
+static int get_buf(PyObject *obj, Py_buffer *view, int flags, Py_ssize_t itemsize,
+                   const char *fmt, const char *name)
+{
+    if (PyObject_GetBuffer(obj, view, flags | PyBUF_FORMAT) < 0)
+        return -1;
+    const char *f = view->format ? view->format : "B";
+    if (f[0] == '<' || f[0] == '=')
+        f++;
+    if (view->itemsize != itemsize || strchr(fmt, f[0]) == NULL || f[1] != 0) {
+        PyErr_Format(PyExc_TypeError, "%s must be a buffer of %zd-byte items (%s)", name,
+                     itemsize, fmt);
+        PyBuffer_Release(view);
+        return -1;
+    }
+    return 0;
+}
+
+const char dv_f16_to_f32_doc[] =
+    "f16_to_f32(src, dst)\n\nbinary16 ``src`` (2-byte items, contiguous) to float32 ``dst`` "
+    "(contiguous, as many elements), exactly as numpy's cast.";
+
+PyObject *dv_f16_to_f32(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *so, *dobj;
+    Py_buffer s, d;
+    if (!PyArg_ParseTuple(args, "OO", &so, &dobj))
+        return NULL;
+    if (get_buf(so, &s, PyBUF_C_CONTIGUOUS, 2, "eHh", "src") < 0)
+        return NULL;
+    if (get_buf(dobj, &d, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE, 4, "f", "dst") < 0) {
+        PyBuffer_Release(&s);
+        return NULL;
+    }
+    if (s.len / 2 != d.len / 4) {
+        PyErr_SetString(PyExc_ValueError, "f16_to_f32: src and dst sizes differ");
+    } else {
+        Py_BEGIN_ALLOW_THREADS
+        to_f32_run((const uint16_t *)s.buf, (float *)d.buf, s.len / 2);
+        Py_END_ALLOW_THREADS
+    }
+    PyBuffer_Release(&s);
+    PyBuffer_Release(&d);
+    if (PyErr_Occurred())
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+const char dv_f32_to_f16_doc[] =
+    "f32_to_f16(src, dst)\n\nfloat32 ``src`` (contiguous) rounded to binary16 ``dst`` "
+    "(2-byte items, contiguous, as many elements), exactly as numpy's cast.";
+
+PyObject *dv_f32_to_f16(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *so, *dobj;
+    Py_buffer s, d;
+    if (!PyArg_ParseTuple(args, "OO", &so, &dobj))
+        return NULL;
+    if (get_buf(so, &s, PyBUF_C_CONTIGUOUS, 4, "f", "src") < 0)
+        return NULL;
+    if (get_buf(dobj, &d, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE, 2, "eHh", "dst") < 0) {
+        PyBuffer_Release(&s);
+        return NULL;
+    }
+    if (s.len / 4 != d.len / 2) {
+        PyErr_SetString(PyExc_ValueError, "f32_to_f16: src and dst sizes differ");
+    } else {
+        Py_BEGIN_ALLOW_THREADS
+        to_f16_run((const float *)s.buf, (uint16_t *)d.buf, s.len / 4);
+        Py_END_ALLOW_THREADS
+    }
+    PyBuffer_Release(&s);
+    PyBuffer_Release(&d);
+    if (PyErr_Occurred())
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+/* The chunked layout (section 1): element (n, y, x, c) of an (N, H, W, C) tensor at
+ * n*W*H*C + (c & ~7)*W*H + s*cs + (c & 7), s = x*H + y (y*W + x transposed), cs the
+ * chunk's width (8, or what is left for the last one). */
+typedef struct {
+    Py_ssize_t n, h, w, c;
+    Py_ssize_t sn, sh, sw, sc;  /* strides of the float32 side, in elements */
+    int transpose;
+} Geometry;
+
+/* Both walk the spatial positions in the layout's order and, at each, every chunk: the
+ * float32 side is read or written contiguously, the binary16 side as one sequential
+ * stream per chunk. */
+#if X86_F16C
+__attribute__((target("avx2,f16c"))) static void pack_f16c(const float *s, uint16_t *d,
+                                                            Py_ssize_t nfull, Py_ssize_t wh)
+{
+    for (Py_ssize_t k = 0; k < nfull; k++)
+        to_f16_8(s + 8 * k, d + 8 * k * wh);
+}
+
+__attribute__((target("avx2,f16c"))) static void unpack_f16c(const uint16_t *s, float *d,
+                                                              Py_ssize_t nfull,
+                                                              Py_ssize_t wh)
+{
+    for (Py_ssize_t k = 0; k < nfull; k++)
+        to_f32_8(s + 8 * k * wh, d + 8 * k);
+}
+#endif
+
+static inline void copy_strided(const float *s, Py_ssize_t ss, float *d, Py_ssize_t n)
+{
+    for (Py_ssize_t i = 0; i < n; i++)
+        d[i] = s[i * ss];
+}
+
+/* float32 -> float32 in the chunked order (no conversion) */
+static void chunk_all(const float *src, float *dst, const Geometry *g)
+{
+    Py_ssize_t whc = g->w * g->h * g->c, wh = g->w * g->h, nfull = g->c / 8;
+    Py_ssize_t rem = g->c - 8 * nfull;
+    Py_ssize_t outer = g->transpose ? g->h : g->w, inner = g->transpose ? g->w : g->h;
+    Py_ssize_t so = g->transpose ? g->sh : g->sw, si = g->transpose ? g->sw : g->sh;
+    for (Py_ssize_t n = 0; n < g->n; n++) {
+        float *base = dst + n * whc;
+        Py_ssize_t sp = 0;
+        for (Py_ssize_t a = 0; a < outer; a++) {
+            for (Py_ssize_t b = 0; b < inner; b++, sp++) {
+                const float *s = src + n * g->sn + a * so + b * si;
+                for (Py_ssize_t k = 0; k < nfull; k++)
+                    copy_strided(s + 8 * k * g->sc, g->sc, base + 8 * k * wh + sp * 8, 8);
+                if (rem)
+                    copy_strided(s + 8 * nfull * g->sc, g->sc,
+                                 base + 8 * nfull * wh + sp * rem, rem);
+            }
+        }
+    }
+}
+
+static void unchunk_all(const float *src, float *dst, const Geometry *g)
+{
+    Py_ssize_t whc = g->w * g->h * g->c, wh = g->w * g->h, nfull = g->c / 8;
+    Py_ssize_t rem = g->c - 8 * nfull;
+    Py_ssize_t outer = g->transpose ? g->h : g->w, inner = g->transpose ? g->w : g->h;
+    Py_ssize_t sh = g->w * g->c, sw = g->c;
+    Py_ssize_t dout = g->transpose ? sh : sw, din = g->transpose ? sw : sh;
+    for (Py_ssize_t n = 0; n < g->n; n++) {
+        const float *base = src + n * whc;
+        Py_ssize_t sp = 0;
+        for (Py_ssize_t a = 0; a < outer; a++) {
+            for (Py_ssize_t b = 0; b < inner; b++, sp++) {
+                float *d = dst + n * whc + a * dout + b * din;
+                for (Py_ssize_t k = 0; k < nfull; k++)
+                    memcpy(d + 8 * k, base + 8 * k * wh + sp * 8, 32);
+                if (rem)
+                    memcpy(d + 8 * nfull, base + 8 * nfull * wh + sp * rem, (size_t)rem * 4);
+            }
+        }
+    }
+}
+
+static void pack_all(const float *src, uint16_t *dst, const Geometry *g)
+{
+    Py_ssize_t whc = g->w * g->h * g->c, wh = g->w * g->h, nfull = g->c / 8;
+    Py_ssize_t rem = g->c - 8 * nfull;
+    Py_ssize_t outer = g->transpose ? g->h : g->w, inner = g->transpose ? g->w : g->h;
+    Py_ssize_t so = g->transpose ? g->sh : g->sw, si = g->transpose ? g->sw : g->sh;
+    int fast = 0;
+#if X86_F16C
+    fast = have_f16c && g->sc == 1;
+#endif
+    for (Py_ssize_t n = 0; n < g->n; n++) {
+        uint16_t *base = dst + n * whc;
+        Py_ssize_t sp = 0;  /* the spatial index in the layout's order */
+        for (Py_ssize_t a = 0; a < outer; a++) {
+            for (Py_ssize_t b = 0; b < inner; b++, sp++) {
+                const float *s = src + n * g->sn + a * so + b * si;
+#if X86_F16C
+                if (fast)
+                    pack_f16c(s, base + sp * 8, nfull, wh);
+#endif
+                if (!fast)
+                    for (Py_ssize_t k = 0; k < nfull; k++)
+                        to_f16_scalar(s + 8 * k * g->sc, g->sc, base + 8 * k * wh + sp * 8, 8);
+                if (rem)
+                    to_f16_scalar(s + 8 * nfull * g->sc, g->sc,
+                                  base + 8 * nfull * wh + sp * rem, rem);
+            }
+        }
+    }
+}
+
+static void unpack_all(const uint16_t *src, float *dst, const Geometry *g)
+{
+    Py_ssize_t whc = g->w * g->h * g->c, wh = g->w * g->h, nfull = g->c / 8;
+    Py_ssize_t rem = g->c - 8 * nfull;
+    Py_ssize_t outer = g->transpose ? g->h : g->w, inner = g->transpose ? g->w : g->h;
+    /* dst is contiguous (N, H, W, C) */
+    Py_ssize_t sh = g->w * g->c, sw = g->c;
+    Py_ssize_t dout = g->transpose ? sh : sw, din = g->transpose ? sw : sh;
+    int fast = 0;
+#if X86_F16C
+    fast = have_f16c;
+#endif
+    for (Py_ssize_t n = 0; n < g->n; n++) {
+        const uint16_t *base = src + n * whc;
+        Py_ssize_t sp = 0;
+        for (Py_ssize_t a = 0; a < outer; a++) {
+            for (Py_ssize_t b = 0; b < inner; b++, sp++) {
+                float *d = dst + n * whc + a * dout + b * din;
+#if X86_F16C
+                if (fast)
+                    unpack_f16c(base + sp * 8, d, nfull, wh);
+#endif
+                if (!fast)
+                    for (Py_ssize_t k = 0; k < nfull; k++)
+                        to_f32_scalar(base + 8 * k * wh + sp * 8, d + 8 * k, 8);
+                if (rem)
+                    to_f32_scalar(base + 8 * nfull * wh + sp * rem, d + 8 * nfull, rem);
+            }
+        }
+    }
+}
+
+/* the float32 side: 4-D (N, H, W, C); strided (pack) or contiguous (unpack) */
+static int geometry(Py_buffer *b, Geometry *g, int transpose)
+{
+    if (b->ndim != 4) {
+        PyErr_SetString(PyExc_ValueError, "the float32 tensor must be 4-D (N, H, W, C)");
+        return -1;
+    }
+    Py_ssize_t st[4];
+    for (int i = 0; i < 4; i++) {
+        Py_ssize_t s = b->strides ? b->strides[i] : 0;
+        if (!b->strides) {
+            s = 4;
+            for (int k = i + 1; k < 4; k++)
+                s *= b->shape[k];
+        }
+        if (s % 4) {
+            PyErr_SetString(PyExc_ValueError, "float32 strides must be whole elements");
+            return -1;
+        }
+        st[i] = s / 4;
+    }
+    *g = (Geometry){b->shape[0], b->shape[1], b->shape[2], b->shape[3],
+                    st[0], st[1], st[2], st[3], transpose};
+    return 0;
+}
+
+const char dv_pack_doc[] =
+    "pack(src, dst, transpose)\n\nfloat32 ``src`` (N, H, W, C), any strides, into ``dst`` "
+    "(contiguous, N*H*W*C elements) in the chunked layout (DWHC, or DHWC with "
+    "``transpose``): rounded to binary16 (numpy's cast) for a ``dst`` of 2-byte items, "
+    "copied for a float32 ``dst``.";
+
+PyObject *dv_pack(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *so, *dobj;
+    int transpose;
+    Py_buffer s, d;
+    Geometry g;
+    if (!PyArg_ParseTuple(args, "OOp", &so, &dobj, &transpose))
+        return NULL;
+    if (get_buf(so, &s, PyBUF_STRIDES, 4, "f", "src") < 0)
+        return NULL;
+    if (PyObject_GetBuffer(dobj, &d, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE | PyBUF_FORMAT) < 0) {
+        PyBuffer_Release(&s);
+        return NULL;
+    }
+    const char *f = d.format ? d.format : "B";
+    if (f[0] == '<' || f[0] == '=')
+        f++;
+    int f32 = d.itemsize == 4 && f[0] == 'f' && !f[1];
+    int f16 = d.itemsize == 2 && strchr("eHh", f[0]) && !f[1];
+    if (!f32 && !f16) {
+        PyErr_SetString(PyExc_TypeError, "pack: dst must hold binary16 or float32 items");
+    } else if (geometry(&s, &g, transpose) == 0) {
+        if (g.n * g.h * g.w * g.c != d.len / d.itemsize) {
+            PyErr_SetString(PyExc_ValueError, "pack: dst does not hold N*H*W*C elements");
+        } else {
+            Py_BEGIN_ALLOW_THREADS
+            if (f32)
+                chunk_all((const float *)s.buf, (float *)d.buf, &g);
+            else
+                pack_all((const float *)s.buf, (uint16_t *)d.buf, &g);
+            Py_END_ALLOW_THREADS
+        }
+    }
+    PyBuffer_Release(&s);
+    PyBuffer_Release(&d);
+    if (PyErr_Occurred())
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+const char dv_unpack_doc[] =
+    "unpack(src, dst, transpose)\n\n``src`` (contiguous; binary16 2-byte items, or "
+    "float32) in the chunked layout to float32 ``dst`` (N, H, W, C), contiguous (exact).";
+
+PyObject *dv_unpack(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *so, *dobj;
+    int transpose;
+    Py_buffer s, d;
+    Geometry g;
+    if (!PyArg_ParseTuple(args, "OOp", &so, &dobj, &transpose))
+        return NULL;
+    if (PyObject_GetBuffer(so, &s, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0)
+        return NULL;
+    if (get_buf(dobj, &d, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE | PyBUF_STRIDES, 4, "f",
+                "dst") < 0) {
+        PyBuffer_Release(&s);
+        return NULL;
+    }
+    const char *f = s.format ? s.format : "B";
+    if (f[0] == '<' || f[0] == '=')
+        f++;
+    int f32 = s.itemsize == 4 && f[0] == 'f' && !f[1];
+    int f16 = s.itemsize == 2 && strchr("eHh", f[0]) && !f[1];
+    if (!f32 && !f16) {
+        PyErr_SetString(PyExc_TypeError, "unpack: src must hold binary16 or float32 items");
+    } else if (geometry(&d, &g, transpose) == 0) {
+        if (g.n * g.h * g.w * g.c != s.len / s.itemsize) {
+            PyErr_SetString(PyExc_ValueError, "unpack: src does not hold N*H*W*C elements");
+        } else {
+            Py_BEGIN_ALLOW_THREADS
+            if (f32)
+                unchunk_all((const float *)s.buf, (float *)d.buf, &g);
+            else
+                unpack_all((const uint16_t *)s.buf, (float *)d.buf, &g);
+            Py_END_ALLOW_THREADS
+        }
+    }
+    PyBuffer_Release(&s);
+    PyBuffer_Release(&d);
+    if (PyErr_Occurred())
+        return NULL;
+    Py_RETURN_NONE;
+}

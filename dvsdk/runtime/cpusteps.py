@@ -1,0 +1,358 @@
+"""CPU steps in the device's layout: element-wise ops on the chunked tensors, one sync per
+segment boundary.
+
+Between two hardware segments the runtime runs the program's CPU steps (netbin.md,
+``program``).  The reference path (``Net(cpu_steps="unpack")``) syncs and unpacks every
+device tensor a step reads into float32 NCHW, and packs and syncs every result the device
+reads back, tensor by tensor and op by op.  This path (``cpu_steps="device"``, the
+default) treats the CPU steps between two hardware segments as one *segment*:
+
+* on entering it, one ``sync_for_cpu`` per contiguous byte range of the device tensors
+  the segment reads (only those bytes); on leaving it, the results the device reads are
+  written and one ``sync_for_device`` per contiguous range is issued;
+* element-wise ops (:data:`ELEMENTWISE`: activations such as SiLU's Sigmoid and Mul,
+  HardSwish, HardSigmoid, Clip; Add/Mul/... of two tensors; a per-channel scale as in
+  squeeze-excitation) run on the tensors in the chunked order of dv700-interface.md §1
+  (:class:`Chunked`): FP16 becomes float32 in place of an unpack, float32 becomes FP16 in
+  place of a pack, and no element moves.  An element-wise op does not care where an
+  element sits as long as its operands line up: same shape, same layout; a (1, C, 1, 1)
+  operand is laid along the chunks' channel index (8 channels a chunk, the last one
+  partial);
+* every other op gets float32 NCHW, converted once per segment and tensor.
+
+The results are the reference path's bits: each element goes through the same numpy
+kernel (:mod:`dvsdk.cpu.ops`) with the same operands; values pass between CPU ops of a
+segment unrounded and are rounded to FP16 exactly where the reference packs them (for
+the device).  A tensor only goes the chunked way when the reference would have held it
+in the same memory order (an HWC array seen as NCHW: every device tensor, and what
+element-wise ops make of them), so stride-sensitive kernels that follow (reductions,
+matrix products) receive the very arrays the reference gives them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ..cpu import ops as cpu_ops
+from ..errors import DeviceError, NetFileError
+from ..hw import layout
+from ..hw.fp16 import to_f16, to_f32
+
+#: ops whose kernels compute each output element from the same element of each operand
+ELEMENTWISE = frozenset({
+    "Relu", "LeakyRelu", "PRelu", "Sigmoid", "Tanh", "Elu", "Selu", "Clip", "HardSigmoid",
+    "HardSwish", "Softplus", "Softsign", "Exp", "Log", "Sqrt", "Neg", "Abs", "Reciprocal",
+    "Floor", "Ceil", "Round", "Sign", "Identity", "Dropout", "Add", "Sub", "Mul", "Div",
+    "Max", "Min", "Sum", "Mean",
+})
+MODES = ("device", "unpack")
+_F32 = np.dtype(np.float32)
+
+
+class Chunked:
+    """A float32 (1, C, H, W) tensor held in the chunked order of an (H, W, C) device
+    tensor (``layout.to_chunks``); converts to NCHW on demand (and as ``np.asarray``)."""
+
+    __slots__ = ("flat", "hwc", "transpose", "_nchw")
+
+    def __init__(self, flat: np.ndarray, hwc: tuple[int, int, int], transpose: bool) -> None:
+        self.flat, self.hwc, self.transpose = flat, tuple(hwc), bool(transpose)
+        self._nchw: np.ndarray | None = None
+
+    @property
+    def key(self) -> tuple:
+        return self.hwc, self.transpose
+
+    @property
+    def shape(self) -> tuple[int, int, int, int]:
+        h, w, c = self.hwc
+        return 1, c, h, w
+
+    @property
+    def dtype(self) -> np.dtype:
+        return _F32
+
+    def nchw(self) -> np.ndarray:
+        """As the reference holds it: the (H, W, C) array seen as (1, C, H, W)."""
+        if self._nchw is None:
+            hwc = layout.from_chunks(self.flat, self.hwc, self.transpose)
+            self._nchw = hwc.transpose(2, 0, 1)[None]
+        return self._nchw
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        a = self.nchw()
+        return a if dtype is None else a.astype(dtype, copy=False)
+
+
+def hwc_ordered(v: np.ndarray) -> bool:
+    """Whether ``v`` is a float32 (1, C, H, W) view of a contiguous (H, W, C) array: how
+    the reference holds device tensors and what element-wise kernels make of them."""
+    if v.dtype != _F32 or v.ndim != 4 or v.shape[0] != 1:
+        return False
+    _, c, h, w = v.shape
+    want = (4, 4 * w * c, 4 * c)
+    return all(s == t or n == 1 for s, t, n in zip(v.strides[1:], want, (c, h, w)))
+
+
+@dataclass
+class Segment:
+    """Consecutive CPU steps ``[start, end)`` of a program and the tensors they read that
+    no step of theirs produces (in order of first use)."""
+
+    start: int
+    end: int
+    reads: list[str] = field(default_factory=list)
+
+
+def segments(steps: list[tuple[str, Any]]) -> dict[int, Segment]:
+    """The segment of every CPU step index."""
+    out: dict[int, Segment] = {}
+    i = 0
+    while i < len(steps):
+        if steps[i][0] != "cpu":
+            i += 1
+            continue
+        seg = Segment(i, i)
+        made: set[str] = set()
+        while seg.end < len(steps) and steps[seg.end][0] == "cpu":
+            _, _, inputs, outputs, _ = steps[seg.end][1]
+            for t in inputs:
+                if t and t not in made and t not in seg.reads:
+                    seg.reads.append(t)
+            made.update(t for t in outputs if t)
+            out[seg.end] = seg
+            seg.end += 1
+        i = seg.end
+    return out
+
+
+@dataclass
+class SegmentState:
+    """A segment in progress on one run: the device tensors it has synced and the
+    results to write back when it ends."""
+
+    segment: Segment
+    pending: list[str] = field(default_factory=list)
+
+
+def _spans(items: list[tuple[int, int, str]]) -> list[tuple[int, int, str]]:
+    """Byte ranges merged where they touch or overlap, with the tensors they hold."""
+    out: list[list] = []
+    for a, b, name in sorted(items):
+        if out and a <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], b)
+            out[-1][2] += f"+{name}"
+        else:
+            out.append([a, b, name])
+    return [tuple(s) for s in out]
+
+
+def step(net: Any, h: Any) -> None:
+    """Run CPU step ``h.pc`` of ``net`` (one op), syncing on entering and leaving its
+    segment; the caller advances ``h.pc``."""
+    seg = net._segments[h.pc]
+    if h.segment is None or h.segment.segment is not seg:
+        h.segment = _enter(net, h, seg)
+    op_type, attrs, inputs, outputs, name = net.steps[h.pc][1]
+    out = outputs[0] if len(outputs) == 1 else None
+    args = _chunked_args(net, h, op_type, inputs, out) if out else None
+    with h.stats.stage("cpu", f"{op_type} {name}"):
+        try:
+            if args is not None:
+                results = [_run_chunked(op_type, attrs, *args)]
+            else:
+                vals = [_nchw(net, h, i) if i else None for i in inputs]
+                results = cpu_ops.run_op(op_type, vals, attrs)
+        except DeviceError:
+            raise
+        except Exception as e:  # noqa: BLE001 - a damaged record must not escape raw
+            raise NetFileError(f"CPU op {op_type} {name} cannot run: {e}",
+                               field=f"program.{name}", value=op_type) from e
+    for o, val in zip(outputs, results):
+        want = net.tensors[o]["shape"] if o else None
+        if want is not None and list(np.shape(val)) != list(want):
+            raise NetFileError(f"CPU op {op_type} {name} made {o} of another shape "
+                               "than the file records", field=f"tensors.{o}.shape",
+                               value=list(np.shape(val)), limit=want)
+        if o:
+            h.host[o] = val if isinstance(val, Chunked) else np.asarray(val)
+            if net._dev(o) is not None:
+                h.segment.pending.append(o)
+    if h.pc + 1 == seg.end:
+        _leave(net, h)
+
+
+def _enter(net: Any, h: Any, seg: Segment) -> SegmentState:
+    """One sync_for_cpu per contiguous range of the device tensors the segment reads."""
+    items = []
+    for t in seg.reads:
+        d = net._dev(t)
+        if t in net.constants or t in h.host or d is None:
+            continue
+        hh, ww, cc = d["hwc"]
+        items.append((d["offset"], d["offset"] + 2 * hh * ww * cc, t))
+    for a, b, names in _spans(items):
+        with h.stats.stage("sync", names):
+            h.ctx.arena.sync_for_cpu(a, b - a)
+    return SegmentState(seg)
+
+
+def _leave(net: Any, h: Any) -> None:
+    """Write the results the device reads (FP16, chunked), then one sync_for_device per
+    contiguous range."""
+    items = []
+    for name in h.segment.pending:
+        d = net._dev(name)
+        hwc, tr = tuple(d["hwc"]), bool(d.get("transpose"))
+        v = h.host[name]
+        with h.stats.stage("pack", name):
+            if isinstance(v, Chunked) and v.key == (hwc, tr):
+                data = to_f16(v.flat)
+            else:
+                data = layout.pack(_to_hwc(np.asarray(v, np.float32), hwc), transpose=tr)
+            h.ctx.arena.write(d["offset"], data)
+        items.append((d["offset"], d["offset"] + data.nbytes, name))
+    for a, b, names in _spans(items):
+        with h.stats.stage("sync", names):
+            h.ctx.arena.sync_for_device(a, b - a)
+    h.segment = None
+
+
+def _to_hwc(v: np.ndarray, hwc: tuple[int, int, int]) -> np.ndarray:
+    return v[0].transpose(1, 2, 0) if v.ndim == 4 else v.reshape(hwc)
+
+
+def _device_bytes(net: Any, h: Any, name: str) -> tuple[np.ndarray, dict]:
+    d = net._dev(name)
+    if d is None:
+        raise NetFileError("tensor has no value at this point", field="tensor", value=name)
+    hh, ww, cc = d["hwc"]
+    return h.ctx.arena.read(d["offset"], 2 * hh * ww * cc), d  # synced by _enter
+
+
+def _nchw(net: Any, h: Any, name: str) -> np.ndarray:
+    """A step operand as the reference has it (unpacked once per segment)."""
+    if name in net.constants:
+        return net.constants[name]
+    v = h.host.get(name)
+    if v is None:
+        raw, d = _device_bytes(net, h, name)
+        with h.stats.stage("unpack", name):
+            hwc = layout.unpack(raw, tuple(d["hwc"]), transpose=bool(d.get("transpose")))
+            v = h.host[name] = hwc.transpose(2, 0, 1)[None] if len(
+                net.tensors[name]["shape"]) == 4 else hwc.reshape(net.tensors[name]["shape"])
+    return v.nchw() if isinstance(v, Chunked) else v
+
+
+# -- element-wise ops on the chunked order -------------------------------------------------
+FULL, CHANNEL, SCALAR = range(3)
+
+
+def _chunked_args(net: Any, h: Any, op: str, inputs: list[str], out: str
+                  ) -> tuple | None:
+    """The operands of an element-wise step in the chunked order, or None when the step
+    must run on NCHW (another op, other shapes or types, or operands the reference holds
+    in another memory order)."""
+    shape = net.tensors[out]["shape"]
+    if op not in ELEMENTWISE or len(shape) != 4 or shape[0] != 1:
+        return None
+    _, c, hh, ww = shape
+    hwc = (hh, ww, c)
+    ops: list[tuple[int, Any]] = []
+    key = None
+    for name in inputs:
+        if not name:
+            ops.append((SCALAR, None))
+            continue
+        v = net.constants.get(name)
+        if v is None:
+            v = h.host.get(name)
+        if v is None:  # on the device, synced: as the output's layout, or (1, 1, C)
+            d = net._dev(name)
+            dhwc = tuple(d["hwc"]) if d is not None else None
+            if dhwc == hwc:
+                k = (hwc, bool(d.get("transpose")))
+                if key not in (None, k):
+                    return None
+                key = k
+                ops.append((FULL, name))
+            elif dhwc == (1, 1, c) and len(net.tensors[name]["shape"]) == 4:
+                ops.append((CHANNEL, name))
+            else:
+                return None
+            continue
+        if isinstance(v, Chunked):
+            if v.hwc == hwc and key in (None, v.key):
+                key = v.key
+                ops.append((FULL, v))
+            elif v.hwc == (1, 1, c):  # (1, C, 1, 1): the chunked order is the channels'
+                ops.append((CHANNEL, v.flat))
+            else:
+                return None
+            continue
+        v = np.asarray(v)
+        if v.dtype != _F32:
+            return None
+        if v.size == 1:
+            ops.append((SCALAR, v.reshape(())))
+        elif list(v.shape) == list(shape) and hwc_ordered(v):
+            ops.append((FULL, v))
+        elif v.ndim <= 4 and (1,) * (4 - v.ndim) + v.shape == (1, c, 1, 1):
+            ops.append((CHANNEL, v.reshape(c)))
+        else:
+            return None
+    if key is None:
+        if not any(kind == FULL for kind, _ in ops):
+            return None
+        d = net._dev(out)
+        key = (hwc, bool(d.get("transpose")) if d is not None else False)
+    operands = []
+    for kind, v in ops:
+        if isinstance(v, str):  # read from the arena: FP16 -> float32, no element moves
+            raw, d = _device_bytes(net, h, v)
+            with h.stats.stage("unpack", v):
+                got = Chunked(to_f32(raw.view(np.float16)), tuple(d["hwc"]),
+                              bool(d.get("transpose")))
+            h.host[v] = got
+            v = got.flat if kind == CHANNEL else got
+        elif kind == FULL and isinstance(v, np.ndarray):  # an HWC array: reorder it
+            v = Chunked(layout.to_chunks(v[0].transpose(1, 2, 0), key[1]), hwc, key[1])
+        operands.append((kind, v))
+    return operands, key
+
+
+def _run_chunked(op: str, attrs: dict, operands: list, key: tuple) -> Chunked:
+    """The kernel on the chunked order: in one call on whole tensors, or, with a
+    per-channel operand, once on the full 8-channel chunks (an (n, H*W, 8) view, the
+    vector as (n, 1, 8)) and once on the partial last chunk ((H*W, r) and (1, r))."""
+    (hh, ww, c), _ = key
+    if not any(kind == CHANNEL for kind, _ in operands):
+        args = [v.flat if kind == FULL else v for kind, v in operands]
+        y = _check(cpu_ops.run_op(op, args, attrs)[0], c * hh * ww)
+        return Chunked(y, (hh, ww, c), key[1])
+    nfull, rem = divmod(c, 8)
+    split, wh = 8 * nfull * hh * ww, hh * ww
+    parts = []
+    if nfull:
+        args = [v.flat[:split].reshape(nfull, wh, 8) if kind == FULL else
+                v[:8 * nfull].reshape(nfull, 1, 8) if kind == CHANNEL else v
+                for kind, v in operands]
+        parts.append(_check(cpu_ops.run_op(op, args, attrs)[0], split))
+    if rem:
+        args = [v.flat[split:].reshape(wh, rem) if kind == FULL else
+                v[8 * nfull:].reshape(1, rem) if kind == CHANNEL else v
+                for kind, v in operands]
+        parts.append(_check(cpu_ops.run_op(op, args, attrs)[0], wh * rem))
+    flat = parts[0] if len(parts) == 1 else np.concatenate(parts)
+    return Chunked(flat, (hh, ww, c), key[1])
+
+
+def _check(y: Any, n: int) -> np.ndarray:
+    y = np.asarray(y)
+    if y.dtype != _F32 or y.size != n:
+        raise NetFileError("element-wise kernel changed the type or size of its operand",
+                           field="dtype", value=str(y.dtype), limit="float32")
+    return np.ascontiguousarray(y).reshape(-1)

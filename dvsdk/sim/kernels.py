@@ -1,0 +1,194 @@
+"""One run of the conv engine as a prepared step: the fast path of ``conv_unit._run``.
+
+``conv_unit._run`` is the reference: it decodes the run's fields on every call and goes
+through :mod:`.ops` stage by stage (conv, bias, element-wise add, pool, activation,
+rounding; §4.1).  :func:`make_step` decodes the fields once per configuration image and,
+where the compiled loops (:mod:`dvsdk.native`) exist, fuses the stages after the
+convolution into one pass over the output (``epilogue``) or into the depthwise loop
+itself.  The operations and their order stay those of the reference, so the results are
+the same bits; the tests run both on random configurations.
+
+What is compiled: the conv stage's data movement (im2col without a padded copy, the
+zero-inserted input of a deconvolution), depthwise convolutions, average pooling, and
+after them bias, addend, the activations (the tails of sigmoid and ELU after numpy's
+exp and expm1, which keep numpy's bits) and the rounding.  Around a max-pool or upsample
+only the bias and addend are fused (the pool comes between them and the activation).
+The matrix products are numpy's, called exactly as :func:`.ops.conv2d` calls them (BLAS
+sums in its own order: same call, same matrices, same bits).  LRN, rectify and PReLU
+without weights take the reference path.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from functools import partial
+
+import numpy as np
+
+from .. import native
+from ..hw.fp16 import fp16_value
+from ..hw.spec import SPEC
+from . import ops
+
+POOL = SPEC.enum("pool_enable")
+#: activation codes the compiled epilogue applies (ops.activation's numbering)
+FUSED_ACTS = (ops.ACT_NONE, ops.ACT_LEAKY_RELU, ops.ACT_PRELU, ops.ACT_RELU6)
+#: activations whose transcendental part numpy computes, the rest compiled
+EXP_ACTS = (ops.ACT_SIGMOID, ops.ACT_ELU)
+
+Step = Callable[[np.ndarray, tuple | None, np.ndarray | None], np.ndarray]
+
+
+def _xy(word: int) -> tuple[int, int]:
+    return word & 0xFF, (word >> 8) & 0xFF
+
+
+def _pads(word: int, mask_a: int) -> tuple[int, int, int, int]:
+    return word & mask_a, (word >> 8) & 0xFF, (word >> 16) & mask_a, (word >> 24) & 0xFF
+
+
+def make_step(run: dict, reference: Callable[..., np.ndarray]) -> Step:
+    """The step for ``run``: ``step(x, weights, addend) -> y`` with the bits of
+    ``reference(run, x, weights, addend)`` (``conv_unit._run``), which it returns itself
+    where nothing is compiled or the compiled loops are off."""
+    ce, pe = run["conv_enable"], run["pool_enable"]
+    act, param = run["actfunc"], fp16_value(run["actfunc_param"])
+    rect = bool(run["rectifi_en"])
+    pooled = pe in (POOL.max, POOL.upsample)
+    if native.NATIVE is None or run["lrn"] & 1 or rect:
+        return partial(reference, run)
+    if not ce:
+        if pe != POOL.avg or act == ops.ACT_PRELU:
+            return partial(reference, run)
+        size, stride = _xy(run["pool_size"]), _xy(run["pool_stride"])
+        pads, scale = _pads(run["pool_pad"], 0xFF), fp16_value(run["pool_avg_param"])
+        if min(size + stride) < 1:
+            return partial(reference, run)  # its error
+
+        def pool_step(x: np.ndarray, wb: None, addend: np.ndarray | None) -> np.ndarray:
+            return _tail(_avg_pool(x, size, stride, pads, scale), None, None, addend, run)
+        return pool_step
+
+    kx, ky = _xy(run["p"])
+    stride = (1, 1) if ce & 4 else _xy(run["conv_stride"])
+    up = _xy(run["conv_stride"]) if ce & 4 else (1, 1)  # deconv: zeros inserted
+    pads = _pads(run["conv_pad"], 0x7F)
+    dil = tuple(max(1, d) for d in _xy(run["conv_dilation"]))
+    depthwise = bool(ce & 2)
+    pointwise = not depthwise and kx == ky == 1 and stride == (1, 1) and not any(pads)
+    direct = act in FUSED_ACTS and not pooled
+
+    def step(x: np.ndarray, wb: tuple, addend: np.ndarray | None) -> np.ndarray:
+        wts, bias, prelu, _, derived = wb
+        x = np.asarray(x, np.float32)
+        c = x.shape[2]
+        if (wts.shape[1] != 1 or wts.shape[0] != c) if depthwise else wts.shape[1] != c:
+            return reference(run, x, wb, addend)  # its error
+        if up != (1, 1) and (depthwise or pointwise):
+            # ops.deconv2d: the input zero-inserted, then a stride-1 conv (the general
+            # case below inserts the zeros as it builds its matrix)
+            h_in, w_in, c = x.shape
+            z = np.zeros(((h_in - 1) * up[1] + 1, (w_in - 1) * up[0] + 1, c), np.float32)
+            z[::up[1], ::up[0], :] = x
+            x = z
+        if depthwise:
+            taps = derived.get("taps")
+            if taps is None:
+                taps = derived["taps"] = np.ascontiguousarray(wts[:, 0].transpose(1, 2, 0))
+            h, w, c = x.shape
+            oh = ops.conv_out_size(h, (ky - 1) * dil[1] + 1, pads[2], pads[3], stride[1],
+                                   "height")
+            ow = ops.conv_out_size(w, (kx - 1) * dil[0] + 1, pads[0], pads[1], stride[0],
+                                   "width")
+            out = np.empty((oh, ow, c), np.float32)
+            fused = direct and addend is None
+            native.NATIVE.depthwise(np.ascontiguousarray(x), taps, bias, out, stride[0],
+                                    stride[1], dil[0], dil[1], pads[0], pads[2],
+                                    act if fused else -1, param if fused else 0.0,
+                                    prelu if fused else None)
+            return out if fused else _tail(out, None, prelu, addend, run)
+        if pointwise:
+            wmat = derived.get("wmat")
+            if wmat is None:
+                m, c = wts.shape[:2]
+                wmat = derived["wmat"] = np.ascontiguousarray(wts.reshape(m, c).T)
+            h, w, c = x.shape
+            out = np.matmul(x.reshape(-1, c), wmat).reshape(h, w, -1)
+        else:
+            out = _correlate(x, wb, (kx, ky), stride, pads, dil, up)
+        return _tail(out, bias, prelu, addend, run)
+    return step
+
+
+def _tail(t: np.ndarray, bias: np.ndarray | None, prelu: np.ndarray | None,
+          addend: np.ndarray | None, run: dict) -> np.ndarray:
+    """Everything after the conv (or average-pool) stage on ``t`` (owned, contiguous (OH,
+    OW, M)): + bias, + addend, max-pool or upsample, activation, rounding."""
+    pe, act = run["pool_enable"], run["actfunc"]
+    param = fp16_value(run["actfunc_param"])
+    m = t.shape[2]
+    pooled = pe in (POOL.max, POOL.upsample)
+    if act in FUSED_ACTS and not pooled:
+        native.NATIVE.epilogue(t.reshape(-1, m), bias, addend, act, param, prelu)
+        return t
+    if bias is not None or addend is not None:
+        native.NATIVE.epilogue(t.reshape(-1, m), bias, addend, -1, 0.0, None)
+    if pe == POOL.max:
+        t = ops.max_pool(t, _xy(run["pool_size"]), _xy(run["pool_stride"]),
+                         _pads(run["pool_pad"], 0xFF))
+    elif pe == POOL.upsample:
+        t = ops.upsample2x(t)
+    if act in EXP_ACTS:  # numpy's exp / expm1, as ops.activation calls them
+        t = np.ascontiguousarray(t)
+        if act == ops.ACT_SIGMOID:
+            e = np.exp(-np.abs(t))
+            alpha = 0.0
+        else:
+            e = np.expm1(np.minimum(t, 0)).astype(np.float32)
+            alpha = float(np.float32(param) if param != 0 else np.float32(1.0))
+        native.NATIVE.act_exp(t, e, act, alpha)
+        return t
+    return ops.finish(t, act, param, prelu, False, owned=True)
+
+
+def _avg_pool(x: np.ndarray, size: tuple[int, int], stride: tuple[int, int],
+              pads: tuple[int, int, int, int], param: float) -> np.ndarray:
+    """:func:`.ops.avg_pool`, compiled: the same taps in the same order."""
+    (kx, ky), (sx, sy), (pl, pr, pt, pb) = size, stride, pads
+    h, w, c = x.shape
+    ow = ops.conv_out_size(w, kx, pl, pr, sx, "width")
+    oh = ops.conv_out_size(h, ky, pt, pb, sy, "height")
+    out = np.empty((oh, ow, c), np.float32)
+    native.NATIVE.avgpool(np.ascontiguousarray(x, np.float32), out, kx, ky, sx, sy, pl, pt,
+                          float(np.float32(param)))
+    return out
+
+
+def _correlate(x: np.ndarray, wb: tuple, k: tuple[int, int], stride: tuple[int, int],
+               pads: tuple[int, int, int, int], dil: tuple[int, ...],
+               up: tuple[int, int] = (1, 1)) -> np.ndarray:
+    """The conv stage of :func:`.ops.conv2d` (general case) without its bias, on ``x``
+    with ``up - 1`` zeros inserted between its columns and rows (a deconvolution's input):
+    the same im2col blocks (built in one pass, without the padded or zero-inserted copy)
+    and matrix products."""
+    w, derived = wb[0], wb[4]
+    (kx, ky), (sx, sy), (pl, pr, pt, pb), (dx, dy) = k, stride, pads, dil
+    h_in, w_in, c = x.shape
+    h_in, w_in = (h_in - 1) * up[1] + 1, (w_in - 1) * up[0] + 1
+    m = w.shape[0]
+    ow = ops.conv_out_size(w_in, (kx - 1) * dx + 1, pl, pr, sx, "width")
+    oh = ops.conv_out_size(h_in, (ky - 1) * dy + 1, pt, pb, sy, "height")
+    kdim = ky * kx * c
+    wmat = derived.get("wmat")
+    if wmat is None:
+        wmat = derived["wmat"] = np.ascontiguousarray(w.transpose(2, 3, 1, 0).reshape(kdim, m))
+    out = np.empty((oh, ow, m), np.float32)
+    rows_per_block = max(1, ops._IM2COL_BUDGET // max(1, ow * kdim * 4))
+    x = np.ascontiguousarray(x)
+    cols = np.empty((min(rows_per_block, oh), ow, kdim), np.float32)
+    for r in range(0, oh, rows_per_block):
+        blk = cols[: min(rows_per_block, oh - r)]
+        native.NATIVE.im2col(x, blk, r, kx, ky, sx, sy, dx, dy, pl, pt, up[0], up[1])
+        n = blk.shape[0] * ow
+        np.matmul(blk.reshape(n, kdim), wmat, out=out[r:r + rows_per_block].reshape(n, m))
+    return out

@@ -1,0 +1,184 @@
+"""The compiled conversions, layout moves and fused epilogues against numpy, bit for bit.
+
+References: numpy's own float16 casts (every binary16 pattern, a sweep of float32 ones),
+``hw.layout``'s numpy paths (themselves tested against ``layout.offsets`` in
+test_layout), and the simulator's stage-by-stage numpy ops (``ops._add_per_channel``,
+the element-wise add, ``ops.activation``, ``hw.fp16.round_f16``) for the fused epilogue.
+"""
+
+import numpy as np
+import pytest
+
+from dvsdk import native
+from dvsdk.hw import layout
+from dvsdk.hw.fp16 import f32_to_f16, round_f16, to_f16, to_f32
+from dvsdk.sim import ops
+
+from .test_native import NATIVE, needs_native, same_bits, same_values, special_mix
+
+pytestmark = [needs_native, pytest.mark.filterwarnings("ignore::RuntimeWarning")]
+ALL_HALVES = np.arange(65536, dtype=np.uint16).view(np.float16)
+
+
+@pytest.fixture
+def numpy_only(monkeypatch):
+    monkeypatch.setattr(native, "NATIVE", None)
+
+
+def test_binary16_to_float32_for_every_pattern():
+    out = np.empty(65536, np.float32)
+    NATIVE.f16_to_f32(ALL_HALVES, out)
+    assert same_bits(out, ALL_HALVES.astype(np.float32))   # NaN payloads and all
+    assert same_bits(to_f32(ALL_HALVES), ALL_HALVES.astype(np.float32))
+
+
+def test_float32_to_binary16_rounds_as_numpy_on_a_sweep_and_specials():
+    u = np.arange(0, 1 << 32, 4093, dtype=np.uint64).astype(np.uint32)  # 1 M patterns
+    around = ALL_HALVES.astype(np.float32).view(np.uint32).astype(np.int64)
+    steps = np.array([-0x1001, -0x1000, -0xFFF, -1, 1, 0xFFF, 0x1000, 0x1001])
+    u = np.concatenate([u, ((around[:, None] + steps) % (1 << 32)).astype(np.uint32)
+                        .reshape(-1)])
+    x = u.view(np.float32)
+    with np.errstate(over="ignore", invalid="ignore"):
+        ref = x.astype(np.float16)
+    assert same_bits(to_f16(x), ref)                         # signalling NaNs included
+    halves = ALL_HALVES.astype(np.float32)
+    assert same_bits(f32_to_f16(halves), ALL_HALVES)
+
+
+@pytest.mark.parametrize("shape", [(56, 56, 64), (7, 9, 13), (1, 1, 20), (5, 3, 8),
+                                   (4, 4, 3), (2, 6, 17, 19), (3, 5, 16)])
+@pytest.mark.parametrize("transpose", [False, True])
+def test_pack_unpack_and_chunks_equal_numpy(shape, transpose, monkeypatch):
+    rng = np.random.default_rng(sum(shape))
+    x = special_mix(rng, shape) * 100
+    strided = np.ascontiguousarray(np.moveaxis(x, -1, 0))
+    strided = np.moveaxis(strided, 0, -1)      # the NCHW-seen-as-HWC view the runtime packs
+    runs = []
+    for mod in (NATIVE, None):
+        monkeypatch.setattr(native, "NATIVE", mod)
+        p16 = layout.pack(x, transpose)
+        runs.append((p16, layout.pack(strided, transpose), layout.unpack(p16, shape, transpose),
+                     layout.to_chunks(x, transpose),
+                     layout.from_chunks(layout.to_chunks(x, transpose), shape, transpose)))
+    for fast, ref in zip(*runs):
+        assert same_bits(fast, ref)
+    chunks, back = runs[0][3], runs[0][4]
+    assert same_bits(chunks.astype(np.float16), runs[0][0]) and same_bits(back, x)
+
+
+def _reference_epilogue(y, bias, addend, act, slope, prelu):
+    """The stages as the numpy path runs them."""
+    t = y.copy()
+    if bias is not None:
+        ops._add_per_channel(t.reshape(1, *t.shape), bias)
+    if addend is not None:
+        t = t + addend
+    if act < 0:
+        return t
+    t = ops.activation(t, act, slope, prelu)
+    return round_f16(t)
+
+
+@pytest.mark.parametrize("act,slope", [(-1, 0.0), (0, 0.0), (2, 0.0), (2, 0.125), (4, 0.0),
+                                       (6, 0.0)])
+@pytest.mark.parametrize("bias,addend", [(True, False), (True, True), (False, True),
+                                         (False, False)])
+@pytest.mark.parametrize("m", [3, 16, 4100])
+def test_epilogue_equals_the_stages(act, slope, bias, addend, m):
+    rng = np.random.default_rng(m + act)
+    y = special_mix(rng, (max(1, 9000 // m), m))
+    b = special_mix(rng, (m,)) if bias else None
+    a = special_mix(rng, y.shape) if addend else None
+    p = rng.normal(size=m).astype(np.float32) if act == 4 else None
+    got = y.copy()
+    NATIVE.epilogue(got, b, a, act, slope, p)
+    assert same_values(got, _reference_epilogue(y, b, a, act, slope, p))
+
+
+@pytest.mark.parametrize("act,slope", [(0, 0.0), (2, 0.25), (4, 0.0), (6, 0.0)])
+@pytest.mark.parametrize("c", [5, 16, 24, 40, 71])
+def test_depthwise_with_its_epilogue_equals_depthwise_then_finish(act, slope, c):
+    rng = np.random.default_rng(c * 7 + act)
+    x = special_mix(rng, (9, 11, c)) if c == 40 else rng.normal(size=(9, 11, c)).astype(
+        np.float32)
+    taps = rng.normal(size=(3, 5, c)).astype(np.float32)
+    b = rng.normal(size=c).astype(np.float32)
+    p = rng.normal(size=c).astype(np.float32) if act == 4 else None
+    plain, fused = np.empty((9, 6, c), np.float32), np.empty((9, 6, c), np.float32)
+    NATIVE.depthwise(x, taps, b, plain, 2, 1, 1, 1, 2, 1)
+    NATIVE.depthwise(x, taps, b, fused, 2, 1, 1, 1, 2, 1, act, slope, p)
+    assert same_values(fused, round_f16(ops.activation(plain, act, slope, p)))
+
+
+def test_bad_arguments_to_the_new_loops_raise():
+    y = np.zeros((4, 3), np.float32)
+    with pytest.raises(ValueError):
+        NATIVE.epilogue(y, np.zeros(4, np.float32), None, 0, 0.0, None)   # bias size
+    with pytest.raises(ValueError):
+        NATIVE.epilogue(y, None, None, 4, 0.0, None)                      # PReLU slopes
+    with pytest.raises(ValueError):
+        NATIVE.epilogue(y, None, None, 3, 0.0, None)                      # sigmoid: numpy's
+    with pytest.raises(ValueError):
+        NATIVE.epilogue(y, None, y, 0, 0.0, None)                         # addend is y
+    with pytest.raises(ValueError):
+        NATIVE.pack(np.zeros((1, 2, 2, 3), np.float32), np.zeros(11, np.float16), False)
+    with pytest.raises(TypeError):
+        NATIVE.pack(np.zeros((1, 2, 2, 3), np.float32), np.zeros(12, np.int32), False)
+    with pytest.raises(ValueError):
+        NATIVE.unpack(np.zeros(12, np.float16), np.zeros((2, 2, 3), np.float32), False)
+    with pytest.raises(ValueError):
+        NATIVE.f16_to_f32(np.zeros(3, np.float16), np.zeros(4, np.float32))
+    x = np.zeros((3, 3, 2), np.float32)
+    with pytest.raises(ValueError):
+        NATIVE.depthwise(x, np.zeros((1, 1, 2), np.float32), np.zeros(2, np.float32), x,
+                         1, 1, 1, 1, 0, 0)                                # out is x
+
+
+@pytest.mark.parametrize("k,s,d,pads,up", [((3, 3), (1, 1), (1, 1), (1, 1, 1, 1), (1, 1)),
+                                           ((2, 3), (2, 1), (1, 2), (0, 1, 2, 0), (1, 1)),
+                                           ((1, 1), (2, 2), (1, 1), (0, 0, 0, 0), (1, 1)),
+                                           ((5, 5), (1, 1), (2, 2), (4, 4, 4, 4), (1, 1)),
+                                           ((2, 2), (1, 1), (1, 1), (1, 1, 1, 1), (2, 2)),
+                                           ((3, 2), (1, 1), (1, 1), (2, 0, 1, 1), (3, 2))])
+def test_im2col_builds_the_matrix_of_the_padded_window_view(k, s, d, pads, up):
+    from numpy.lib.stride_tricks import sliding_window_view
+
+    rng = np.random.default_rng(sum(k) + sum(pads))
+    x = special_mix(rng, (9, 11, 6))
+    (kx, ky), (sx, sy), (dx, dy), (pl, pr, pt, pb) = k, s, d, pads
+    z = np.zeros(((9 - 1) * up[1] + 1, (11 - 1) * up[0] + 1, 6), np.float32)
+    z[::up[1], ::up[0]] = x                       # a deconvolution's zero-inserted input
+    xp = np.pad(z, ((pt, pb), (pl, pr), (0, 0)))
+    oh = (xp.shape[0] - (ky - 1) * dy - 1) // sy + 1
+    ow = (xp.shape[1] - (kx - 1) * dx - 1) // sx + 1
+    win = sliding_window_view(xp, ((ky - 1) * dy + 1, (kx - 1) * dx + 1), axis=(0, 1))
+    ref = win[::sy, ::sx][:oh, :ow, :, ::dy, ::dx].transpose(0, 1, 3, 4, 2).reshape(
+        oh, ow, -1)
+    got = np.full((oh - 2, ow, ky * kx * 6), np.nan, np.float32)  # rows 2.. only
+    NATIVE.im2col(x, got, 2, kx, ky, sx, sy, dx, dy, pl, pt, *up)
+    assert same_bits(got, np.ascontiguousarray(ref[2:]))
+
+
+@pytest.mark.parametrize("size,stride,pads,param", [((3, 3), (2, 2), (1, 1, 1, 1), 1 / 9),
+                                                    ((1, 1), (1, 1), (0, 0, 0, 0), 1.0),
+                                                    ((7, 5), (1, 1), (0, 0, 0, 0), 0.03)])
+def test_avgpool_equals_numpy(size, stride, pads, param, monkeypatch):
+    x = special_mix(np.random.default_rng(3), (7, 9, 21))
+    ref = ops.avg_pool(x, size, stride, pads, param)   # the numpy reference
+    got = np.empty_like(ref)
+    NATIVE.avgpool(x, got, *size, *stride, pads[0], pads[2], float(np.float32(param)))
+    assert same_values(got, ref)
+
+
+@pytest.mark.parametrize("act,param", [(3, 0.0), (5, 0.0), (5, 0.25)])
+def test_sigmoid_and_elu_tails_after_numpys_exp(act, param):
+    t = special_mix(np.random.default_rng(act), (40, 130))
+    ref = round_f16(ops.activation(t, act, param))
+    if act == 3:
+        e, alpha = np.exp(-np.abs(t)), 0.0
+    else:
+        e, alpha = np.expm1(np.minimum(t, 0)), param or 1.0
+    got = t.copy()
+    NATIVE.act_exp(got, e, act, alpha)
+    assert same_values(got, ref)
