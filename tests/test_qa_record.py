@@ -176,3 +176,22 @@ def test_recorded_on_every_backend_replays_identically_on_the_simulator(device, 
     results, info = replay(tmp_path / "b.dvrec", "sim://")
     assert results and all(r.identical for r in results), [r.differences for r in results]
     assert info["backend"] == device.info().backend
+
+
+def test_a_skip_connection_across_a_cpu_step_is_recorded_from_dram(tmp_path):
+    """Segment 2 reads a tensor segment 1 wrote that the CPU never read back: the recording
+    must hold what the device sees (DRAM), not the CPU's stale cached view."""
+    b = NetBuilder(9)
+    h = b.node("Relu", [b.conv("x", 8, 8)])                   # segment 1 writes h
+    s = b.node("Sigmoid", [b.node("Softmax", [h], axis=1)])  # CPU
+    y = b.node("Add", [b.conv(s, 8, 8), h])                   # segment 2 reads h again
+    model = b.model([("x", (1, 8, 6, 6))], [b.node("Relu", [y])], "skip")
+    net = dvsdk.compile(model.SerializeToString(), golden=False)
+    dev = dvsdk.open_device("sim://")
+    rec = Recorder().attach(dev)
+    with dvsdk.load(net, dev) as n:
+        n.run(np.random.default_rng(1).uniform(-1, 1, (1, 8, 6, 6)).astype(np.float32))
+    dev.close()
+    rec.save(tmp_path / "skip.dvrec")
+    results, _ = replay(tmp_path / "skip.dvrec")
+    assert len(results) >= 2 and all(r.identical for r in results)

@@ -134,7 +134,7 @@ class Recorder:
                      "reads": [], "writes": [], "started": time.time() - self.t0}
             stream = cl.stream
             if stream is not None:
-                chunks = [c.view[:n] for c, n in zip(stream.chunks, stream.lengths)]
+                chunks = [_device_view(c, 0, n) for c, n in zip(stream.chunks, stream.lengths)]
                 entry["stream"] = {"blob": self._blob(b"".join(c.tobytes() for c in chunks)),
                                    "address": int(stream.address)}
             for a in accesses:
@@ -144,7 +144,7 @@ class Recorder:
                 if a.write:
                     entry["writes"].append(item)
                 else:
-                    item["blob"] = self._blob(buf.view[off:off + a.nbytes])
+                    item["blob"] = self._blob(_device_view(buf, off, a.nbytes))
                     entry["reads"].append(item)
             entry["_buffers"] = [_locate(bufs, a)[0] for a in accesses if a.write]
             self._open[id(cl)] = entry
@@ -156,9 +156,7 @@ class Recorder:
             if entry is None:
                 return
             for item, buf in zip(entry["writes"], entry.pop("_buffers")):
-                buf.sync_for_cpu(item["offset"], item["nbytes"])
-                item["blob"] = self._blob(buf.view[item["offset"]:item["offset"]
-                                                   + item["nbytes"]])
+                item["blob"] = self._blob(_device_view(buf, item["offset"], item["nbytes"]))
             entry["time_us"] = float(stats.exec_time_us)
             entry["cycles"] = None if stats.cycles is None else int(stats.cycles)
             self.execs.append(entry)
@@ -194,6 +192,15 @@ def _jsonable(v: Any) -> Any:
     return v if v is None or isinstance(v, (bool, int, float, str)) else str(v)
 
 
+def _device_view(buf: Any, offset: int, nbytes: int) -> np.ndarray:
+    """What the device sees in a range: right before a kick every CPU store has been
+    synced for the device (the device would not see it otherwise), so invalidating the
+    CPU's cached lines and reading gives DRAM, including what earlier kicks wrote that the
+    CPU never read."""
+    buf.sync_for_cpu(offset, nbytes)
+    return buf.read(offset, nbytes)
+
+
 def _buffers_of(cl: Any) -> list[Any]:
     """Every DMA buffer the list's commands (and its stream) refer to."""
     seen: dict[int, Any] = {}
@@ -218,7 +225,7 @@ def _accesses(cl: Any, bufs: list[Any]) -> list[streamwalk.Access]:
     if cl.unit == "conv" and cl.stream is not None:   # the stream the device will fetch
         def fetch(addr: int, n: int) -> np.ndarray:
             b, off = _locate(bufs, streamwalk.Access(addr, n, False, "stream"))
-            return b.view[off:off + n]
+            return _device_view(b, off, n)
         accesses, _ = streamwalk.conv_kick_accesses(fetch, cl.stream.address,
                                                     cl.stream.length8)
         return accesses
