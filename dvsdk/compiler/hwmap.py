@@ -164,7 +164,8 @@ HARDWARE_OPS: dict[str, str] = {
     "Tanh": "fused activation", "Elu": "fused activation",
     "Clip": "ReLU6 / ReLU fused activation; other bounds on the CPU",
     "MaxPool": "max-pool run or fused into the conv run (2..3 x 1..3), ceil_mode via padding; "
-               "k x k / k windows with k = 2^a 3^b as 2x2/3x3 stages",
+               "k x k / k windows with k = 2^a 3^b as 2x2/3x3 stages; larger windows (5x5, "
+               "9x9, 13x13) as cascades of stride-1 pools, the -inf padding spread over them",
     "Abs": "rectification fused after an activation (rectifi_en)",
     "AveragePool": "average-pool run (up to 7x7; count_include_pad or no padding)",
     "GlobalAveragePool": "average-pool run(s), staged for inputs larger than 7x7",

@@ -78,8 +78,15 @@ class OpLowerings:
         h, w, c = self.dev_shape(x)
         try:
             run = self.maxpool_fields(ConvRun(m=c, pool_stride=0x0101), op, self.shape(x))
-        except NoMapping:
-            return self._staged_maxpool(op, (h, w, c))
+        except NoMapping as single:
+            try:
+                return self._staged_maxpool(op, (h, w, c))
+            except NoMapping:
+                pass
+            try:
+                return self._cascade_maxpool(op, (h, w, c))
+            except NoMapping as e:
+                raise NoMapping(f"{single}; as a cascade: {e}") from None
         run, out, fused, _, act = self.fuse_tail(run, op.outputs[0], c, False, False,
                                                  self.order[op.name])
         kx, ky = run.pool_kernel
@@ -131,6 +138,72 @@ class OpLowerings:
         for cmd in cmds[:-1]:
             self.emit(cmd)
         return self._finish(cmds[-1], None)
+
+    def _cascade_maxpool(self, op: Op, shape: tuple[int, int, int]) -> bool:
+        """A max-pool window beyond the hardware's 3x3 (YOLO's SPPF 5x5, SPP 9x9 and 13x13)
+        as a cascade of hardware max-pools.
+
+        Max is idempotent, so a k2 window over k1-window maxima (stride 1) is one
+        (k1 + k2 - 1) window.  The stages grow the window by 1 or 2 per axis each (widths
+        2..3, heights 1..3, §6 f); all but the last have stride 1 and the last takes the
+        op's stride.  Padding is -inf on the hardware (§4.3) as in ONNX, and a stage's
+        padded border only ever adds -inf (or maxima of real elements inside the op's
+        window) to a later window, so the op's pads (ceil_mode's extra right/bottom ones
+        included) can be spread over the stages: each takes up to k_i - 1 per side, the
+        last the rest.  The one thing a cascade cannot reproduce is an output window with
+        no real element in it; the op stays on the CPU if it has one."""
+        (kx, ky), (sx, sy), (dx, dy) = hwmap.window(op)
+        if (dx, dy) != (1, 1) or op.attrs.get("storage_order", 0):
+            raise NoMapping("dilated max-pool")
+        h, w, c = shape
+        oh, ow = self.shape(op.outputs[0])[2:]
+        l, r, t, b = hwmap.pads_lrtb(op)
+        r += hwmap.extra_pad(w, kx, l, r, sx, ow)
+        b += hwmap.extra_pad(h, ky, t, b, sy, oh)
+        if l >= kx or t >= ky or (ow - 1) * sx - l >= w or (oh - 1) * sy - t >= h:
+            raise NoMapping("an output window lies entirely in the padding")
+        n = max(-(-(kx - 1) // 2), -(-(ky - 1) // 2))
+        if n < 2 or n > kx - 1:
+            raise NoMapping(f"window {kx}x{ky} does not split into 2..3 x 1..3 stages")
+
+        def kernels(k: int) -> list[int]:  # n stage windows growing the window to k
+            base, extra = divmod(k - 1, n)
+            return [1 + base + (i < extra) for i in range(n)]
+
+        def spread(pad: int, ks: list[int]) -> list[int]:
+            out = []
+            for k in ks:
+                out.append(min(pad, k - 1))
+                pad -= out[-1]
+            out[-1] += pad
+            return out
+
+        kxs, kys = kernels(kx), kernels(ky)
+        pl, pr, pt, pb = spread(l, kxs), spread(r, kxs), spread(t, kys), spread(b, kys)
+        src, final = op.inputs[0], op.outputs[0]
+        cmds = []
+        for i in range(n):
+            last = i == n - 1
+            a, bb = kxs[i], kys[i]
+            st = (sx, sy) if last else (1, 1)
+            pads = (pl[i], pr[i], pt[i], pb[i])
+            hwmap.check_pads(pads, "max-pool", seven_bit=False)
+            oh_i = (pads[2] + h + pads[3] - bb) // st[1] + 1
+            ow_i = (pads[0] + w + pads[1] - a) // st[0] + 1
+            dst = final if last else self.g.add_tensor(f"{final}_cascade{i}",
+                                                       (1, c, oh_i, ow_i), np.float32)
+            run = ConvRun.make(c, pool="max", pool_size=(a, bb), pool_stride=st,
+                               pool_pads=pads)
+            cmd = HwCmd(src, dst, w, h, c, [run], [None], None, 1, [op.name] if last else [],
+                        f"max-pool {kx}x{ky} cascade stage {i + 1}/{n}: {a}x{bb}")
+            self.check(cmd)
+            cmds.append(cmd)
+            src, h, w = dst, oh_i, ow_i
+        if (h, w) != (oh, ow):
+            raise NoMapping(f"cascade gives {h}x{w}, the model {oh}x{ow}")
+        for cmd in cmds[:-1]:
+            self.emit(cmd)
+        return self._finish_with_act(cmds[-1])
 
     def _avg_stage(self, x: str, out: str, hwc_in: tuple[int, int, int], k: tuple[int, int],
                    s: tuple[int, int], pads: tuple[int, int, int, int], scale: float,
