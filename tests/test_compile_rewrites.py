@@ -12,7 +12,8 @@ from onnx import TensorProto, helper
 from dvsdk.compiler.build import compile
 from dvsdk.runtime.net import Net
 
-from .compile_harness import SIM, ort_reference, where
+from .compile_harness import SIM, cpu_types, max_err, ort_reference, where
+from .onnx_models import NetBuilder, make_feeds
 
 OPSET = 17
 
@@ -86,3 +87,86 @@ def test_max_pools_a_cascade_cannot_express_stay_on_the_cpu(shape, attrs, why):
     x = _halves(np.random.default_rng(5), shape)
     with Net(net, SIM) as dev:
         assert np.array_equal(dev.run(x)["y"], ort_reference(model, {"x": x})[0])
+
+
+# --------------------------------------------------------------------------- split views
+def _c2f(split_sizes=(8, 8), order=(0, 1), opset=OPSET, num_outputs=False):
+    """YOLOv8's C2f: conv -> Split in two -> a conv on the second half -> Concat of both
+    halves and that conv's output -> conv."""
+    b = NetBuilder(21, opset)
+    c = sum(split_sizes)
+    y = b.node("Relu", [b.conv("x", 3, c)])
+    if num_outputs:
+        parts = b.node("Split", [y], n_out=len(split_sizes), axis=1,
+                       num_outputs=len(split_sizes))
+    else:
+        parts = b.node("Split", [y, b.const(np.array(split_sizes, np.int64), "split")],
+                       n_out=len(split_sizes), axis=1)
+    h = b.node("Relu", [b.conv(parts[-1], split_sizes[-1], 8)])
+    cat = b.node("Concat", [parts[i] for i in order] + [h], axis=1)
+    out = b.conv(cat, c + 8, 8, k=1)
+    return b.model([("x", (1, 3, 12, 10))], [out], "c2f")
+
+
+def _run_against_ort(model, tol=2e-2):
+    net = compile(model, golden=False)
+    feeds = make_feeds(model, seed=2)
+    ref = ort_reference(model, feeds)
+    with Net(net, SIM) as dev:
+        out = dev.run(feeds)
+    for spec, r in zip(net.meta["outputs"], ref):
+        err, span = max_err(out[spec["name"]], r)
+        assert err <= 1e-3 + tol * span, (spec["name"], err, span)
+    return net
+
+
+@pytest.mark.parametrize("sizes,num_outputs", [((8, 8), False), ((16, 8, 8), False),
+                                               ((8, 8), True)])
+def test_a_channel_split_is_views_and_the_c2f_concat_places_the_split_tensor(sizes,
+                                                                           num_outputs):
+    model = _c2f(sizes, order=tuple(range(len(sizes))), num_outputs=num_outputs,
+                 opset=18 if num_outputs else OPSET)
+    net = _run_against_ort(model)
+    assert cpu_types(net) == []
+    rep = {r["type"]: r["detail"] for r in net.meta["report"]}
+    assert "zero-copy" in rep["Split"] and "zero-copy" in rep["Concat"]
+    # the parts are the byte ranges of their channels in the split tensor, which itself
+    # sits at the start of the concat's slot
+    t = net.meta["tensors"]
+    split = next(n for n in model.graph.node if n.op_type == "Split")
+    concat = next(n for n in model.graph.node if n.op_type == "Concat")
+    start = t[split.input[0]]["device"]["offset"]
+    h, w, _ = t[split.input[0]]["device"]["hwc"]
+    assert start == t[concat.output[0]]["device"]["offset"]
+    for name, c0 in zip(split.output, np.cumsum((0,) + sizes[:-1])):
+        assert t[name]["device"]["offset"] == start + h * w * int(c0) * 2
+
+
+@pytest.mark.parametrize("sizes,order,cpu", [
+    ((5, 11), (0, 1), ["Concat", "Split"]),  # a first part of 5 channels: no whole chunks
+    ((8, 8), (1, 0), ["Concat"]),            # halves swapped: the split tensor cannot sit
+])                                            # in the concat, the concat runs on the CPU
+def test_splits_and_concats_that_cannot_be_views_stay_on_the_cpu(sizes, order, cpu):
+    net = _run_against_ort(_c2f(sizes, order))
+    assert cpu_types(net) == cpu
+
+
+def test_a_last_part_of_any_width_is_a_view_too():
+    b = NetBuilder(23)
+    y = b.node("Relu", [b.conv("x", 3, 13)])
+    a, c = b.node("Split", [y, b.const(np.array([8, 5], np.int64), "s")], n_out=2, axis=1)
+    model = b.model([("x", (1, 3, 12, 10))], [b.conv(a, 8, 8), b.conv(c, 5, 8), c],
+                    "split_8_5")
+    net = _run_against_ort(model)
+    assert cpu_types(net) == []
+
+
+def test_a_spatial_split_stays_on_the_cpu():
+    b = NetBuilder(22)
+    y = b.node("Relu", [b.conv("x", 3, 8)])
+    top, bottom = b.node("Split", [y, b.const(np.array([4, 8], np.int64), "s")], n_out=2,
+                         axis=2)
+    model = b.model([("x", (1, 3, 12, 10))], [b.conv(top, 8, 8), b.conv(bottom, 8, 8)],
+                    "spatial_split")
+    net = _run_against_ort(model)
+    assert cpu_types(net) == ["Split"]

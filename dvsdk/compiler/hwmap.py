@@ -175,6 +175,8 @@ HARDWARE_OPS: dict[str, str] = {
     "Resize": "2x nearest upsample run", "Upsample": "2x nearest upsample run",
     "Concat": "inception/fire branches as one multi-run command (topo), else zero-copy "
               "placement; every branch but the last needs C % 8 == 0",
+    "Split": "channel split: zero-copy views of the input (every part but the last C % 8 "
+             "== 0); a concat of all parts in order places the split tensor itself",
     "Flatten": "free view when H = W = 1, else read in place by the following Gemm",
     "Reshape": "free view when H = W = 1", "Squeeze": "free view", "Unsqueeze": "free view",
     "Pad": "folded into the next conv / average pool (constant zero)",

@@ -59,6 +59,7 @@ class Lowering(OpLowerings, MultiRunLowerings):
         self.steps: list[HwStep | CpuStep] = []
         self.device: dict[str, tuple[int, int, int]] = {}
         self.aliases: dict[str, tuple[str, int]] = {}
+        self.split_parts: dict[str, Op] = {}  # a Split's output (a view) -> the Split
         self.report: list[dict] = []
         self.deferred: dict[str, Op] = {}  # view output -> view op a Gemm may absorb
         self.emit_sink: list[HwCmd] | None = None
@@ -197,6 +198,8 @@ class Lowering(OpLowerings, MultiRunLowerings):
             return self.lower_view(op)
         if t == "Concat":
             return self.lower_concat(op)
+        if t == "Split":
+            return self.lower_split(op)
         return False
 
     # -- fusion tail: [add] -> [max-pool] -> [activation] -> [abs] ----------------------

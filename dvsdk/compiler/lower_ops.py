@@ -419,6 +419,53 @@ class OpLowerings:
             return True
         return False
 
+    def lower_split(self, op: Op) -> bool:
+        """A channel Split of a device tensor as zero-copy views: each part is the byte
+        range of its channels in the chunked layout (§1), whole 8-channel chunks for every
+        part but the last, so the parts need no copy and no CPU step."""
+        x = op.inputs[0]
+        rank = len(self.shape(x))
+        if rank not in (2, 4) or int(op.attrs.get("axis", 0)) % rank != 1:
+            raise NoMapping("split on an axis other than channels")
+        h, w, _ = self.dev_shape(x)
+        if self.g.is_const(x):
+            raise NoMapping("split of a constant")
+        offset, parts = 0, []
+        for i, name in enumerate(op.outputs):
+            if not name:
+                raise NoMapping("a split output is unused")
+            ph, pw, c = self.dev_shape(name)
+            if (ph, pw) != (h, w):
+                raise NoMapping("split parts differ in size")
+            if i < len(op.outputs) - 1 and c % 8:
+                raise NoMapping(f"split part {name} has C={c}, not a multiple of 8")
+            parts.append((name, offset))
+            offset += h * w * c * 2
+        for name, off in parts:
+            self.aliases[name] = (x, off)
+            self.split_parts[name] = op
+        self.note(op, "hw", f"zero-copy: {len(parts)} views of the input's channel chunks")
+        return True
+
+    def _concat_members(self, op: Op) -> list[str]:
+        """The concat's inputs, a complete in-order run of a Split's parts (views) replaced
+        by the split's input: YOLO's C2f concatenates both halves of a split first, so the
+        split tensor itself is placed in the concat and its halves stay views of it."""
+        members, i = [], 0
+        while i < len(op.inputs):
+            split = self.split_parts.get(op.inputs[i])
+            if split is None:
+                members.append(op.inputs[i])
+                i += 1
+                continue
+            n = len(split.outputs)
+            if op.inputs[i:i + n] != split.outputs:
+                raise NoMapping(f"concat input {op.inputs[i]} is one part of a split, not "
+                                "all of them in order")
+            members.append(split.inputs[0])
+            i += n
+        return members
+
     def lower_concat(self, op: Op) -> bool:
         axis = int(op.attrs.get("axis", 1))
         shapes = [self.shape(i) for i in op.inputs]
@@ -426,15 +473,16 @@ class OpLowerings:
             raise NoMapping("concat on an axis other than channels")
         offset = 0
         members = []
-        for i, name in enumerate(op.inputs):
+        names = self._concat_members(op)
+        for i, name in enumerate(names):
             h, w, c = self.dev_shape(name)
             p = self.prod.get(name)
             if p is None or name in self.aliases or name in self.g.outputs \
-                    or op.inputs.count(name) > 1:
+                    or names.count(name) > 1:
                 raise NoMapping(f"concat input {name} cannot be placed in the output")
             if any(u.type == "Concat" and u is not op for u in self.cons.get(name, [])):
                 raise NoMapping(f"{name} feeds two concats")
-            if i < len(op.inputs) - 1 and c % 8:
+            if i < len(names) - 1 and c % 8:
                 raise NoMapping(f"concat input {name} has C={c}, not a multiple of 8")
             members.append((name, offset))
             offset += h * w * c * 2
