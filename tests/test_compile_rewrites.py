@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 from onnx import TensorProto, helper
 
-from dvsdk.compiler.build import compile
+from dvsdk.compiler.build import Options, compile, load_model
+from dvsdk.compiler.interpret import run_graph
 from dvsdk.runtime.net import Net
 
 from .compile_harness import SIM, cpu_types, max_err, ort_reference, where
@@ -170,3 +171,74 @@ def test_a_spatial_split_stays_on_the_cpu():
                     "spatial_split")
     net = _run_against_ort(model)
     assert cpu_types(net) == ["Split"]
+
+
+# --------------------------------------------------------------------------- HardSigmoid
+def _se(alpha=1 / 6, beta=0.5, swap=False, extra_reader=False, c=16):
+    """MobileNetV3's squeeze-excitation: x -> GAP -> 1x1 ReLU -> 1x1 -> HardSigmoid ->
+    Mul(x, s) -> the block's 1x1 projection (torch: alpha 1/6; paddle's PP-OCR: 0.2)."""
+    b = NetBuilder(31)
+    x = b.node("Relu", [b.conv("x", 3, c)])
+    s = b.node("Relu", [b.conv(b.node("GlobalAveragePool", [x]), c, 8, k=1)])
+    s = b.node("HardSigmoid", [b.conv(s, 8, c, k=1)], alpha=alpha, beta=beta)
+    m = b.node("Mul", [s, x] if swap else [x, s])
+    outs = [b.conv(m, c, 8, k=1)]
+    if extra_reader:
+        outs.append(b.node("Relu", [m]))
+    return b.model([("x", (1, 3, 12, 10))], outs, "se")
+
+
+def _float32_rewrite_is_exact(model):
+    """The rewritten graph in float32 (dvsdk's interpreter) equals the model (onnxruntime)."""
+    graph = load_model(model, Options())
+    feeds = make_feeds(model, seed=4)
+    got = run_graph(graph, feeds)
+    for name, ref in zip(graph.outputs, ort_reference(model, feeds)):
+        np.testing.assert_allclose(got[name], ref, rtol=1e-5, atol=1e-6)
+    return graph
+
+
+@pytest.mark.parametrize("alpha,beta,swap", [(1 / 6, 0.5, False), (0.2, 0.5, True),
+                                             (-0.3, 0.4, False)])
+def test_hardsigmoid_in_squeeze_excitation_runs_as_relu6_with_the_sixth_in_the_projection(
+        alpha, beta, swap):
+    model = _se(alpha, beta, swap)
+    graph = _float32_rewrite_is_exact(model)
+    assert [op.type for op in graph.ops].count("Mul") == 1  # no constant 1/6 left over
+    net = _run_against_ort(model)
+    assert cpu_types(net) == ["Mul"]  # x * s: two tensors, no DV700 form
+    hs = next(n.name for n in model.graph.node if n.op_type == "HardSigmoid")
+    assert [(r["type"], r["where"]) for r in net.meta["report"] if r["op"] == hs] == [
+        ("Clip", "hw")]  # reported under its own name, as the ReLU6 it became
+    assert "relu6" in next(r["detail"] for r in net.meta["report"] if r["op"] == hs)
+
+
+def test_hardsigmoid_without_a_conv_sink_keeps_a_constant_sixth_on_the_device():
+    model = _se(extra_reader=True)  # the Mul's output also feeds a Relu: no weights to scale
+    graph = _float32_rewrite_is_exact(model)
+    assert [op.type for op in graph.ops].count("Mul") == 2
+    net = _run_against_ort(model)
+    assert cpu_types(net) == ["Mul"]
+
+
+def test_hardsigmoid_before_a_conv_folds_the_sixth_into_it():
+    b = NetBuilder(32)
+    y = b.node("HardSigmoid", [b.conv("x", 3, 8)], alpha=0.2, beta=0.5)
+    model = b.model([("x", (1, 3, 12, 10))], [b.conv(y, 8, 8)], "hs_conv")
+    graph = _float32_rewrite_is_exact(model)
+    assert [op.type for op in graph.ops] == ["Conv", "Clip", "Conv"]
+    net = _run_against_ort(model)
+    assert cpu_types(net) == [] and net.meta["stats"]["commands"] == 2
+
+
+@pytest.mark.parametrize("case", ["input", "shared"])
+def test_hardsigmoid_without_its_own_conv_stays_on_the_cpu(case):
+    b = NetBuilder(33)
+    if case == "input":  # nothing to fold the affine part into
+        outs = [b.conv(b.node("HardSigmoid", ["x"]), 3, 8)]
+    else:  # the conv's output is read by another op too
+        y = b.conv("x", 3, 8)
+        outs = [b.node("HardSigmoid", [y]), b.node("Relu", [y])]
+    model = b.model([("x", (1, 3, 12, 10))], outs, "hs_cpu")
+    net = _run_against_ort(model)
+    assert cpu_types(net) == ["HardSigmoid"]

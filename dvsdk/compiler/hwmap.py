@@ -163,6 +163,8 @@ HARDWARE_OPS: dict[str, str] = {
     "PRelu": "fused activation (FP16 weights)", "Sigmoid": "fused activation",
     "Tanh": "fused activation", "Elu": "fused activation",
     "Clip": "ReLU6 / ReLU fused activation; other bounds on the CPU",
+    "HardSigmoid": "after a conv/FC: ReLU6 fused into it, a*x + b folded into its weights "
+                   "(times 6), the 1/6 into the convs after SE's Mul or a constant Mul",
     "MaxPool": "max-pool run or fused into the conv run (2..3 x 1..3), ceil_mode via padding; "
                "k x k / k windows with k = 2^a 3^b as 2x2/3x3 stages; larger windows (5x5, "
                "9x9, 13x13) as cascades of stride-1 pools, the -inf padding spread over them",
