@@ -242,3 +242,50 @@ def test_hardsigmoid_without_its_own_conv_stays_on_the_cpu(case):
     model = b.model([("x", (1, 3, 12, 10))], outs, "hs_cpu")
     net = _run_against_ort(model)
     assert cpu_types(net) == ["HardSigmoid"]
+
+
+# --------------------------------------------------------------------------- scheduling
+def _kinds(net) -> list[str]:
+    return [s["kind"] for s in net.meta["program"]]
+
+
+def test_independent_branches_share_segments():
+    """Two heads, each conv -> CPU op -> conv, written interleaved: lowered in that order
+    they would alternate five times; scheduled, the two CPU ops run back to back."""
+    b = NetBuilder(41)
+    x = b.node("Relu", [b.conv("x", 3, 8)])
+    a = b.conv(x, 8, 8)
+    c = b.conv(x, 8, 8)
+    ea = b.node("Exp", [a])
+    ec = b.node("Exp", [c])
+    model = b.model([("x", (1, 3, 12, 10))], [b.conv(ea, 8, 8), b.conv(ec, 8, 8)], "heads")
+    assert [n.op_type for n in model.graph.node][1:] == ["Relu", "Conv", "Conv", "Exp", "Exp",
+                                                         "Conv", "Conv"]
+    net = _run_against_ort(model)
+    assert _kinds(net) == ["hw", "cpu", "cpu", "hw"]
+
+
+def test_a_concat_reader_waits_for_every_member_writer_even_on_the_cpu():
+    """The concat's output has no writer by name: its members write into its slot, one of
+    them a CPU step (uploaded there).  The conv reading the concat must follow both."""
+    b = NetBuilder(42)
+    x = b.node("Relu", [b.conv("x", 3, 8)])
+    cpu_member = b.node("Exp", [b.conv(x, 8, 8)])
+    hw_member = b.node("Relu", [b.conv(x, 8, 8)])
+    other = b.node("Exp", [b.conv(x, 8, 8)])  # tempts the scheduler to run CPU work early
+    cat = b.node("Concat", [hw_member, cpu_member], axis=1)
+    model = b.model([("x", (1, 3, 12, 10))], [b.conv(cat, 16, 8), b.conv(other, 8, 8)],
+                    "cat_cpu_member")
+    net = _run_against_ort(model)
+    assert "zero-copy" in next(r["detail"] for r in net.meta["report"]
+                               if r["type"] == "Concat")
+    assert _kinds(net) == ["hw", "cpu", "cpu", "hw"]
+    last = net.meta["program"][-1]
+    assert cat in [i for ins in last["command_inputs"] for i in ins]
+
+
+def test_a_chain_keeps_its_order():
+    b = NetBuilder(43)
+    y = b.conv(b.node("Exp", [b.conv("x", 3, 8)]), 8, 8)
+    net = _run_against_ort(b.model([("x", (1, 3, 12, 10))], [y], "chain"))
+    assert _kinds(net) == ["hw", "cpu", "hw"]

@@ -25,6 +25,7 @@ from .ir import Graph, Op
 from .lower_ops import OpLowerings
 from .multirun import MultiRunLowerings
 from .program import CpuStep, HwCmd, HwStep, Program, out_hwc
+from .schedule import schedule
 
 
 def _entry(op: Op, where: str, detail: str) -> dict:
@@ -363,5 +364,6 @@ class Lowering(OpLowerings, MultiRunLowerings):
 
 def lower(graph: Graph, info: DeviceInfo, quantize: bool = False,
           multirun: bool = True) -> Program:
-    """Lower an optimized, shape-inferred graph for a device with ``info``."""
-    return Lowering(graph, info, quantize, multirun).run()
+    """Lower an optimized, shape-inferred graph for a device with ``info``; the steps in an
+    order with few device <-> CPU transitions (:mod:`.schedule`)."""
+    return schedule(Lowering(graph, info, quantize, multirun).run())
