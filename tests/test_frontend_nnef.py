@@ -187,7 +187,8 @@ def test_cli_bad_nnef_leaves_the_output_untouched(tmp_path):
     dat.write_bytes(dat.read_bytes()[:-10])  # truncated weights
     out = tmp_path / "net.bin"
     out.write_bytes(b"previous net")
-    proc = subprocess.run([sys.executable, "-m", "dvsdk.cli.compile", str(model), "-o", str(out)],
+    proc = subprocess.run([sys.executable, "-m", "dvsdk.cli.compile", str(model), "-o", str(out),
+                           "--force"],
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2
     assert len(proc.stderr.strip().splitlines()) == 1 and "variable3.dat" in proc.stderr
