@@ -289,3 +289,38 @@ def test_a_chain_keeps_its_order():
     y = b.conv(b.node("Exp", [b.conv("x", 3, 8)]), 8, 8)
     net = _run_against_ort(b.model([("x", (1, 3, 12, 10))], [y], "chain"))
     assert _kinds(net) == ["hw", "cpu", "hw"]
+
+
+# --------------------------------------------------------------------------- upsampling
+def _resize(scales, size=(5, 7), **attrs):
+    b = NetBuilder(51)
+    y = b.node("Relu", [b.conv("x", 3, 8)])
+    up = b.node("Resize", [y, "", b.const(np.array(scales, np.float32), "scales")], **attrs)
+    model = b.model([("x", (1, 3, *size))], [b.conv(up, 8, 8)], "resize")
+    return model, up
+
+
+@pytest.mark.parametrize("f,attrs", [
+    (4, dict(mode="nearest")),                                          # ONNX defaults
+    (8, dict(mode="nearest", coordinate_transformation_mode="asymmetric",
+             nearest_mode="floor")),                                    # torch's export
+])
+def test_nearest_upsampling_by_a_power_of_two_is_a_chain_of_2x_runs(f, attrs):
+    model, up = _resize([1, 1, f, f], **attrs)
+    net = _run_against_ort(model)
+    assert cpu_types(net) == []
+    k = f.bit_length() - 1
+    stages = [r for s in net.meta["program"] for r in s.get("runs", []) if "upsample" in r]
+    assert len(stages) == k and net.meta["stats"]["commands"] == 2 + k
+
+
+@pytest.mark.parametrize("scales,attrs", [
+    ([1, 1, 3, 3], dict(mode="nearest")),                        # not a power of two
+    ([1, 1, 4, 2], dict(mode="nearest")),                        # different factors
+    ([1, 1, 4, 4], dict(mode="nearest", coordinate_transformation_mode="tf_half_pixel_for_nn")),
+    ([1, 1, 4, 4], dict(mode="linear")),
+])
+def test_upsampling_that_is_not_a_2x_chain_stays_on_the_cpu(scales, attrs):
+    model, _ = _resize(scales, **attrs)
+    net = _run_against_ort(model)
+    assert cpu_types(net) == ["Resize"]

@@ -174,7 +174,8 @@ HARDWARE_OPS: dict[str, str] = {
     "GlobalMaxPool": "max-pool runs staged 3x3/3 with -inf padding",
     "Gemm": "1x1 conv on a 1x1xN input; flattened conv outputs read in place with "
             "permuted weights", "MatMul": "as Gemm when the weight is constant",
-    "Resize": "2x nearest upsample run", "Upsample": "2x nearest upsample run",
+    "Resize": "2x nearest upsample run (4x, 8x ... as 2x stages)",
+    "Upsample": "2x nearest upsample run (4x, 8x ... as 2x stages)",
     "Concat": "inception/fire branches as one multi-run command (topo), else zero-copy "
               "placement; every branch but the last needs C % 8 == 0",
     "Split": "channel split: zero-copy views of the input (every part but the last C % 8 "

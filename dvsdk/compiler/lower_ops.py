@@ -372,8 +372,11 @@ class OpLowerings:
         x = op.inputs[0]
         h, w, c = self.dev_shape(x)
         out = self.shape(op.outputs[0])
-        if len(out) != 4 or out[2:] != (2 * h, 2 * w) or out[:2] != (1, c):
-            raise NoMapping("only 2x spatial upsampling maps to the hardware")
+        f = out[2] // h if len(out) == 4 else 0
+        if len(out) != 4 or out[2:] != (f * h, f * w) or out[:2] != (1, c) \
+                or f < 2 or f & (f - 1):
+            raise NoMapping("only 2x, 4x, 8x ... spatial upsampling (2x stages) maps to the "
+                            "hardware")
         mode = op.attrs.get("mode", "nearest")
         ctm = op.attrs.get("coordinate_transformation_mode", "half_pixel")
         near = op.attrs.get("nearest_mode", "round_prefer_floor")
@@ -395,12 +398,24 @@ class OpLowerings:
             got = cpu_ops.run_op("Resize", args, op.attrs)[0]
         except Exception as e:  # noqa: BLE001 - the CPU step reports it properly
             raise NoMapping(f"Resize index map: {e}") from None
-        if not np.array_equal(got, probe.repeat(2, axis=2).repeat(2, axis=3)):
-            raise NoMapping(f"nearest resize with {ctm}/{near} is not a 2x replicate")
-        run = ConvRun.make(c, pool="upsample", pool_size=2, pool_stride=1)
-        cmd = HwCmd(x, op.outputs[0], w, h, c, [run], [None], None, 1, [op.name],
-                    "2x nearest upsample")
-        return self._finish_with_act(cmd)
+        if not np.array_equal(got, probe.repeat(f, axis=2).repeat(f, axis=3)):
+            raise NoMapping(f"nearest resize with {ctm}/{near} is not a {f}x replicate")
+        # a 2^k x replicate is k 2x replicates (PaddleOCR's DBNet upsamples by 4 and 8)
+        src, cmds = x, []
+        while w < out[3]:
+            last = 2 * w == out[3]
+            dst = op.outputs[0] if last else self.g.add_tensor(
+                f"{op.outputs[0]}_x{2 * w // self.shape(x)[3]}", (1, c, 2 * h, 2 * w),
+                np.float32)
+            run = ConvRun.make(c, pool="upsample", pool_size=2, pool_stride=1)
+            cmds.append(HwCmd(src, dst, w, h, c, [run], [None], None, 1,
+                              [op.name] if last else [],
+                              "2x nearest upsample" + (f" (stage of {f}x)" if f > 2 else "")))
+            self.check(cmds[-1])
+            src, h, w = dst, 2 * h, 2 * w
+        for cmd in cmds[:-1]:
+            self.emit(cmd)
+        return self._finish_with_act(cmds[-1])
 
     # -- views and concat ------------------------------------------------------------------
     def lower_view(self, op: Op) -> bool:
