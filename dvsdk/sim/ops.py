@@ -91,8 +91,16 @@ _blas_state: dict = {"controller": None, "depth": 0, "limiter": None}
 @contextmanager
 def blas_threads() -> Iterator[None]:
     """Pin the BLAS libraries to :data:`BLAS_THREADS` threads for the block (threadpoolctl);
-    re-entrant and thread-safe: the first block in saves the user's setting, the last one
-    out restores it, so numpy outside the simulator keeps its own threading."""
+    re-entrant: the first block in saves the user's setting, the last one out restores it,
+    so numpy outside the simulator keeps its own threading.
+
+    Only in the main thread: OpenBLAS (0.3.31, measured) ignores a setting made in another
+    thread once the main thread has made one, and in some interleavings keeps a worker's
+    value after the worker restored its own, which would change the user's setting for
+    good; a simulator driven from another thread leaves BLAS threads alone."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
     st = _blas_state
     with _blas_lock:
         if st["depth"] == 0:
