@@ -77,11 +77,15 @@ _IM2COL_BUDGET = 32 << 20
 _DW_BLOCK = 16384
 
 
-#: BLAS threads inside the simulator's matmuls.  One: measured on a loaded 2-core machine,
-#: OpenBLAS's default of one thread per core made the same im2col matmuls up to 10x slower
-#: (its threads spin while the other core is busy; EfficientNet-Lite0 1072 ms with two
-#: threads, 140 ms with one), and splitting a matmul's rows over two Python threads gained
-#: nothing there either.  The user's own setting is restored after every call.
+#: BLAS threads inside the simulator's matmuls.  One, fixed, for two measured reasons:
+#: OpenBLAS's sums depend on its thread count (1 vs 2 threads: different bits in 0.5-10% of
+#: a conv's outputs), so a fixed count gives the same results on every machine whatever the
+#: user set; and on a loaded 2-core machine its default of one thread per core made the
+#: same matmuls up to 10x slower (its threads spin while the other core is busy:
+#: EfficientNet-Lite0-like 213 ms with two threads, 27 ms with one), against at best 1.25x
+#: faster with two when a core is idle (15.5 vs 19.3 ms).  Splitting a matmul's rows over
+#: two Python threads gains nothing: OpenBLAS serializes concurrent calls.  The user's own
+#: setting is restored after every call.
 BLAS_THREADS = 1
 
 _blas_lock = threading.Lock()
