@@ -583,3 +583,33 @@ def dma_bytes(net: NetFile) -> int:
     """DMA memory a net.bin needs on the device: arena, weights and command streams."""
     stream = len(net.commands) // 1864 * 1500 + 64 * 1024
     return int(net.meta["arena"]["size"]) + len(net.weights) + stream
+
+
+@dataclass(frozen=True)
+class ProgramShape:
+    """How a program alternates between the DV700 and the CPU (META ``program``)."""
+
+    hw_segments: int
+    cpu_steps: int
+    cpu_segments: int   # runs of consecutive CPU steps
+    transitions: int    # device <-> CPU hand-overs between consecutive steps
+
+    def __str__(self) -> str:
+        if not self.cpu_steps:
+            return (f"no CPU steps: {self.hw_segments} hardware segment"
+                    f"{'s' if self.hw_segments != 1 else ''}, no device<->CPU transitions")
+        return (f"{self.cpu_steps} CPU step{'s' if self.cpu_steps != 1 else ''} in "
+                f"{self.cpu_segments} segment{'s' if self.cpu_segments != 1 else ''}, "
+                f"{self.transitions} device<->CPU transition"
+                f"{'s' if self.transitions != 1 else ''}")
+
+
+def program_shape(meta: dict[str, Any]) -> ProgramShape:
+    """Count the hardware segments, CPU steps, CPU segments and transitions of META's
+    program (the hand-overs between consecutive steps; the input upload and the output
+    download of every run are not counted)."""
+    kinds = [s.get("kind") for s in meta.get("program", [])]
+    starts = [k for i, k in enumerate(kinds) if i == 0 or kinds[i - 1] != k]
+    return ProgramShape(hw_segments=starts.count("hw"), cpu_steps=kinds.count("cpu"),
+                        cpu_segments=starts.count("cpu"),
+                        transitions=max(len(starts) - 1, 0))

@@ -146,6 +146,8 @@ def test_report_names_activations_in_words(shipped, capsys):
     assert rc == 0 and len(rows) == 2
     assert all(r.endswith("conv 3x3 +maxpool 2x2 +relu") for r in rows)
     assert "+act" not in out
+    # the digits net ends in a Softmax on the CPU: one hand-over, after the last segment
+    assert "program: 1 CPU step in 1 segment, 1 device<->CPU transition" in out.splitlines()
 
 
 def test_every_tool_has_version_and_dvsdk_help_lists_every_command():

@@ -208,6 +208,28 @@ def test_bench_for_a_time_and_the_table(capsys):
     head = out.splitlines()[1].split()
     assert head == ["stage", "mean", "us", "min", "us", "median", "us", "p99", "us", "max", "us"]
     assert "3 runs" in out and "FPS sequential" in out
+    assert "1 CPU step in 1 segment, 1 device<->CPU transition; CPU ops" in out
+
+
+def test_bench_counts_the_cpu_steps_and_the_transfers_around_them(tmp_path, capsys):
+    """conv -> Exp (CPU) -> conv: the Exp's input is synced and unpacked for it, its output
+    packed and synced back; the bench says how long that took, apart from the input's
+    upload and the output's download, which every run has."""
+    w = numpy_helper.from_array(np.full((8, 8, 1, 1), 0.1, np.float32), "w")
+    g = helper.make_graph(
+        [helper.make_node("Conv", ["x", "w"], ["a"]), helper.make_node("Exp", ["a"], ["e"]),
+         helper.make_node("Conv", ["e", "w"], ["y"])], "mid",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 16, 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], [w])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    path = tmp_path / "mid.bin"
+    dvsdk.compile(model, path, golden=False)
+    rc, out, _ = call([path, "--bench", "3", "--json"], capsys)
+    bench = json.loads(out)["bench"]
+    assert rc == 0 and bench["program"] == {"hw_segments": 2, "cpu_steps": 1,
+                                            "cpu_segments": 1, "transitions": 2}
+    assert 0 < bench["transfer_around_cpu_us"] < bench["transfer_us"]
+    assert bench["cpu_us"] == bench["stages"]["cpu ops"]["median"] > 0
 
 
 # -- several inputs ---------------------------------------------------------------------------

@@ -364,8 +364,8 @@ CASES: list[E2E] = [
     E2E("conv_depthwise_s2", S("conv_depthwise"), detail=(("Conv", "depthwise conv 3x3"),),
         quant=True),
     E2E("conv_grouped_split_copy", S("conv_group2"), cpu=("Concat", "Split"), commands=2),
-    E2E("conv_grouped_split_zero_copy", grouped_split8, cpu=("Split",),
-        detail=(("Concat", "zero-copy"),)),
+    E2E("conv_grouped_split_zero_copy", grouped_split8,
+        detail=(("Split", "zero-copy"), ("Concat", "zero-copy"))),
     # -- ConvTranspose ---------------------------------------------------------------------
     E2E("convT_group1_outpad", S("convT_outpad"), detail=(("ConvTranspose", "deconv 3x3"),),
         quant=True),
@@ -457,7 +457,7 @@ CASES: list[E2E] = [
     E2E("concat_multirun_8_5", concat(8, 5), commands=2,
         detail=(("Concat", "multi-run topo 0x3"),)),
     E2E("concat_cpu_copy_3_5", concat(3, 5), cpu=("Concat",), commands=3),
-    E2E("split_cpu", split_convs, cpu=("Split",)),
+    E2E("split_views", split_convs, detail=(("Split", "zero-copy"),)),
     # -- CPU-only and removed ops ----------------------------------------------------------
     E2E("softmax_cpu", softmax_after_conv, cpu=("Softmax",), commands=1),
     E2E("transpose_cpu", transpose_after_conv, cpu=("Transpose",), commands=1),

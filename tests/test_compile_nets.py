@@ -251,17 +251,19 @@ def test_output_write_is_atomic(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["net.bin"]
 
 
-@pytest.mark.parametrize("k,size,where", [(4, 16, "hw"), (6, 12, "hw"), (9, 18, "hw"),
-                                           (5, 10, "cpu")])
-def test_large_non_overlapping_maxpool_runs_in_stages(k, size, where):
-    """max over a k x k block = max of block maxima: k = 2^a 3^b runs as 2x2/3x3 stages."""
+@pytest.mark.parametrize("k,size,commands", [(4, 16, 2), (6, 12, 2), (9, 18, 2), (5, 10, 2),
+                                              (7, 14, 3)])
+def test_large_non_overlapping_maxpool_runs_in_stages(k, size, commands):
+    """max over a k x k block = max of block maxima: k = 2^a 3^b runs as 2x2/3x3 stages;
+    other k as a stride-1 cascade whose last stage has stride k (test_compile_rewrites)."""
     g = helper.make_graph(
         [helper.make_node("MaxPool", ["x"], ["y"], kernel_shape=[k, k], strides=[k, k])], "mp",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, size, size])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, size // k, size // k])])
     model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
     net = compile(model, golden=False)
-    assert [r["where"] for r in net.meta["report"]] == [where]
+    assert [r["where"] for r in net.meta["report"]] == ["hw"]
+    assert net.meta["stats"]["commands"] == commands
     feeds = {"x": np.random.default_rng(k).uniform(-4, 4, (1, 8, size, size)).astype(np.float32)}
     ref = ort_reference(model, feeds)[0]
     with Net(net, SIM) as n:

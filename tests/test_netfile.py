@@ -546,3 +546,18 @@ def test_a_zero_dimensional_constant_keeps_its_shape():
     assert entry["shape"] == []
     value = NetFile(meta={}, commands=b"", weights=b"", constants=b.bytes()).array(entry)
     assert value.shape == () and value == np.float32(3.5)
+
+
+@pytest.mark.parametrize("kinds,shape,text", [
+    ([], (0, 0, 0, 0), "no CPU steps: 0 hardware segments"),
+    (["hw"], (1, 0, 0, 0), "no CPU steps: 1 hardware segment,"),
+    (["hw", "cpu"], (1, 1, 1, 1), "1 CPU step in 1 segment, 1 device<->CPU transition"),
+    (["cpu", "hw", "cpu", "cpu", "hw"], (2, 3, 2, 3),
+     "3 CPU steps in 2 segments, 3 device<->CPU transitions"),
+])
+def test_program_shape_counts_segments_and_transitions(kinds, shape, text):
+    from dvsdk.netfile import program_shape
+
+    got = program_shape({"program": [{"kind": k} for k in kinds]})
+    assert (got.hw_segments, got.cpu_steps, got.cpu_segments, got.transitions) == shape
+    assert str(got).startswith(text)

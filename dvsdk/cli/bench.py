@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import statistics
 import time
+from dataclasses import asdict
 from typing import Any
 
 import numpy as np
 
+from ..netfile import ProgramShape, program_shape
 from .inputs import Job, preprocessed
 from .term import Console
 
@@ -61,6 +63,10 @@ def bench(net: Any, job: Job, runs: int | None, seconds: float | None,
             console.step("bench")
     wall = time.perf_counter() - start
     rows = {k: summarize(v) for k, v in stages.items()}
+    crossing = cpu_crossings(net.meta)
+    host = [st.pack_us + st.sync_us + st.unpack_us for st in stats]
+    around = [sum(d for kind, name, _, d, _ in st.events
+                  if kind in ("pack", "sync", "unpack") and name in crossing) for st in stats]
     dev = rows["device"]["mean"]
     fps = 1e6 / max(rows["total"]["mean"], 1e-9)
     fps_pipe = 1e6 / max(rows["total"]["mean"] - dev, dev, 1e-9)
@@ -68,8 +74,20 @@ def bench(net: Any, job: Job, runs: int | None, seconds: float | None,
     return {"input": job.name, "runs": len(stats), "seconds": wall, "warmup_us": warmup_us,
             "stages": rows,
             "fps": fps, "fps_double_buffered": fps_pipe,
+            "program": asdict(program_shape(net.meta)),
+            "cpu_us": rows["cpu ops"]["median"], "transfer_us": float(np.median(host)),
+            "transfer_around_cpu_us": float(np.median(around)),
             "device_time": "predicted" if info.simulated else "measured",
             "clock_mhz": info.conv_freq}, stats
+
+
+def cpu_crossings(meta: dict[str, Any]) -> set[str]:
+    """Device tensors a CPU step reads (downloaded for it) or writes (uploaded after it);
+    graph inputs are not counted (every run uploads them anyway)."""
+    inputs = {i["tensor"] for i in meta["inputs"]}
+    names = {n for s in meta["program"] if s["kind"] == "cpu"
+             for n in s["inputs"] + s["outputs"] if n}
+    return {n for n in names - inputs if meta["tensors"].get(n, {}).get("device")}
 
 
 def format_bench(res: dict[str, Any]) -> str:
@@ -81,6 +99,10 @@ def format_bench(res: dict[str, Any]) -> str:
     note = (f" (device time predicted by the simulator at {res['clock_mhz']} MHz; host "
             "stages measured)") if res["device_time"] == "predicted" else ""
     fps, pipe = res["fps"], res["fps_double_buffered"]
+    lines.append(f"{ProgramShape(**res['program'])}; CPU ops {res['cpu_us'] / 1e3:.2f} ms, "
+                 f"pack/sync/unpack {res['transfer_us'] / 1e3:.2f} ms per run, "
+                 f"{res['transfer_around_cpu_us'] / 1e3:.2f} ms of it around the CPU steps "
+                 "(medians)")
     lines.append(f"{fps:.1f} FPS sequential, {pipe:.1f} FPS with double buffering "
                  f"(x{pipe / fps:.2f}) over {res['runs']} runs{note}")
     return "\n".join(lines)

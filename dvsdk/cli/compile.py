@@ -182,6 +182,8 @@ def main(argv: list[str]) -> int:
 
 
 def print_report(meta: dict) -> None:
+    from ..netfile import program_shape
+
     report = meta["report"]
     width = max((len(r["op"]) for r in report), default=4)
     src = max((len(r.get("source", "")) for r in report), default=0)
@@ -190,6 +192,7 @@ def print_report(meta: dict) -> None:
     for r in report:
         lead = f"{r.get('source', ''):{src}s}  " if src else ""
         print(f"{lead}{r['op']:{width}s}  {r['type']:18s} {r['where']:5s}  {r['detail']}")
+    print(f"program: {program_shape(meta)}")
 
 
 def run(argv: list[str] | None = None) -> int:

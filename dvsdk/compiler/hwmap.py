@@ -167,20 +167,26 @@ HARDWARE_OPS: dict[str, str] = {
     "PRelu": "fused activation (FP16 weights)", "Sigmoid": "fused activation",
     "Tanh": "fused activation", "Elu": "fused activation (alpha 1; other alphas on the CPU)",
     "Clip": "ReLU6 / ReLU fused activation; other bounds on the CPU",
+    "HardSigmoid": "after a conv/FC: ReLU6 fused into it, a*x + b folded into its weights "
+                   "(times 6), the 1/6 into the convs after SE's Mul or a constant Mul",
     "MaxPool": "max-pool run or fused into the conv run (2..3 x 1..3), ceil_mode via padding; "
-               "k x k / k windows with k = 2^a 3^b as 2x2/3x3 stages",
+               "k x k / k windows with k = 2^a 3^b as 2x2/3x3 stages; larger windows (5x5, "
+               "9x9, 13x13) as cascades of stride-1 pools, the -inf padding spread over them",
     "Abs": "rectification fused after an activation (rectifi_en)",
     "AveragePool": "average-pool run (up to 7x7; count_include_pad or no padding)",
     "GlobalAveragePool": "average-pool run(s), staged for inputs larger than 7x7",
     "GlobalMaxPool": "max-pool runs staged 3x3/3 with -inf padding",
     "Gemm": "1x1 conv on a 1x1xN input; flattened conv outputs read in place with "
             "permuted weights", "MatMul": "as Gemm when the weight is constant",
-    "Resize": "2x nearest upsample run", "Upsample": "2x nearest upsample run",
+    "Resize": "2x nearest upsample run (4x, 8x ... as 2x stages)",
+    "Upsample": "2x nearest upsample run (4x, 8x ... as 2x stages)",
     "LRN": "LRN run (size 5, alpha 1e-4, beta 0.75, bias 1, C % 16 == 0) only when the op "
            "carries dvsdk_target='hw', as dvsdk.vx sets within the unit's error bound "
            "(firmware_spec/lrn.md); otherwise the CPU",
     "Concat": "inception/fire branches as one multi-run command (topo), else zero-copy "
               "placement; every branch but the last needs C % 8 == 0",
+    "Split": "channel split: zero-copy views of the input (every part but the last C % 8 "
+             "== 0); a concat of all parts in order places the split tensor itself",
     "Flatten": "free view when H = W = 1, else read in place by the following Gemm",
     "Reshape": "free view when H = W = 1", "Squeeze": "free view", "Unsqueeze": "free view",
     "Pad": "folded into the next conv / average pool (constant zero)",

@@ -25,6 +25,7 @@ from .ir import Graph, Op
 from .lower_ops import OpLowerings
 from .multirun import MultiRunLowerings
 from .program import CpuStep, HwCmd, HwStep, Program, out_hwc
+from .schedule import schedule
 
 #: Op attribute a graph builder may set (``dvsdk.vx`` does): ``"cpu"`` keeps the op out of
 #: DV700 runs (no mapping, no fusion); ``"hw"`` on an ``LRN`` asks for the LRN unit (§4.7),
@@ -66,12 +67,14 @@ class Lowering(OpLowerings, MultiRunLowerings):
         self.steps: list[HwStep | CpuStep] = []
         self.device: dict[str, tuple[int, int, int]] = {}
         self.aliases: dict[str, tuple[str, int]] = {}
+        self.split_parts: dict[str, Op] = {}  # a Split's output (a view) -> the Split
         self.report: list[dict] = []
         self.deferred: dict[str, Op] = {}  # view output -> view op a Gemm may absorb
         self.emit_sink: list[HwCmd] | None = None
         self.written: set[str] = set()  # tensors hardware commands (or placements) produce
-        #: zero-copy concats: (op, members, where in the program it was lowered)
-        self.concats: list[tuple[Op, list[str], tuple[int, int | None]]] = []
+        #: zero-copy placements (concats, free views): (op, the tensors that fill the slot,
+        #: every tensor of the group, where in the program it was lowered)
+        self.placements: list[tuple[Op, list[str], list[str], tuple[int, int | None]]] = []
 
     # -- helpers ------------------------------------------------------------------------
     def shape(self, name: str) -> tuple[int, ...]:
@@ -155,7 +158,7 @@ class Lowering(OpLowerings, MultiRunLowerings):
                         self.report[:] = [r for r in self.report if r["op"] != view.name]
                         self.cpu(view, "its Gemm consumer runs on the CPU")
                 self.cpu(op, reason or f"{op.type} has no hardware mapping")
-        self.settle_concats()
+        self.settle_placements()
         for step in self.steps:
             if isinstance(step, HwStep):
                 for cmd in step.commands:
@@ -185,23 +188,25 @@ class Lowering(OpLowerings, MultiRunLowerings):
         hw.commands = hw.commands[:n]
         self.steps[k:k] = [CpuStep(op), tail]
 
-    def settle_concats(self) -> None:
-        """A zero-copy concat places its members in the output's slot: worth it when DV700
-        commands write the members or read the output.  One whose output only the CPU reads
-        and some member only the CPU makes would move CPU data through the arena for
-        nothing (and leave placements no command touches): it runs on the CPU instead."""
+    def settle_placements(self) -> None:
+        """A zero-copy placement (a concat's members in its output's slot, a free view in
+        its input's) is worth it when DV700 commands write what fills the slot or read
+        some tensor of the group.  One that only the CPU makes and reads would move CPU
+        data through the arena for nothing (and leave placements no command touches): it
+        runs on the CPU instead."""
         read = {t for s in self.steps if isinstance(s, HwStep) for c in s.commands
                 for t in (c.input, c.eltwise) if t}
-        for op, members, pos in reversed(self.concats):
-            out = op.outputs[0]
-            views = {n for n, (b, _) in self.aliases.items() if b == out} - set(members)
-            if out in read or views or out in self.aliases \
-                    or all(m in self.written for m in members):
+        for op, fill, group, pos in sorted(self.placements, key=lambda p: p[3],
+                                           reverse=True):
+            alias = [n for n in group if self.aliases.get(n, (None,))[0] in group]
+            others = {n for n, (b, _) in self.aliases.items() if b in group} - set(alias)
+            if read & set(group) or others or all(t in self.written for t in fill) \
+                    or any(t in self.aliases and t not in alias for t in group):
                 continue
-            for m in members:
-                del self.aliases[m]
-            self.written.discard(out)
-            self.report[:] = [_entry(op, "cpu", "concat of CPU results no DV700 command reads")
+            for n in alias:
+                del self.aliases[n]
+            self.written.discard(op.outputs[0])
+            self.report[:] = [_entry(op, "cpu", "CPU results no DV700 command reads")
                               if r["op"] == op.name else r for r in self.report]
             self.insert_cpu(pos, op)
 
@@ -256,6 +261,8 @@ class Lowering(OpLowerings, MultiRunLowerings):
             return self.lower_view(op)
         if t == "Concat":
             return self.lower_concat(op)
+        if t == "Split":
+            return self.lower_split(op)
         return False
 
     # -- fusion tail: [add] -> [max-pool] -> [activation] -> [abs] ----------------------
@@ -436,5 +443,6 @@ class Lowering(OpLowerings, MultiRunLowerings):
 
 def lower(graph: Graph, info: DeviceInfo, quantize: bool | frozenset = False,
           multirun: bool = True) -> Program:
-    """Lower an optimized, shape-inferred graph for a device with ``info``."""
-    return Lowering(graph, info, quantize, multirun).run()
+    """Lower an optimized, shape-inferred graph for a device with ``info``; the steps in an
+    order with few device <-> CPU transitions (:mod:`.schedule`)."""
+    return schedule(Lowering(graph, info, quantize, multirun).run())

@@ -79,8 +79,15 @@ class OpLowerings:
         h, w, c = self.dev_shape(x)
         try:
             run = self.maxpool_fields(ConvRun(m=c, pool_stride=0x0101), op, self.shape(x))
-        except NoMapping:
-            return self._staged_maxpool(op, (h, w, c))
+        except NoMapping as single:
+            try:
+                return self._staged_maxpool(op, (h, w, c))
+            except NoMapping:
+                pass
+            try:
+                return self._cascade_maxpool(op, (h, w, c))
+            except NoMapping as e:
+                raise NoMapping(f"{single}; as a cascade: {e}") from None
         run, out, fused, _, act = self.fuse_tail(run, op.outputs[0], c, False, False,
                                                  self.order[op.name])
         kx, ky = run.pool_kernel
@@ -132,6 +139,72 @@ class OpLowerings:
         for cmd in cmds[:-1]:
             self.emit(cmd)
         return self._finish(cmds[-1], None)
+
+    def _cascade_maxpool(self, op: Op, shape: tuple[int, int, int]) -> bool:
+        """A max-pool window beyond the hardware's 3x3 (YOLO's SPPF 5x5, SPP 9x9 and 13x13)
+        as a cascade of hardware max-pools.
+
+        Max is idempotent, so a k2 window over k1-window maxima (stride 1) is one
+        (k1 + k2 - 1) window.  The stages grow the window by 1 or 2 per axis each (widths
+        2..3, heights 1..3, §6 f); all but the last have stride 1 and the last takes the
+        op's stride.  Padding is -inf on the hardware (§4.3) as in ONNX, and a stage's
+        padded border only ever adds -inf (or maxima of real elements inside the op's
+        window) to a later window, so the op's pads (ceil_mode's extra right/bottom ones
+        included) can be spread over the stages: each takes up to k_i - 1 per side, the
+        last the rest.  The one thing a cascade cannot reproduce is an output window with
+        no real element in it; the op stays on the CPU if it has one."""
+        (kx, ky), (sx, sy), (dx, dy) = hwmap.window(op)
+        if (dx, dy) != (1, 1) or op.attrs.get("storage_order", 0):
+            raise NoMapping("dilated max-pool")
+        h, w, c = shape
+        oh, ow = self.shape(op.outputs[0])[2:]
+        l, r, t, b = hwmap.pads_lrtb(op)
+        r += hwmap.extra_pad(w, kx, l, r, sx, ow)
+        b += hwmap.extra_pad(h, ky, t, b, sy, oh)
+        if l >= kx or t >= ky or (ow - 1) * sx - l >= w or (oh - 1) * sy - t >= h:
+            raise NoMapping("an output window lies entirely in the padding")
+        n = max(-(-(kx - 1) // 2), -(-(ky - 1) // 2))
+        if n < 2 or n > kx - 1:
+            raise NoMapping(f"window {kx}x{ky} does not split into 2..3 x 1..3 stages")
+
+        def kernels(k: int) -> list[int]:  # n stage windows growing the window to k
+            base, extra = divmod(k - 1, n)
+            return [1 + base + (i < extra) for i in range(n)]
+
+        def spread(pad: int, ks: list[int]) -> list[int]:
+            out = []
+            for k in ks:
+                out.append(min(pad, k - 1))
+                pad -= out[-1]
+            out[-1] += pad
+            return out
+
+        kxs, kys = kernels(kx), kernels(ky)
+        pl, pr, pt, pb = spread(l, kxs), spread(r, kxs), spread(t, kys), spread(b, kys)
+        src, final = op.inputs[0], op.outputs[0]
+        cmds = []
+        for i in range(n):
+            last = i == n - 1
+            a, bb = kxs[i], kys[i]
+            st = (sx, sy) if last else (1, 1)
+            pads = (pl[i], pr[i], pt[i], pb[i])
+            hwmap.check_pads(pads, "max-pool", seven_bit=False)
+            oh_i = (pads[2] + h + pads[3] - bb) // st[1] + 1
+            ow_i = (pads[0] + w + pads[1] - a) // st[0] + 1
+            dst = final if last else self.g.add_tensor(f"{final}_cascade{i}",
+                                                       (1, c, oh_i, ow_i), np.float32)
+            run = ConvRun.make(c, pool="max", pool_size=(a, bb), pool_stride=st,
+                               pool_pads=pads)
+            cmd = HwCmd(src, dst, w, h, c, [run], [None], None, 1, [op.name] if last else [],
+                        f"max-pool {kx}x{ky} cascade stage {i + 1}/{n}: {a}x{bb}")
+            self.check(cmd)
+            cmds.append(cmd)
+            src, h, w = dst, oh_i, ow_i
+        if (h, w) != (oh, ow):
+            raise NoMapping(f"cascade gives {h}x{w}, the model {oh}x{ow}")
+        for cmd in cmds[:-1]:
+            self.emit(cmd)
+        return self._finish_with_act(cmds[-1])
 
     def _avg_stage(self, x: str, out: str, hwc_in: tuple[int, int, int], k: tuple[int, int],
                    s: tuple[int, int], pads: tuple[int, int, int, int], scale: float,
@@ -300,8 +373,11 @@ class OpLowerings:
         x = op.inputs[0]
         h, w, c = self.dev_shape(x)
         out = self.shape(op.outputs[0])
-        if len(out) != 4 or out[2:] != (2 * h, 2 * w) or out[:2] != (1, c):
-            raise NoMapping("only 2x spatial upsampling maps to the hardware")
+        f = out[2] // h if len(out) == 4 else 0
+        if len(out) != 4 or out[2:] != (f * h, f * w) or out[:2] != (1, c) \
+                or f < 2 or f & (f - 1):
+            raise NoMapping("only 2x, 4x, 8x ... spatial upsampling (2x stages) maps to the "
+                            "hardware")
         mode = op.attrs.get("mode", "nearest")
         ctm = op.attrs.get("coordinate_transformation_mode", "half_pixel")
         near = op.attrs.get("nearest_mode", "round_prefer_floor")
@@ -323,21 +399,34 @@ class OpLowerings:
             got = cpu_ops.run_op("Resize", args, op.attrs)[0]
         except Exception as e:  # noqa: BLE001 - the CPU step reports it properly
             raise NoMapping(f"Resize index map: {e}") from None
-        if not np.array_equal(got, probe.repeat(2, axis=2).repeat(2, axis=3)):
-            raise NoMapping(f"nearest resize with {ctm}/{near} is not a 2x replicate")
-        run = ConvRun.make(c, pool="upsample", pool_size=2, pool_stride=1)
-        cmd = HwCmd(x, op.outputs[0], w, h, c, [run], [None], None, 1, [op.name],
-                    "2x nearest upsample")
-        return self._finish_with_act(cmd)
+        if not np.array_equal(got, probe.repeat(f, axis=2).repeat(f, axis=3)):
+            raise NoMapping(f"nearest resize with {ctm}/{near} is not a {f}x replicate")
+        # a 2^k x replicate is k 2x replicates (PaddleOCR's DBNet upsamples by 4 and 8)
+        src, cmds = x, []
+        while w < out[3]:
+            last = 2 * w == out[3]
+            dst = op.outputs[0] if last else self.g.add_tensor(
+                f"{op.outputs[0]}_x{2 * w // self.shape(x)[3]}", (1, c, 2 * h, 2 * w),
+                np.float32)
+            run = ConvRun.make(c, pool="upsample", pool_size=2, pool_stride=1)
+            cmds.append(HwCmd(src, dst, w, h, c, [run], [None], None, 1,
+                              [op.name] if last else [],
+                              "2x nearest upsample" + (f" (stage of {f}x)" if f > 2 else "")))
+            self.check(cmds[-1])
+            src, h, w = dst, 2 * h, 2 * w
+        for cmd in cmds[:-1]:
+            self.emit(cmd)
+        return self._finish_with_act(cmds[-1])
 
     # -- views and concat ------------------------------------------------------------------
     def lower_view(self, op: Op) -> bool:
         x, y = op.inputs[0], op.outputs[0]
         hx, hy = hwc(self.shape(x)), hwc(self.shape(y))
         if hx and hy and hx[:2] == (1, 1) and hy == hx and x not in self.aliases \
-                and x in self.written:  # a view of what the CPU made is a CPU reshape
+                and not self.g.is_const(x):
             self.aliases[y] = (x, 0)
             self.note(op, "hw", "free view (same bytes)")
+            self.placements.append((op, [x], [y, x], self.position()))
             return True
         users = self.cons.get(y, [])
         if hx and users and y not in self.g.outputs and all(
@@ -347,6 +436,53 @@ class OpLowerings:
             return True
         return False
 
+    def lower_split(self, op: Op) -> bool:
+        """A channel Split of a device tensor as zero-copy views: each part is the byte
+        range of its channels in the chunked layout (§1), whole 8-channel chunks for every
+        part but the last, so the parts need no copy and no CPU step."""
+        x = op.inputs[0]
+        rank = len(self.shape(x))
+        if rank not in (2, 4) or int(op.attrs.get("axis", 0)) % rank != 1:
+            raise NoMapping("split on an axis other than channels")
+        h, w, _ = self.dev_shape(x)
+        if self.g.is_const(x):
+            raise NoMapping("split of a constant")
+        offset, parts = 0, []
+        for i, name in enumerate(op.outputs):
+            if not name:
+                raise NoMapping("a split output is unused")
+            ph, pw, c = self.dev_shape(name)
+            if (ph, pw) != (h, w):
+                raise NoMapping("split parts differ in size")
+            if i < len(op.outputs) - 1 and c % 8:
+                raise NoMapping(f"split part {name} has C={c}, not a multiple of 8")
+            parts.append((name, offset))
+            offset += h * w * c * 2
+        for name, off in parts:
+            self.aliases[name] = (x, off)
+            self.split_parts[name] = op
+        self.note(op, "hw", f"zero-copy: {len(parts)} views of the input's channel chunks")
+        return True
+
+    def _concat_members(self, op: Op) -> list[str]:
+        """The concat's inputs, a complete in-order run of a Split's parts (views) replaced
+        by the split's input: YOLO's C2f concatenates both halves of a split first, so the
+        split tensor itself is placed in the concat and its halves stay views of it."""
+        members, i = [], 0
+        while i < len(op.inputs):
+            split = self.split_parts.get(op.inputs[i])
+            if split is None:
+                members.append(op.inputs[i])
+                i += 1
+                continue
+            n = len(split.outputs)
+            if op.inputs[i:i + n] != split.outputs:
+                raise NoMapping(f"concat input {op.inputs[i]} is one part of a split, not "
+                                "all of them in order")
+            members.append(split.inputs[0])
+            i += n
+        return members
+
     def lower_concat(self, op: Op) -> bool:
         axis = int(op.attrs.get("axis", 1))
         shapes = [self.shape(i) for i in op.inputs]
@@ -354,21 +490,23 @@ class OpLowerings:
             raise NoMapping("concat on an axis other than channels")
         offset = 0
         members = []
-        for i, name in enumerate(op.inputs):
+        names = self._concat_members(op)
+        for i, name in enumerate(names):
             h, w, c = self.dev_shape(name)
             p = self.prod.get(name)
             if p is None or name in self.aliases or name in self.g.outputs \
-                    or op.inputs.count(name) > 1:
+                    or names.count(name) > 1:
                 raise NoMapping(f"concat input {name} cannot be placed in the output")
             if any(u.type == "Concat" and u is not op for u in self.cons.get(name, [])):
                 raise NoMapping(f"{name} feeds two concats")
-            if i < len(op.inputs) - 1 and c % 8:
+            if i < len(names) - 1 and c % 8:
                 raise NoMapping(f"concat input {name} has C={c}, not a multiple of 8")
             members.append((name, offset))
             offset += h * w * c * 2
         for name, off in members:
             self.aliases[name] = (op.outputs[0], off)
         self.written.add(op.outputs[0])
-        self.concats.append((op, [name for name, _ in members], self.position()))
+        names = [name for name, _ in members]
+        self.placements.append((op, names, names + [op.outputs[0]], self.position()))
         self.note(op, "hw", f"zero-copy: {len(members)} producers write into place")
         return True

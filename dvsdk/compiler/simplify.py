@@ -21,6 +21,10 @@ fold_affine              constant per-channel Mul/Div/Add/Sub after a Conv/ConvT
                          -> its weights/bias; Mul/Div before a Conv -> its weights (exact with
                          any padding); Add/Sub before a Conv -> its bias, only when the Conv has
                          no padding (padded zeros would otherwise see the offset)
+fold_hardsigmoid         HardSigmoid(a, b) after a Conv/ConvTranspose/Gemm (single consumer) ->
+                         its weights and bias times 6a, plus 6b, then Clip(0, 6) (the DV700's
+                         ReLU6); the 1/6 goes into the weights of the convs that read
+                         MobileNetV3's squeeze-excitation Mul(x, s), else a constant Mul
 normalize_clip           Clip with constant bounds -> ``Clip(x)`` with float attrs ``min``/
                          ``max`` (+-inf when absent); Clip(0, 6) is the ReLU6 marker
 split_grouped_conv       Conv with 1 < group < C_in -> Split + one Conv per group + Concat
@@ -41,7 +45,8 @@ from .ir import Graph, Op
 
 __all__ = [
     "remove_identity", "fold_pad", "canonicalize_gemm", "matmul_to_gemm", "fold_batchnorm",
-    "fold_affine", "normalize_clip", "split_grouped_conv", "optimize", "PASSES",
+    "fold_affine", "fold_hardsigmoid", "normalize_clip", "split_grouped_conv", "optimize",
+    "PASSES",
 ]
 
 
@@ -369,6 +374,64 @@ def fold_affine(graph: Graph) -> Graph:
     return _until_fixed(infer_shapes(graph), ("Mul", "Div", "Add", "Sub"), _affine_one)
 
 
+def _input_scalable(g: Graph, op: Op, tensor: str) -> bool:
+    """``op`` is linear in ``tensor`` through constant weights (a Conv, ConvTranspose or
+    canonical Gemm reading it as its data input only): a factor on the tensor can move
+    into the weights."""
+    return (_foldable_producer(g, op) and op.inputs[0] == tensor
+            and tensor not in op.inputs[1:])
+
+
+def _scale_weights(g: Graph, op: Op, k: float) -> None:
+    w = g.const(op.inputs[1])
+    op.inputs[1] = g.add_const(f"{op.name}_weight", (w.astype(np.float64) * k).astype(w.dtype))
+
+
+def _fold_one_hardsigmoid(g: Graph, hs: Op, prods: dict, cons: dict) -> bool:
+    x, s = hs.inputs[0], hs.outputs[0]
+    alpha, beta = float(hs.attrs.get("alpha", 0.2)), float(hs.attrs.get("beta", 0.5))
+    prod = prods.get(x)
+    if (alpha == 0 or not _is_float(g, x) or not _foldable_producer(g, prod)
+            or _sole_reader(g, x, cons) is not hs):
+        return False
+    # where the final 1/6 goes: SE's Mul(x, s) feeding only convs takes it into their
+    # weights; otherwise a constant Mul (fold_affine folds it into a following conv, the
+    # lowering makes it a depthwise 1x1 run)
+    mul = _sole_reader(g, s, cons)
+    sinks = None
+    if mul is not None and mul.type == "Mul" and len(mul.inputs) == 2 \
+            and mul.outputs[0] not in g.outputs and _is_float(g, mul.outputs[0]):
+        readers = cons.get(mul.outputs[0], [])
+        if readers and all(_input_scalable(g, r, mul.outputs[0]) for r in readers):
+            sinks = readers
+    n = _n_out(g, prod)
+    _affine_producer(g, prod, np.full(n, 6.0 * alpha), np.full(n, 6.0 * beta))
+    hs.type, hs.attrs = "Clip", {"min": 0.0, "max": 6.0}
+    if sinks is not None:  # s and the Mul's output now hold 6x the model's: new names
+        six, m6 = g.add_tensor(f"{s}_x6"), g.add_tensor(f"{mul.outputs[0]}_x6")
+        hs.outputs[0] = six
+        mul.inputs = [six if i == s else i for i in mul.inputs]
+        old, mul.outputs[0] = mul.outputs[0], m6
+        for r in sinks:
+            _scale_weights(g, r, 1.0 / 6.0)
+            r.inputs[0] = m6
+        g.tensors.pop(s, None)
+        g.tensors.pop(old, None)
+    else:
+        six = g.add_tensor(f"{s}_x6")
+        hs.outputs[0] = six
+        g.ops.insert(g.ops.index(hs) + 1, Op(
+            "Mul", g.unique_name(f"{hs.name}_div6"),
+            [six, g.add_const(f"{hs.name}_sixth", np.asarray(1.0 / 6.0, g.tensors[x].dtype))],
+            [s], {}, hs.origin))
+    return True
+
+
+def fold_hardsigmoid(graph: Graph) -> Graph:
+    """HardSigmoid(y) = clip(a*y + b, 0, 1) = ReLU6(6a*y + 6b) / 6 after a Conv/Gemm."""
+    return _until_fixed(infer_shapes(graph), ("HardSigmoid",), _fold_one_hardsigmoid)
+
+
 def normalize_clip(graph: Graph) -> Graph:
     """Clip with constant (or absent) bounds -> single-input Clip with float min/max attrs."""
     g = infer_shapes(graph)
@@ -414,8 +477,8 @@ def split_grouped_conv(graph: Graph) -> Graph:
 
 #: The default pass order used by :func:`optimize`.
 PASSES: list[Callable[[Graph], Graph]] = [
-    remove_identity, canonicalize_gemm, matmul_to_gemm, fold_pad, fold_batchnorm, fold_affine,
-    normalize_clip, split_grouped_conv,
+    remove_identity, canonicalize_gemm, matmul_to_gemm, fold_pad, fold_batchnorm,
+    fold_hardsigmoid, fold_affine, normalize_clip, split_grouped_conv,
 ]
 
 

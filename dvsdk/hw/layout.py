@@ -166,8 +166,11 @@ def pack(x: Any, transpose: bool = False) -> np.ndarray:
             # One chunk and an order-preserving spatial walk: a plain cast copy.
             out.reshape(n, h, w, c)[...] = arr
             return out
-        src = _scratch_f16((n, h, w, c))
-        src[...] = arr
+        if arr.dtype == _F16 and arr.flags.c_contiguous:
+            src = arr  # already FP16 (the simulator's stored tensors): no staging copy
+        else:
+            src = _scratch_f16((n, h, w, c))
+            src[...] = arr
     _to_chunked(src, out, transpose)
     return out
 

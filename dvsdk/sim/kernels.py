@@ -113,7 +113,8 @@ def make_step(run: dict, reference: Callable[..., np.ndarray]) -> Step:
                 m, c = wts.shape[:2]
                 wmat = derived["wmat"] = np.ascontiguousarray(wts.reshape(m, c).T)
             h, w, c = x.shape
-            out = np.matmul(x.reshape(-1, c), wmat).reshape(h, w, -1)
+            with ops.blas_threads():  # the reference's BLAS threads: the same bits
+                out = np.matmul(x.reshape(-1, c), wmat).reshape(h, w, -1)
         else:
             out = _correlate(x, wb, (kx, ky), stride, pads, dil, up)
         return _tail(out, bias, prelu, addend, run)
@@ -186,9 +187,10 @@ def _correlate(x: np.ndarray, wb: tuple, k: tuple[int, int], stride: tuple[int, 
     rows_per_block = max(1, ops._IM2COL_BUDGET // max(1, ow * kdim * 4))
     x = np.ascontiguousarray(x)
     cols = np.empty((min(rows_per_block, oh), ow, kdim), np.float32)
-    for r in range(0, oh, rows_per_block):
-        blk = cols[: min(rows_per_block, oh - r)]
-        native.NATIVE.im2col(x, blk, r, kx, ky, sx, sy, dx, dy, pl, pt, up[0], up[1])
-        n = blk.shape[0] * ow
-        np.matmul(blk.reshape(n, kdim), wmat, out=out[r:r + rows_per_block].reshape(n, m))
+    with ops.blas_threads():  # the reference's BLAS threads: the same bits
+        for r in range(0, oh, rows_per_block):
+            blk = cols[: min(rows_per_block, oh - r)]
+            native.NATIVE.im2col(x, blk, r, kx, ky, sx, sy, dx, dy, pl, pt, up[0], up[1])
+            n = blk.shape[0] * ow
+            np.matmul(blk.reshape(n, kdim), wmat, out=out[r:r + rows_per_block].reshape(n, m))
     return out

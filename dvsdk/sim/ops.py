@@ -20,7 +20,9 @@ extent is ``(pad_a + in + pad_b - k_eff) // stride + 1``; a negative numerator
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
@@ -73,6 +75,53 @@ _IM2COL_BUDGET = 32 << 20
 # depthwise: float32 elements per block of output rows (the block and one product of it
 # stay in L2 while the taps accumulate)
 _DW_BLOCK = 16384
+
+
+#: BLAS threads inside the simulator's matmuls.  One, fixed, for two measured reasons:
+#: OpenBLAS's sums depend on its thread count (1 vs 2 threads: different bits in 0.5-10% of
+#: a conv's outputs), so a fixed count gives the same results on every machine whatever the
+#: user set; and on a loaded 2-core machine its default of one thread per core made the
+#: same matmuls up to 10x slower (its threads spin while the other core is busy:
+#: EfficientNet-Lite0-like 213 ms with two threads, 27 ms with one), against at best 1.25x
+#: faster with two when a core is idle (15.5 vs 19.3 ms).  Splitting a matmul's rows over
+#: two Python threads gains nothing: OpenBLAS serializes concurrent calls.  The user's own
+#: setting is restored after every call.
+BLAS_THREADS = 1
+
+_blas_lock = threading.Lock()
+_blas_state: dict = {"controller": None, "depth": 0, "limiter": None}
+
+
+@contextmanager
+def blas_threads() -> Iterator[None]:
+    """Pin the BLAS libraries to :data:`BLAS_THREADS` threads for the block (threadpoolctl);
+    re-entrant: the first block in saves the user's setting, the last one out restores it,
+    so numpy outside the simulator keeps its own threading.
+
+    Only in the main thread: OpenBLAS (0.3.31, measured) ignores a setting made in another
+    thread once the main thread has made one, and in some interleavings keeps a worker's
+    value after the worker restored its own, which would change the user's setting for
+    good; a simulator driven from another thread leaves BLAS threads alone."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    st = _blas_state
+    with _blas_lock:
+        if st["depth"] == 0:
+            if st["controller"] is None:
+                from threadpoolctl import ThreadpoolController  # ~10 ms, once per process
+
+                st["controller"] = ThreadpoolController().select(user_api="blas")
+            st["limiter"] = st["controller"].limit(limits=BLAS_THREADS)
+        st["depth"] += 1
+    try:
+        yield
+    finally:
+        with _blas_lock:
+            st["depth"] -= 1
+            if st["depth"] == 0:
+                st["limiter"].restore_original_limits()
+                st["limiter"] = None
 
 
 # ---------------------------------------------------------------------------
@@ -219,7 +268,8 @@ def conv2d(
         # pointwise: the input itself is the im2col matrix; the weights as the same (C, M)
         # matrix as below (the conv unit keeps them in that memory order: no copy)
         wmat = np.ascontiguousarray(w.reshape(m, c).T)
-        out = np.matmul(x.reshape(-1, c), wmat).reshape(oh, ow, m)
+        with blas_threads():
+            out = np.matmul(x.reshape(-1, c), wmat).reshape(oh, ow, m)
         return _add_per_channel(out, b)
 
     xp = np.pad(x, ((pt, pb), (pl, pr), (0, 0))) if pl or pr or pt or pb else x
@@ -231,10 +281,12 @@ def conv2d(
     wmat = np.ascontiguousarray(w.transpose(2, 3, 1, 0).reshape(kdim, m))
     out = np.empty((oh, ow, m), np.float32)
     rows_per_block = max(1, _IM2COL_BUDGET // max(1, ow * kdim * 4))
-    for r in range(0, oh, rows_per_block):
-        blk = win[r:r + rows_per_block]
-        n = blk.shape[0] * ow
-        np.matmul(blk.reshape(n, kdim), wmat, out=out[r:r + rows_per_block].reshape(n, m))
+    with blas_threads():
+        for r in range(0, oh, rows_per_block):
+            blk = win[r:r + rows_per_block]
+            n = blk.shape[0] * ow
+            np.matmul(blk.reshape(n, kdim), wmat,
+                      out=out[r:r + rows_per_block].reshape(n, m))
     return _add_per_channel(out, b)
 
 

@@ -1,0 +1,185 @@
+"""Real networks with CPU steps on sim:// against onnxruntime with one intra-op thread (issue 14).
+
+For each of the four networks of ``tests/realistic_nets.py`` (MobileNetV3-small-like,
+EfficientNet-Lite0-like, YOLOv8n-like, DBNet-like; calibrated BatchNorm) and the bundled
+digits model: compile (no golden pair), then in the same process time ``--repeats`` runs
+of onnxruntime (CPU provider, ``intra_op_num_threads=1``, default graph optimizations:
+this is timing, not a reference) and of the compiled net on ``sim://``, interleaved so a
+change of machine load hits both.  Printed per network: min/median/max of both, the ratio
+of the medians against the issue's goal, how many CPU steps the program has, in how many
+CPU segments, with how many device<->CPU transitions, where the simulator run's wall time
+went (device segments, CPU ops, pack, sync, unpack), and the accuracy of the run against
+onnxruntime with optimizations disabled (max-abs error as a fraction of the output range;
+the project's FP16 tolerance is 1e-3 + 1e-2 x range).
+
+Then the host overhead around one CPU segment: a 56x56x64 tensor leaves the device for a
+CPU op and comes back (sync + unpack of its input, pack + sync of its output, summed over
+the events of those two tensors; goal <= 0.2 ms).
+
+Goals (issue 14): EfficientNet-Lite0-like <= 2x, the nets with CPU steps <= 5x, digits-size
+nets <= 10x onnxruntime.  The machine's load average is printed first: time-based numbers
+are noisy on a shared machine, the ratios less so.
+
+    python benchmarks/bench_nets.py [--repeats 5] [--nets yolov8n,dbnet]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from dvsdk.compiler.build import compile as compile_model  # noqa: E402
+from dvsdk.runtime.net import Net  # noqa: E402
+from tests.onnx_models import NetBuilder  # noqa: E402
+from tests.realistic_nets import NETWORKS, calibration_image  # noqa: E402
+
+#: ratio goals of issue 14 (onnxruntime, one intra-op thread)
+GOALS = {"efficientnet_lite0": 2.0, "digits": 10.0}
+GOAL_CPU_STEPS = 5.0
+GOAL_OVERHEAD_MS = 0.2
+
+
+def program_shape(meta: dict) -> tuple[int, int, int]:
+    """(CPU steps, CPU segments, device<->CPU transitions) of a net.bin's program."""
+    kinds = [s["kind"] for s in meta["program"]]
+    cpu = kinds.count("cpu")
+    segments = sum(1 for i, k in enumerate(kinds) if k == "cpu" and (i == 0 or
+                                                                     kinds[i - 1] != "cpu"))
+    transitions = sum(1 for a, b in zip(kinds, kinds[1:]) if a != b)
+    return cpu, segments, transitions
+
+
+def ort_session(model, threads: int = 1, optimize: bool = True):
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    so.intra_op_num_threads = threads
+    so.inter_op_num_threads = 1
+    if not optimize:
+        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    return ort.InferenceSession(model.SerializeToString(), so,
+                                providers=["CPUExecutionProvider"])
+
+
+def stats(times: list[float]) -> str:
+    ms = [t * 1e3 for t in times]
+    return f"{min(ms):8.1f} {statistics.median(ms):8.1f} {max(ms):8.1f}"
+
+
+def bench_net(name: str, model, x: np.ndarray, repeats: int, feed: str) -> dict:
+    t0 = time.perf_counter()
+    netfile = compile_model(model, golden=False)
+    compile_s = time.perf_counter() - t0
+    sess = ort_session(model)
+    ref = ort_session(model, optimize=False).run(None, {feed: x})
+    sess.run(None, {feed: x})
+    t_ort, t_sim, runs = [], [], []
+    with Net(netfile, "sim://") as net:
+        net.run(x)
+        for _ in range(repeats):  # interleaved: load changes hit both alike
+            t0 = time.perf_counter()
+            sess.run(None, {feed: x})
+            t_ort.append(time.perf_counter() - t0)
+            t0 = time.perf_counter()
+            out = net.run(x)
+            t_sim.append(time.perf_counter() - t0)
+            runs.append(net.last_run)
+    err = 0.0
+    for spec, r in zip(netfile.meta["outputs"], ref):
+        y = np.asarray(out[spec["name"]], np.float64)
+        err = max(err, float(np.abs(y - r).max()) / max(float(np.ptp(r)), 1e-12))
+    mid = sorted(runs, key=lambda s: s.total_us)[len(runs) // 2]
+    return {"name": name, "ort": t_ort, "sim": t_sim, "run": mid, "err": err,
+            "shape": program_shape(netfile.meta), "compile_s": compile_s,
+            "commands": netfile.meta["stats"]["commands"]}
+
+
+def cpu_segment_overhead(repeats: int) -> tuple[list[float], float]:
+    """Host time (ms) around one CPU op between two device convs on a 56x56x64 tensor."""
+    b = NetBuilder(14)
+    h = b.conv("x", 64, 64, k=1)
+    y = b.node("Exp", [h])  # no DV700 mapping: a CPU step between two hardware segments
+    model = b.model([("x", (1, 64, 56, 56))], [b.conv(y, 64, 64, k=1)], "cpu_segment")
+    netfile = compile_model(model, golden=False)
+    kinds = [s["kind"] for s in netfile.meta["program"]]
+    assert kinds == ["hw", "cpu", "hw"], kinds
+    x = np.random.default_rng(0).uniform(-0.5, 0.5, (1, 64, 56, 56)).astype(np.float32)
+    around, cpu = [], []
+    with Net(netfile, "sim://") as net:
+        net.run(x)
+        for _ in range(repeats):
+            net.run(x)
+            ev = net.last_run.events
+            around.append(sum(d for kind, n, _, d, _ in ev
+                              if kind in ("pack", "sync", "unpack") and n in (h, y)) / 1e3)
+            cpu.append(net.last_run.cpu_us / 1e3)
+    return around, statistics.median(cpu)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--nets", default=",".join([*NETWORKS, "digits"]),
+                    help="comma-separated subset of " + ", ".join([*NETWORKS, "digits"]))
+    args = ap.parse_args()
+    import onnx
+    import onnxruntime as ort
+
+    from dvsdk import native
+
+    load = ", ".join(f"{v:.2f}" for v in os.getloadavg())
+    print(f"load average {load} on {os.cpu_count()} cores; onnxruntime {ort.__version__} "
+          f"(1 intra-op thread); simulator data paths: {native.describe()}")
+    print(f"{'network':19s} {'ort min/med/max ms':>26s} {'sim:// min/med/max ms':>26s} "
+          f"{'ratio':>7s} {'goal':>6s}  cpu steps/segments/transitions")
+    results = []
+    for name in args.nets.split(","):
+        if name == "digits":
+            model = onnx.load(ROOT / "examples" / "models" / "digits.onnx")
+            feed = model.graph.input[0].name
+            shape = [d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim]
+            x = np.random.default_rng(1).random(shape).astype(np.float32)
+            res = bench_net(name, model, x, max(args.repeats, 20), feed)
+        else:
+            build, size = NETWORKS[name]
+            model = build(size)
+            res = bench_net(name, model, calibration_image((size, size), 9),
+                            args.repeats, model.graph.input[0].name)
+        results.append(res)
+        cpu, seg, trans = res["shape"]
+        goal = GOALS.get(name, GOAL_CPU_STEPS if cpu else 2.0)
+        ratio = statistics.median(res["sim"]) / statistics.median(res["ort"])
+        mark = "ok" if ratio <= goal else "MISSED"
+        print(f"{name:19s} {stats(res['ort']):>26s} {stats(res['sim']):>26s} "
+              f"{ratio:6.1f}x {goal:5.0f}x  {cpu}/{seg}/{trans}  {mark}", flush=True)
+    print("\nwhere the median sim:// run's wall time went (ms), and accuracy against "
+          "onnxruntime (optimizations off)")
+    print(f"{'network':19s} {'total':>8s} {'device':>8s} {'cpu ops':>8s} {'pack':>7s} "
+          f"{'sync':>7s} {'unpack':>7s} {'predicted':>10s} {'cmds':>5s}  max-abs error / range")
+    for res in results:
+        st = res["run"]
+        dev = sum(s.wall_us for s in st.segments) / 1e3
+        tol = "" if res["err"] <= 1e-2 else "  (> 1e-2)"
+        print(f"{res['name']:19s} {st.total_us / 1e3:8.1f} {dev:8.1f} {st.cpu_us / 1e3:8.1f} "
+              f"{st.pack_us / 1e3:7.1f} {st.sync_us / 1e3:7.1f} {st.unpack_us / 1e3:7.1f} "
+              f"{st.device_us / 1e3:10.2f} {res['commands']:5d}  {res['err']:.2e}{tol}")
+    around, cpu = cpu_segment_overhead(max(args.repeats, 20))
+    med = statistics.median(around)
+    print(f"\nhost overhead around one CPU segment, 56x56x64 tensor (pack+sync+unpack): "
+          f"min {min(around):.3f} median {med:.3f} max {max(around):.3f} ms (goal <= "
+          f"{GOAL_OVERHEAD_MS} ms: {'ok' if med <= GOAL_OVERHEAD_MS else 'MISSED'}); "
+          f"the CPU op itself (Exp) {cpu:.3f} ms")
+
+
+if __name__ == "__main__":
+    main()
