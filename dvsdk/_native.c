@@ -328,13 +328,14 @@ HOT static void depthwise_rows(const DwArgs *a, float *restrict out, Py_ssize_t 
 
 PyDoc_STRVAR(depthwise_doc,
 "depthwise(x, taps, bias, out, sx, sy, dx, dy, pad_left, pad_top, act=-1, slope=0, "
-"prelu=None)\n\n"
+"prelu=None, row0=0, row1=-1)\n\n"
 "Depthwise correlation: ``x`` (H, W, C) input, zero-padded by ``pad_left``/``pad_top`` "
 "(and as far right and down as the output needs), ``taps`` (ky, kx, C) weights, "
 "``bias`` (C,), ``out`` (OH, OW, C); all float32 C-contiguous.  out = 0 + tap0*w0 + "
 "tap1*w1 + ... (taps in row-major order, each product rounded before its add; a padded "
 "position contributes 0*w) + bias.  With ``act`` >= 0, the activation (see epilogue) "
-"and the rounding to binary16 values follow.");
+"and the rounding to binary16 values follow.  Only output rows ``row0``..``row1`` (-1: "
+"the last) are written: two threads may each write a part of one ``out``.");
 
 static PyObject *depthwise(PyObject *self, PyObject *args)
 {
@@ -343,12 +344,12 @@ static PyObject *depthwise(PyObject *self, PyObject *args)
     Py_buffer b[4], p;
     int sx, sy, dx, dy, pl, pt, act = -1, gp = 0;
     float slope = 0.0f;
-    Py_ssize_t h, w, c, ky, kx, oh, ow;
+    Py_ssize_t h, w, c, ky, kx, oh, ow, row0 = 0, row1 = -1;
     float *zeros = NULL;
     const float **src = NULL;
     Py_ssize_t *toff = NULL;
-    if (!PyArg_ParseTuple(args, "OOOOiiiiii|ifO", &objs[0], &objs[1], &objs[2], &objs[3],
-                          &sx, &sy, &dx, &dy, &pl, &pt, &act, &slope, &po))
+    if (!PyArg_ParseTuple(args, "OOOOiiiiii|ifOnn", &objs[0], &objs[1], &objs[2], &objs[3],
+                          &sx, &sy, &dx, &dy, &pl, &pt, &act, &slope, &po, &row0, &row1))
         return NULL;
     if (act >= 0 && !act_compiled(act)) {
         PyErr_Format(PyExc_ValueError, "depthwise: activation %d is not compiled", act);
@@ -366,6 +367,12 @@ static PyObject *depthwise(PyObject *self, PyObject *args)
     h = b[0].shape[0]; w = b[0].shape[1]; c = b[0].shape[2];
     ky = b[1].shape[0]; kx = b[1].shape[1];
     oh = b[3].shape[0]; ow = b[3].shape[1];
+    if (row1 < 0 || row1 > oh)
+        row1 = oh;
+    if (row0 < 0 || row0 > row1) {
+        PyErr_SetString(PyExc_ValueError, "depthwise: row0 outside 0..row1");
+        goto done;
+    }
     if (b[1].shape[2] != c || b[2].shape[0] != c || b[3].shape[2] != c || sx < 1 || sy < 1
         || dx < 1 || dy < 1 || pl < 0 || pt < 0 || ky < 1 || kx < 1) {
         PyErr_SetString(PyExc_ValueError, "depthwise: inconsistent shapes or steps");
@@ -393,7 +400,7 @@ static PyObject *depthwise(PyObject *self, PyObject *args)
                      (const float *)b[2].buf, zeros, gp ? (const float *)p.buf : NULL,
                      h, w, c, ky, kx, ow, sx, sy, dx, dy, pl, pt, act, slope};
         Py_BEGIN_ALLOW_THREADS
-        depthwise_rows(&da, (float *)b[3].buf, 0, oh, src, toff);
+        depthwise_rows(&da, (float *)b[3].buf, row0, row1, src, toff);
         Py_END_ALLOW_THREADS
     }
 done:

@@ -156,6 +156,15 @@ class DeviceInfo:
         return asdict(self)
 
 
+def copy_or_view(view: np.ndarray, copy: bool) -> np.ndarray:
+    """``view`` copied, or as a read-only view of itself."""
+    if copy:
+        return view.copy()
+    out = view.view()
+    out.flags.writeable = False
+    return out
+
+
 class DmaBuffer:
     """A physically contiguous DMA region, as the CPU sees it.
 
@@ -220,11 +229,14 @@ class DmaBuffer:
         offset, n = self._range(offset, raw.size)
         self.view[offset : offset + n] = raw
 
-    def read(self, offset: int = 0, nbytes: int | None = None) -> np.ndarray:
-        """A copy of CPU-visible bytes; coherence-checked where the backend can."""
+    def read(self, offset: int = 0, nbytes: int | None = None, copy: bool = True
+             ) -> np.ndarray:
+        """CPU-visible bytes, coherence-checked where the backend can: a copy, or with
+        ``copy=False`` a read-only view, valid until the next write or sync of the range
+        (for a caller that converts the bytes at once and keeps only the result)."""
         offset, nbytes = self._range(offset, nbytes)
         self._check_cpu_read(offset, nbytes)
-        return self.view[offset : offset + nbytes].copy()
+        return copy_or_view(self.view[offset : offset + nbytes], copy)
 
     # -- cache maintenance -----------------------------------------------------------
     def sync_for_device(self, offset: int = 0, nbytes: int | None = None) -> None:
@@ -322,6 +334,11 @@ class Device(ABC):
     @abstractmethod
     def write32(self, unit: str, offset: int, value: int) -> None:
         """Aligned 32-bit register write to a unit's window."""
+
+    def read_words(self, unit: str, offset: int, count: int) -> list[int]:
+        """``count`` consecutive registers from ``offset``: one aligned 32-bit read each
+        (what MMIO needs); a backend whose registers are plain memory reads them at once."""
+        return [self.read32(unit, offset + 4 * i) for i in range(count)]
 
     @abstractmethod
     def alloc(self, nbytes: int, align: int = 64, name: str = "") -> DmaBuffer:

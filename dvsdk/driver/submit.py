@@ -129,8 +129,8 @@ class RegisterSubmission:
     def _read_counters(self, stats: ExecStats) -> None:
         """§10.10: 16 counters in 16-byte beats, classified by index bits (classes overlap)."""
         regs, dev = REG["conv"], self.device
-        counts = [dev.read32("conv", regs["BYTE_COUNTERS_LO"] + 4 * i) for i in range(8)]
-        counts += [dev.read32("conv", regs["BYTE_COUNTERS_HI"] + 4 * i) for i in range(8)]
+        counts = dev.read_words("conv", regs["BYTE_COUNTERS_LO"], 8)
+        counts += dev.read_words("conv", regs["BYTE_COUNTERS_HI"], 8)
         stats.output_bytes = 16 * sum(v for i, v in enumerate(counts) if i & 3 == 3)
         stats.weight_bytes = 16 * sum(v for i, v in enumerate(counts) if i & 4)
         stats.input_bytes = 16 * sum(v for i, v in enumerate(counts) if i & 8)

@@ -230,7 +230,8 @@ def _device_bytes(net: Any, h: Any, name: str) -> tuple[np.ndarray, dict]:
     if d is None:
         raise NetFileError("tensor has no value at this point", field="tensor", value=name)
     hh, ww, cc = d["hwc"]
-    return h.ctx.arena.read(d["offset"], 2 * hh * ww * cc), d  # synced by _enter
+    # synced by _enter; a view: every caller converts it at once (to_f32, unpack)
+    return h.ctx.arena.read(d["offset"], 2 * hh * ww * cc, copy=False), d
 
 
 def _nchw(net: Any, h: Any, name: str) -> np.ndarray:

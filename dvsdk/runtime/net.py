@@ -143,7 +143,7 @@ class Net:
         with st.stage("sync", name):
             ctx.arena.sync_for_cpu(d["offset"], n)
         with st.stage("unpack", name):
-            hwc = layout.unpack(ctx.arena.read(d["offset"], n), (h, w, c),
+            hwc = layout.unpack(ctx.arena.read(d["offset"], n, copy=False), (h, w, c),
                                 transpose=bool(d.get("transpose")))
             return _from_hwc(hwc, tuple(self.tensors[name]["shape"]))
 

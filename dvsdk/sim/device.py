@@ -37,6 +37,7 @@ from ..driver.device import (
     DeviceInfo,
     DmaBuffer,
     check_timeout,
+    copy_or_view,
     parse_url,
 )
 from ..driver.kick import DEFAULT_KICK, KICK_PROTOCOLS, protocol
@@ -134,10 +135,11 @@ class SimDmaBuffer(DmaBuffer):
         comparison, see the class docstring)."""
         return self._raw
 
-    def read(self, offset: int = 0, nbytes: int | None = None) -> np.ndarray:
+    def read(self, offset: int = 0, nbytes: int | None = None, copy: bool = True
+             ) -> np.ndarray:
         offset, nbytes = self._range(offset, nbytes)
         self._check_cpu_read(offset, nbytes)
-        return self._mem[offset : offset + nbytes].copy()
+        return copy_or_view(self._mem[offset : offset + nbytes], copy)
 
     def _dram(self, offset: int, nbytes: int) -> np.ndarray:
         return self.sim.dram[self.dram_off + offset : self.dram_off + offset + nbytes]
@@ -299,6 +301,14 @@ class SimDevice(Device):
         # thread's kick runs sees the register as it is, as on hardware)
         self._unit(unit, offset)
         return self.core.read_reg(unit, offset)
+
+    def read_words(self, unit: str, offset: int, count: int) -> list[int]:
+        regs = self.core.regs.get(unit)
+        if regs is None or count < 1:
+            return super().read_words(unit, offset, count)
+        self._unit(unit, offset)
+        self._unit(unit, offset + 4 * (count - 1))
+        return regs[offset // 4 : offset // 4 + count].tolist()
 
     def write32(self, unit: str, offset: int, value: int) -> None:
         with self.lock:

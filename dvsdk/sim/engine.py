@@ -29,6 +29,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import DvsdkError
+from . import ops
 from .conv_unit import ConvTotals, run_configuration
 from .core import (
     CFG_MEM_BYTES,
@@ -93,7 +94,8 @@ class Dv700Core(CoreState):
                 self.faults.bitflip -= 1
                 self.mem.flip_next_write = True
             if unit == "conv":
-                cycles = self._run_stream()
+                with ops.blas_threads():  # once per kick, not per matmul
+                    cycles = self._run_stream()
             else:
                 cycles = self._run_unit(unit)
         except HardwareError as e:

@@ -28,7 +28,7 @@ import numpy as np
 from .. import native
 from ..hw.fp16 import fp16_value
 from ..hw.spec import SPEC
-from . import ops
+from . import ops, split
 
 POOL = SPEC.enum("pool_enable")
 #: activation codes the compiled epilogue applies (ops.activation's numbering)
@@ -102,10 +102,12 @@ def make_step(run: dict, reference: Callable[..., np.ndarray]) -> Step:
                                    "width")
             out = np.empty((oh, ow, c), np.float32)
             fused = direct and addend is None
-            native.NATIVE.depthwise(np.ascontiguousarray(x), taps, bias, out, stride[0],
-                                    stride[1], dil[0], dil[1], pads[0], pads[2],
-                                    act if fused else -1, param if fused else 0.0,
-                                    prelu if fused else None)
+            x = np.ascontiguousarray(x)
+            work = split.DEPTHWISE * oh * ow * c * kx * ky
+            split.rows(oh, work, lambda r0, r1: native.NATIVE.depthwise(
+                x, taps, bias, out, stride[0], stride[1], dil[0], dil[1], pads[0], pads[2],
+                act if fused else -1, param if fused else 0.0, prelu if fused else None,
+                r0, r1))
             return out if fused else _tail(out, None, prelu, addend, run)
         if pointwise:
             wmat = derived.get("wmat")
@@ -113,8 +115,12 @@ def make_step(run: dict, reference: Callable[..., np.ndarray]) -> Step:
                 m, c = wts.shape[:2]
                 wmat = derived["wmat"] = np.ascontiguousarray(wts.reshape(m, c).T)
             h, w, c = x.shape
+            x2 = x.reshape(-1, c)
+            out = np.empty((h * w, wmat.shape[1]), np.float32)
             with ops.blas_threads():  # the reference's BLAS threads: the same bits
-                out = np.matmul(x.reshape(-1, c), wmat).reshape(h, w, -1)
+                split.rows(h * w, split.product_work(h * w, c, wmat.shape[1]),
+                           lambda r0, r1: np.matmul(x2[r0:r1], wmat, out=out[r0:r1]))
+            out = out.reshape(h, w, -1)
         else:
             out = _correlate(x, wb, (kx, ky), stride, pads, dil, up)
         return _tail(out, bias, prelu, addend, run)
@@ -127,13 +133,12 @@ def _tail(t: np.ndarray, bias: np.ndarray | None, prelu: np.ndarray | None,
     OW, M)): + bias, + addend, max-pool or upsample, activation, rounding."""
     pe, act = run["pool_enable"], run["actfunc"]
     param = fp16_value(run["actfunc_param"])
-    m = t.shape[2]
     pooled = pe in (POOL.max, POOL.upsample)
     if act in FUSED_ACTS and not pooled:
-        native.NATIVE.epilogue(t.reshape(-1, m), bias, addend, act, param, prelu)
+        _epilogue(t, bias, addend, act, param, prelu)
         return t
     if bias is not None or addend is not None:
-        native.NATIVE.epilogue(t.reshape(-1, m), bias, addend, -1, 0.0, None)
+        _epilogue(t, bias, addend, -1, 0.0, None)
     if pe == POOL.max:
         t = ops.max_pool(t, _xy(run["pool_size"]), _xy(run["pool_stride"]),
                          _pads(run["pool_pad"], 0xFF))
@@ -150,6 +155,17 @@ def _tail(t: np.ndarray, bias: np.ndarray | None, prelu: np.ndarray | None,
         native.NATIVE.act_exp(t, e, act, alpha)
         return t
     return ops.finish(t, act, param, prelu, False, owned=True)
+
+
+def _epilogue(t: np.ndarray, bias: np.ndarray | None, addend: np.ndarray | None, act: int,
+              param: float, prelu: np.ndarray | None) -> None:
+    """``native.epilogue`` on ``t`` (OH, OW, M) in place, its pixels split over the
+    threads (element by element: the same bits)."""
+    m = t.shape[2]
+    t2 = t.reshape(-1, m)
+    a2 = None if addend is None else addend.reshape(-1, m)
+    split.rows(t2.shape[0], split.EPILOGUE * t2.size, lambda r0, r1: native.NATIVE.epilogue(
+        t2[r0:r1], bias, None if a2 is None else a2[r0:r1], act, param, prelu))
 
 
 def _avg_pool(x: np.ndarray, size: tuple[int, int], stride: tuple[int, int],
@@ -184,13 +200,21 @@ def _correlate(x: np.ndarray, wb: tuple, k: tuple[int, int], stride: tuple[int, 
     if wmat is None:
         wmat = derived["wmat"] = np.ascontiguousarray(w.transpose(2, 3, 1, 0).reshape(kdim, m))
     out = np.empty((oh, ow, m), np.float32)
-    rows_per_block = max(1, ops._IM2COL_BUDGET // max(1, ow * kdim * 4))
     x = np.ascontiguousarray(x)
-    cols = np.empty((min(rows_per_block, oh), ow, kdim), np.float32)
-    with ops.blas_threads():  # the reference's BLAS threads: the same bits
-        for r in range(0, oh, rows_per_block):
-            blk = cols[: min(rows_per_block, oh - r)]
+
+    rows_per_block = max(1, ops._IM2COL_BUDGET // max(1, ow * kdim * 4))
+
+    def part(r0: int, r1: int) -> None:  # output rows [r0, r1), im2col block by block
+        cols = np.empty((min(rows_per_block, r1 - r0), ow, kdim), np.float32)
+        for r in range(r0, r1, rows_per_block):
+            blk = cols[: min(rows_per_block, r1 - r)]
             native.NATIVE.im2col(x, blk, r, kx, ky, sx, sy, dx, dy, pl, pt, up[0], up[1])
             n = blk.shape[0] * ow
-            np.matmul(blk.reshape(n, kdim), wmat, out=out[r:r + rows_per_block].reshape(n, m))
+            np.matmul(blk.reshape(n, kdim), wmat, out=out[r:r + blk.shape[0]].reshape(n, m))
+
+    with ops.blas_threads():  # the reference's BLAS threads: the same bits
+        # split only a conv that is one block of the reference's: each half is then one
+        # product, and BLAS sums each row alike in the whole and in a half (split.py)
+        split.rows(oh, split.product_work(oh * ow, kdim, m) if oh <= rows_per_block else 0,
+                   part)
     return out

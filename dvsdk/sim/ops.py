@@ -21,8 +21,7 @@ extent is ``(pad_a + in + pad_b - k_eff) // stride + 1``; a negative numerator
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
@@ -88,40 +87,60 @@ _DW_BLOCK = 16384
 #: setting is restored after every call.
 BLAS_THREADS = 1
 
-_blas_lock = threading.Lock()
-_blas_state: dict = {"controller": None, "depth": 0, "limiter": None}
+
+class _BlasThreads:
+    """The context manager :func:`blas_threads` returns (one object, re-entrant)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._depth = 0
+        self._libs: list | None = None  # threadpoolctl's per-library controllers
+        self._saved: list[int] = []
+
+    def __enter__(self) -> None:
+        if threading.get_ident() != threading.main_thread().ident:
+            return
+        with self._lock:
+            if self._depth == 0:
+                libs = self._libs
+                if libs is None:
+                    from threadpoolctl import ThreadpoolController  # ~10 ms, once
+
+                    libs = self._libs = ThreadpoolController().select(
+                        user_api="blas").lib_controllers
+                # per library, its own get/set (~2 us), not a limiter (~10 us per block)
+                self._saved = [lib.num_threads for lib in libs]
+                for lib, n in zip(libs, self._saved):
+                    if n != BLAS_THREADS:
+                        lib.set_num_threads(BLAS_THREADS)
+            self._depth += 1
+
+    def __exit__(self, *exc: object) -> None:
+        if threading.get_ident() != threading.main_thread().ident:
+            return
+        with self._lock:
+            self._depth -= 1
+            if self._depth == 0:
+                for lib, n in zip(self._libs or (), self._saved):
+                    if n != BLAS_THREADS:
+                        lib.set_num_threads(n)
 
 
-@contextmanager
-def blas_threads() -> Iterator[None]:
-    """Pin the BLAS libraries to :data:`BLAS_THREADS` threads for the block (threadpoolctl);
-    re-entrant: the first block in saves the user's setting, the last one out restores it,
-    so numpy outside the simulator keeps its own threading.
+_BLAS = _BlasThreads()
+
+
+def blas_threads() -> _BlasThreads:
+    """Pin the BLAS libraries to :data:`BLAS_THREADS` threads for a ``with`` block
+    (threadpoolctl's per-library controllers); re-entrant: the first block in saves the
+    user's setting, the last one out restores it, so numpy outside the simulator keeps its
+    own threading.  The engine holds it for a whole kick, so the matmuls inside pay only a
+    counter.
 
     Only in the main thread: OpenBLAS (0.3.31, measured) ignores a setting made in another
     thread once the main thread has made one, and in some interleavings keeps a worker's
     value after the worker restored its own, which would change the user's setting for
     good; a simulator driven from another thread leaves BLAS threads alone."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    st = _blas_state
-    with _blas_lock:
-        if st["depth"] == 0:
-            if st["controller"] is None:
-                from threadpoolctl import ThreadpoolController  # ~10 ms, once per process
-
-                st["controller"] = ThreadpoolController().select(user_api="blas")
-            st["limiter"] = st["controller"].limit(limits=BLAS_THREADS)
-        st["depth"] += 1
-    try:
-        yield
-    finally:
-        with _blas_lock:
-            st["depth"] -= 1
-            if st["depth"] == 0:
-                st["limiter"].restore_original_limits()
-                st["limiter"] = None
+    return _BLAS
 
 
 # ---------------------------------------------------------------------------

@@ -1,0 +1,81 @@
+"""The simulator's second core: a big loop split in two over its output rows.
+
+The compiled loops release the GIL and so do numpy's matrix products, so two threads run
+two halves of one conv stage at once.  Each output row is computed by exactly the same
+operations whichever half it falls in: a depthwise tap loop or an epilogue works element
+by element, and a BLAS product's row depends only on that row and the weights (OpenBLAS
+keeps the order of its sums along K whatever the number of rows, as long as both halves
+stay on its large-matrix kernels: measured bit-equal over 1176 shapes of 128-25088 rows,
+K 3-1152, M 8-1280; see :data:`BLAS_HALF_MIN`; pinned by ``tests/test_sim_split.py``).
+So a split changes wall time, never a bit.
+
+Measured on this project's 2-core machine, BLAS pinned to one thread (minimum of 30):
+a 12544x16 @ 16x96 product 0.53 -> 0.36 ms, a 112x112x32 3x3 depthwise 0.48 -> 0.28 ms,
+a 12544x96 epilogue 0.62 -> 0.33 ms; the whole-network effect is in
+``benchmarks/bench_nets.py``.  Small loops stay whole: below :data:`MIN_WORK` the
+hand-off (tens of microseconds) costs more than it saves, and the halves of a split
+product stay above the sizes where OpenBLAS switches to its small-matrix kernels.
+
+Only the main thread splits, where :func:`.ops.blas_threads` pins BLAS (a simulator driven
+from another thread leaves BLAS alone, and two more BLAS thread pools would oversubscribe
+the cores).  ``DVSDK_SIM_THREADS=1`` turns splitting off.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import os
+import threading
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+
+#: work below which a loop runs whole, in depthwise multiply-adds: where a split began to
+#: pay on this machine (a 28x28x240 3x3 depthwise, 1.7 M, 148 -> 129 us; below ~1 M the
+#: hand-off of about 30-50 us costs more than it saves)
+MIN_WORK = 1_500_000
+#: the work of one unit of each loop, in depthwise multiply-adds (measured break-evens: a
+#: BLAS product pays from ~6 M multiply-adds, the epilogue from ~0.3 M elements)
+DEPTHWISE, MATMUL, EPILOGUE = 1.0, 0.25, 5.0
+#: threads the simulator's loops use: two where there are two cores, else one
+THREADS = 1 if os.environ.get("DVSDK_SIM_THREADS", "") == "1" else min(2, os.cpu_count() or 1)
+
+#: a matrix product is split only when each half keeps at least this many multiply-adds
+#: and 32 rows: far from the sizes where a BLAS library switches to other kernels with
+#: another order of sums (OpenBLAS SkylakeX's small-matrix kernels up to M*N*K = 100^3:
+#: measured, halves of 0.55-0.92 M differed from the whole product in 116 of 1260 shapes;
+#: numpy's gemv for a single row)
+BLAS_HALF_MIN = 1 << 22
+
+_lock = threading.Lock()
+_pool: ThreadPoolExecutor | None = None
+
+
+def _worker() -> ThreadPoolExecutor:
+    global _pool
+    with _lock:
+        if _pool is None:
+            _pool = ThreadPoolExecutor(1, thread_name_prefix="dvsdk-sim")
+        return _pool
+
+
+def product_work(n: int, k: int, m: int) -> float:
+    """The work of an (n, k) @ (k, m) product for :func:`rows`, or 0 (never split) where
+    its halves could take other BLAS kernels than the whole (:data:`BLAS_HALF_MIN`)."""
+    return MATMUL * n * k * m if n >= 64 and (n // 2) * k * m >= BLAS_HALF_MIN else 0
+
+
+def rows(n: int, work: int, fn: Callable[[int, int], object]) -> None:
+    """``fn(0, n)``, or ``fn(0, h)`` here and ``fn(h, n)`` on the worker thread at once
+    (``h = n // 2``) when ``work`` is worth it; returns when both are done, raising what
+    either raised."""
+    if (THREADS < 2 or n < 2 or work <= 0 or work < MIN_WORK
+            or threading.get_ident() != threading.main_thread().ident):
+        fn(0, n)
+        return
+    half = n // 2
+    # in the caller's context: numpy's error state (np.errstate) lives in a context var
+    other = _worker().submit(contextvars.copy_context().run, fn, half, n)
+    try:
+        fn(0, half)
+    finally:
+        other.result()

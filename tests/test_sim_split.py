@@ -1,0 +1,158 @@
+"""The simulator's two-thread splits (dvsdk/sim/split.py) change no bit.
+
+With the work threshold at zero every depthwise loop, epilogue and matrix product the
+compiled path runs is split over two threads; the outputs of test_sim_fastpath's conv,
+element-wise add and multi-run cases must hash the same as the numpy reference path's
+(``DVSDK_NATIVE=0``).  The matrix-product claim the module rests on (a row's sums do not
+depend on the other rows) is checked on its own over shapes of real networks, odd row
+counts included, against a product computed by the test in one call.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+
+from dvsdk import native
+from dvsdk.compiler.build import compile as compile_model
+from dvsdk.runtime.net import Net
+from dvsdk.sim import ops, split
+from dvsdk.sim.device import SimDevice
+
+from .onnx_models import NetBuilder
+from .test_ops_multirun import chain_cases
+from .test_ops_pool import add_cases
+from .test_sim_fastpath import _outputs, conv_cases, needs_native
+
+pytestmark = pytest.mark.filterwarnings("ignore::dvsdk.native.NativeFallbackWarning")
+NATIVE = native.NATIVE
+
+
+@pytest.fixture
+def always_split(monkeypatch):
+    """Every loop worth a split at all is split; returns the (rows, work) of each call."""
+    monkeypatch.setattr(split, "MIN_WORK", 0)
+    monkeypatch.setattr(split, "THREADS", 2)
+    calls = []
+    real = split.rows
+
+    def counting(n, work, fn):
+        calls.append((n, work))
+        return real(n, work, fn)
+
+    monkeypatch.setattr(split, "rows", counting)
+    return calls
+
+
+@needs_native
+@pytest.mark.parametrize("which", ["conv", "add", "multirun"])
+def test_split_loops_give_the_reference_bits(which, monkeypatch, always_split):
+    cases = {"conv": conv_cases, "add": lambda: list(add_cases()),
+             "multirun": lambda: list(chain_cases())}[which]()
+    shas = {}
+    for compiled in (True, False):
+        sim = SimDevice()
+        try:
+            shas[compiled] = _outputs(sim, cases, monkeypatch, compiled, True).sha
+        finally:
+            sim.close()
+    assert shas[True] == shas[False]
+    assert any(n >= 2 and work > 0 for n, work in always_split)  # the compiled path split
+
+
+@needs_native
+def test_a_network_whose_products_split_gives_the_reference_bits(monkeypatch, always_split):
+    """Convs big enough that their BLAS products split (3x3 im2col and 1x1), a depthwise
+    conv and a residual add, on sim:// compiled and split, against the numpy reference
+    path, bit for bit; and each product that split was one the rule admits."""
+    b = NetBuilder(21)
+    h = b.node("Relu", [b.conv("x", 32, 64, k=3)])
+    h = b.node("Relu", [b.conv(h, 64, 64, k=1)])
+    d = b.conv(h, 64, 64, k=3, group=64)
+    y = b.node("Add", [b.conv(d, 64, 64, k=1), h])
+    netfile = compile_model(b.model([("x", (1, 32, 48, 48))], [y], "split_net"), golden=False)
+    x = np.random.default_rng(2).standard_normal((1, 32, 48, 48)).astype(np.float32)
+    outs = {}
+    for compiled in (True, False):
+        monkeypatch.setattr(native, "NATIVE", NATIVE if compiled else None)
+        with Net(netfile, "sim://") as net:
+            outs[compiled] = next(iter(net.run(x).values()))
+    assert np.array_equal(outs[True].view(np.uint32), outs[False].view(np.uint32))
+    big = [(n, work) for n, work in always_split if work >= split.MATMUL * 48 * 48 * 64 * 64]
+    assert big  # 2304 x 288 @ 288 x 64 and 2304 x 64 @ 64 x 64 split
+
+
+@pytest.mark.parametrize("n,k,m", [(12544, 16, 96), (3137, 24, 144), (785, 288, 40),
+                                   (197, 480, 112), (12544, 27, 32), (401, 1152, 192)])
+def test_a_products_rows_do_not_depend_on_the_other_rows(n, k, m, monkeypatch):
+    monkeypatch.setattr(split, "MIN_WORK", 0)
+    monkeypatch.setattr(split, "THREADS", 2)
+    assert split.product_work(n, k, m) > 0  # shapes the rule admits
+    rng = np.random.default_rng(n + k + m)
+    a = rng.standard_normal((n, k)).astype(np.float32)
+    b = rng.standard_normal((k, m)).astype(np.float32)
+    with ops.blas_threads():
+        whole = np.matmul(a, b)
+        out = np.empty_like(whole)
+        split.rows(n, 1, lambda r0, r1: np.matmul(a[r0:r1], b, out=out[r0:r1]))
+    assert np.array_equal(whole.view(np.uint32), out.view(np.uint32))
+
+
+def test_rows_covers_every_row_once_and_raises_what_a_half_raised(monkeypatch):
+    monkeypatch.setattr(split, "MIN_WORK", 0)
+    monkeypatch.setattr(split, "THREADS", 2)
+    seen = []
+    split.rows(7, 1, lambda r0, r1: seen.append((r0, r1)))
+    assert sorted(seen) == [(0, 3), (3, 7)]
+
+    def bad(r0, r1):
+        if r0:
+            raise ValueError("second half")
+
+    with pytest.raises(ValueError, match="second half"):
+        split.rows(8, 1, bad)
+
+
+def test_small_loops_other_threads_and_one_thread_run_whole(monkeypatch):
+    seen = []
+    split.rows(100, split.MIN_WORK - 1, lambda r0, r1: seen.append((r0, r1)))
+    monkeypatch.setattr(split, "MIN_WORK", 0)
+    monkeypatch.setattr(split, "THREADS", 1)
+    split.rows(100, 10, lambda r0, r1: seen.append((r0, r1)))
+    monkeypatch.setattr(split, "THREADS", 2)
+    t = threading.Thread(target=split.rows, args=(100, 10, lambda r0, r1: seen.append(
+        (r0, r1))))
+    t.start()
+    t.join()
+    assert seen == [(0, 100)] * 3
+
+
+@needs_native
+def test_depthwise_rows_write_only_their_rows():
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((9, 7, 16)).astype(np.float32)
+    taps = rng.standard_normal((3, 3, 16)).astype(np.float32)
+    bias = rng.standard_normal(16).astype(np.float32)
+    whole = np.empty((5, 4, 16), np.float32)
+    native.NATIVE.depthwise(x, taps, bias, whole, 2, 2, 1, 1, 1, 1)
+    part = np.full_like(whole, 7.0)
+    native.NATIVE.depthwise(x, taps, bias, part, 2, 2, 1, 1, 1, 1, -1, 0.0, None, 2, 4)
+    assert np.array_equal(part[2:4], whole[2:4])
+    assert (part[:2] == 7).all() and (part[4:] == 7).all()
+    with pytest.raises(ValueError, match="row0"):
+        native.NATIVE.depthwise(x, taps, bias, part, 2, 2, 1, 1, 1, 1, -1, 0.0, None, 4, 2)
+
+
+def test_the_other_half_runs_under_the_callers_numpy_error_state(monkeypatch):
+    monkeypatch.setattr(split, "MIN_WORK", 0)
+    monkeypatch.setattr(split, "THREADS", 2)
+    seen = {}
+
+    def fn(r0, r1):
+        seen[r0] = np.geterr()["invalid"]
+
+    with np.errstate(invalid="ignore"):
+        split.rows(4, 1, fn)
+    assert seen == {0: "ignore", 2: "ignore"}
