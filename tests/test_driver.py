@@ -81,6 +81,13 @@ def test_registers_read_back_the_hardware_facts(device):
         device.read32("conv", 0x402)
     with pytest.raises(InvalidArgument, match="unit"):
         device.write32("dsp", 0x0, 1)
+    # a block of registers reads as the same words one by one, with the same checks
+    assert device.read_words("conv", 0x11C, 2) == [device.read32("conv", 0x11C),
+                                                   device.read32("conv", 0x120)]
+    with pytest.raises(InvalidArgument):
+        device.read_words("conv", 0xFFC, 2)
+    with pytest.raises(InvalidArgument, match="unit"):
+        device.read_words("dsp", 0x0, 1)
 
 
 def test_conv_runs_exactly_and_reruns_identically(device):
@@ -221,8 +228,11 @@ def test_device_output_read_without_sync_is_caught(sim):
     cl.run()
     with pytest.raises(CoherenceError, match="sync_for_cpu"):
         ob.read()
+    with pytest.raises(CoherenceError, match="sync_for_cpu"):
+        ob.read(copy=False)  # a view is checked as a copy is
     ob.sync_for_cpu()
-    ob.read()
+    view = ob.read(0, 64, copy=False)
+    assert not view.flags.writeable and np.array_equal(view, ob.read(0, 64))
 
 
 def test_stream_garbage_sets_status_not_crash(sim):
