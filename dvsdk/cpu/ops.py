@@ -478,4 +478,5 @@ def run_op(op_type: str, inputs: list, attrs: Mapping[str, Any]) -> list[Arr]:
     if why is not None:
         raise ModelError("the CPU kernel does not support this element type", field=op_type,
                          value=why)
-    return kernel(inputs, dict(attrs))
+    with np.errstate(all="ignore"):  # inf and NaN are values here (FP16 overflow), as on
+        return kernel(inputs, dict(attrs))  # the device: no numpy warnings

@@ -80,8 +80,8 @@ def run_configuration(core: CoreState) -> None:
         if core.totals.cycles + cost > core.kick_cycle_limit:
             raise Hang(CFG_ADDR, f"watchdog: this command's {cost} cycles take the kick past "
                        f"{core.kick_cycle_limit} cycles")
-        with np.errstate(all="ignore"):  # inf and NaN are values to the hardware, not errors
-            _execute(core, plan, table_word)
+        _execute(core, plan, table_word)  # (under the engine's np.errstate: inf and NaN
+        # are values to the hardware, not errors)
     except HardwareError:
         raise
     except (DvsdkError, ValueError, IndexError, ZeroDivisionError, OverflowError) as e:
@@ -300,14 +300,16 @@ def _load_weights(core: CoreState, run: dict, in_c: int, size: int) -> tuple:
     address and layout and reused only while the bytes in DRAM are unchanged (the hardware
     re-reads them every run; the cache changes wall time, not results or byte counters)."""
     addr = run["weight_base_addr"]
-    blob = core.mem.read(addr, size)
     version = core.mem.version(addr, size)
     key = (addr, size, in_c, run["m"], run["p"], run["conv_enable"], run["conv_dilation"],
            run["weight_fmt"], run["actfunc"] == 4)
     cache = core.weight_cache
     hit = cache.get(key)
-    if hit is not None and (hit[0] == version if version is not None
-                            else np.array_equal(hit[1], blob)):
+    if hit is not None and version is not None and hit[0] == version:
+        core.mem.check_read(addr, size)  # read as the hardware does (coherence), unchanged
+        return hit[2]
+    blob = core.mem.read(addr, size)
+    if hit is not None and version is None and np.array_equal(hit[1], blob):
         return hit[2]
     decoded = _decode_weights(blob, run, in_c, size)
     nbytes = sum(a.nbytes for a in decoded[:3] if a is not None)

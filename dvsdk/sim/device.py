@@ -233,6 +233,7 @@ class SimDevice(Device):
         self.allocator = RegionAllocator(self.dram.size, base=self.dram_base)
         self.buffers: dict[int, SimDmaBuffer] = {}
         self._starts: list[int] = []  # the buffers' offsets, sorted (for _buffers_in)
+        self._in_cache: dict[tuple[int, int], tuple] = {}  # _buffers_in by range
         self._checked: set[tuple[str, int]] = set()  # register accesses found valid
         self.coherence = coherence
         #: serializes the simulated hardware (module docstring)
@@ -327,12 +328,14 @@ class SimDevice(Device):
             self.dram[off : off + nbytes] = 0
             self.buffers[off] = buf
             insort(self._starts, off)
+            self._in_cache.clear()
             return buf
 
     def release(self, buf: SimDmaBuffer) -> None:
         with self.lock:
             if self.buffers.pop(buf.dram_off, None) is not None:
                 self._starts.remove(buf.dram_off)
+            self._in_cache.clear()
             self.allocator.free(buf.dram_off)
 
     def wait_irq(self, unit: str, timeout: float) -> None:
@@ -405,17 +408,27 @@ class SimDevice(Device):
     def _on_irq(self, unit: str) -> None:
         self._irq[unit].set()
 
-    def _buffers_in(self, addr: int, n: int):
+    def _buffers_in(self, addr: int, n: int) -> tuple:
+        """The buffers ``[addr, addr+n)`` touches, as (buffer, start, end) in each; kept
+        per range until a buffer is allocated or freed (the same tensors every run)."""
+        key = (addr, n)
+        hit = self._in_cache.get(key)
+        if hit is not None:
+            return hit
         lo, hi = addr - self.dram_base, addr - self.dram_base + n
-        starts, buffers = self._starts, self.buffers
+        starts, buffers, out = self._starts, self.buffers, []
         i = max(bisect_right(starts, lo) - 1, 0)
         while i < len(starts) and starts[i] < hi:
             off = starts[i]
             buf = buffers[off]
             end = off + buf._mem.size
             if lo < end:
-                yield buf, max(lo, off) - off, min(hi, end) - off
+                out.append((buf, max(lo, off) - off, min(hi, end) - off))
             i += 1
+        if len(self._in_cache) > 4096:
+            self._in_cache.clear()
+        self._in_cache[key] = hit = tuple(out)
+        return hit
 
     def _device_read(self, addr: int, n: int) -> None:
         if self.coherence == "off":

@@ -147,6 +147,13 @@ class Dram:
         """HardwareError unless ``[addr, addr+n)`` lies in DRAM."""
         self._span(addr, n)
 
+    def check_read(self, addr: int, n: int) -> None:
+        """What a read of ``[addr, addr+n)`` checks (range, coherence), without the bytes:
+        for a reader that knows they did not change since it last read them."""
+        self._span(addr, n)
+        if self.on_read:
+            self.on_read(addr, n)
+
     def read(self, addr: int, n: int) -> np.ndarray:
         """The bytes at ``addr`` (a view: valid until the next write)."""
         off = self._span(addr, n)

@@ -94,7 +94,9 @@ class Dv700Core(CoreState):
                 self.faults.bitflip -= 1
                 self.mem.flip_next_write = True
             if unit == "conv":
-                with ops.blas_threads():  # once per kick, not per matmul
+                # once per kick, not per matmul or command; inf and NaN are values to
+                # the hardware, not errors
+                with ops.blas_threads(), np.errstate(all="ignore"):
                     cycles = self._run_stream()
             else:
                 cycles = self._run_unit(unit)
