@@ -35,6 +35,10 @@ REG = {unit: {name: SPEC.reg(unit, name) for name in SPEC.unit(unit)["registers"
 STATUS = SPEC.status
 #: what a DeviceFault shows (the simulator's status registers, the kick, the interrupt)
 _FAULT_REGS = ("SIM_STATUS", "SIM_FAULT_ADDR", "CMD_ADDR", "CMD_LEN", "IRQ")
+#: §10.10: which of the 16 byte counters count each class (the classes overlap)
+_OUTPUT_SLOTS = tuple(i for i in range(16) if i & 3 == 3)
+_WEIGHT_SLOTS = tuple(i for i in range(16) if i & 4)
+_INPUT_SLOTS = tuple(i for i in range(16) if i & 8)
 
 
 @dataclass
@@ -129,11 +133,11 @@ class RegisterSubmission:
     def _read_counters(self, stats: ExecStats) -> None:
         """§10.10: 16 counters in 16-byte beats, classified by index bits (classes overlap)."""
         regs, dev = REG["conv"], self.device
-        counts = dev.read_words("conv", regs["BYTE_COUNTERS_LO"], 8)
-        counts += dev.read_words("conv", regs["BYTE_COUNTERS_HI"], 8)
-        stats.output_bytes = 16 * sum(v for i, v in enumerate(counts) if i & 3 == 3)
-        stats.weight_bytes = 16 * sum(v for i, v in enumerate(counts) if i & 4)
-        stats.input_bytes = 16 * sum(v for i, v in enumerate(counts) if i & 8)
+        c = dev.read_words("conv", regs["BYTE_COUNTERS_LO"], 8)
+        c += dev.read_words("conv", regs["BYTE_COUNTERS_HI"], 8)
+        stats.output_bytes = 16 * sum([c[i] for i in _OUTPUT_SLOTS])
+        stats.weight_bytes = 16 * sum([c[i] for i in _WEIGHT_SLOTS])
+        stats.input_bytes = 16 * sum([c[i] for i in _INPUT_SLOTS])
 
     def free(self) -> None:
         if self.stream is not None:

@@ -64,6 +64,11 @@ def _unit(n_channels: int, itemsize: int = 2) -> np.dtype:
 
 def _check_shape(shape: Sequence[int]) -> tuple[int, int, int, int, bool]:
     """Validate ``(H, W, C)`` or ``(N, H, W, C)``; return ``(N, H, W, C, batched)``."""
+    if type(shape) is tuple and len(shape) == 3:  # the common case, checked in a few ns
+        h, w, c = shape
+        if type(h) is int and type(w) is int and type(c) is int and h > 0 and w > 0 \
+                and c > 0:
+            return 1, h, w, c, False
     try:
         dims = tuple(shape)
     except TypeError:

@@ -201,12 +201,13 @@ class Dram:
     def read_tensor(self, addr: int, shape: tuple[int, ...]) -> np.ndarray:
         """``layout.unpack(read(addr, nbytes), shape)``, from the stored values when they
         are valid.  The result may be shared and read-only: callers must not modify it."""
-        n = 2 * math.prod(int(d) for d in shape)
+        shape = tuple(shape)
+        n = 2 * math.prod(shape)
         off = self._span(addr, n)
         if self.on_read:
             self.on_read(addr, n)
         t = self.tensors.get((addr, addr + n))
-        if t is not None and t.values.shape == tuple(shape) and t.whole:
+        if t is not None and t.values.shape == shape and t.whole:
             if t.packed is None or same_bytes(t.packed, self.array[off : off + n]):
                 return t.values
         self.materialize(addr, n)
