@@ -217,6 +217,18 @@ __attribute__((target("avx2,f16c"))) static void unpack_f16c(const uint16_t *s, 
 }
 #endif
 
+#if X86_F16C
+/* eight float32 at stride ``sc`` -> binary16: gathered, then converted at once */
+__attribute__((target("avx2,f16c"))) static void gather_f16c_8(const float *s, Py_ssize_t sc,
+                                                               uint16_t *d)
+{
+    float tmp[8];
+    for (int i = 0; i < 8; i++)
+        tmp[i] = s[i * sc];
+    to_f16_8(tmp, d);
+}
+#endif
+
 static inline void copy_strided(const float *s, Py_ssize_t ss, float *d, Py_ssize_t n)
 {
     for (Py_ssize_t i = 0; i < n; i++)
@@ -268,27 +280,39 @@ static void unchunk_all(const float *src, float *dst, const Geometry *g)
     }
 }
 
+#define PACK_BLOCK 16
+
 static void pack_all(const float *src, uint16_t *dst, const Geometry *g)
 {
     Py_ssize_t whc = g->w * g->h * g->c, wh = g->w * g->h, nfull = g->c / 8;
     Py_ssize_t rem = g->c - 8 * nfull;
     Py_ssize_t outer = g->transpose ? g->h : g->w, inner = g->transpose ? g->w : g->h;
     Py_ssize_t so = g->transpose ? g->sh : g->sw, si = g->transpose ? g->sw : g->sh;
-    int fast = 0;
+    int fast = 0, gather = 0;
 #if X86_F16C
     fast = have_f16c && g->sc == 1;
+    gather = have_f16c && g->sc != 1;
 #endif
+    /* a source whose outer walk is the shorter stride (an NCHW tensor seen as HWC, in the
+     * x-major order) is read in blocks of PACK_BLOCK outer positions: each inner step then
+     * reads a short contiguous run per channel instead of one value per cache line */
+    Py_ssize_t block = so < si ? PACK_BLOCK : 1;
     for (Py_ssize_t n = 0; n < g->n; n++) {
         uint16_t *base = dst + n * whc;
-        Py_ssize_t sp = 0;  /* the spatial index in the layout's order */
-        for (Py_ssize_t a = 0; a < outer; a++) {
-            for (Py_ssize_t b = 0; b < inner; b++, sp++) {
+        for (Py_ssize_t a0 = 0; a0 < outer; a0 += block)
+        for (Py_ssize_t b = 0; b < inner; b++)
+        for (Py_ssize_t a = a0; a < a0 + block && a < outer; a++) {
+            {
+                Py_ssize_t sp = a * inner + b;  /* the spatial index in the layout's order */
                 const float *s = src + n * g->sn + a * so + b * si;
 #if X86_F16C
                 if (fast)
                     pack_f16c(s, base + sp * 8, nfull, wh);
+                else if (gather)
+                    for (Py_ssize_t k = 0; k < nfull; k++)
+                        gather_f16c_8(s + 8 * k * g->sc, g->sc, base + 8 * k * wh + sp * 8);
 #endif
-                if (!fast)
+                if (!fast && !gather)
                     for (Py_ssize_t k = 0; k < nfull; k++)
                         to_f16_scalar(s + 8 * k * g->sc, g->sc, base + 8 * k * wh + sp * 8, 8);
                 if (rem)
