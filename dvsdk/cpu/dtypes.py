@@ -94,11 +94,32 @@ def _kind_name(dt: np.dtype) -> str:
     return str(dt) if dt.kind in "fiub" else f"{dt} ({dt.kind!r})"
 
 
+#: ops whose refusal also depends on attributes (not memoized by element types alone)
+_ATTR_RULES = frozenset({"Cast", "Mod", "Resize"})
+_KNOWN: dict[tuple, str | None] = {}  # refusal by (op_type, dtypes), for the other ops
+
+
 def refusal(op_type: str, dtypes: Sequence[np.dtype | None],
             attrs: Mapping[str, Any] | None = None) -> str | None:
     """Why the CPU kernel of ``op_type`` cannot run on inputs of ``dtypes`` (one per input,
     None for absent or unknown), as an op label like ``Div[bool]``; None if it can."""
-    attrs = attrs or {}
+    if op_type in _ATTR_RULES:
+        return _refusal(op_type, dtypes, attrs or {})
+    key = (op_type, *dtypes)
+    try:
+        return _KNOWN[key]
+    except KeyError:
+        pass
+    except TypeError:  # an unhashable stand-in for a dtype: no memo
+        return _refusal(op_type, dtypes, {})
+    why = _KNOWN[key] = _refusal(op_type, dtypes, {})
+    if len(_KNOWN) > 4096:
+        _KNOWN.clear()
+    return why
+
+
+def _refusal(op_type: str, dtypes: Sequence[np.dtype | None],
+             attrs: Mapping[str, Any]) -> str | None:
     rule = DTYPE_RULES.get(op_type)
     if rule is None:
         return None
