@@ -428,6 +428,7 @@ static PyMethodDef methods[] = {
     {"avgpool", dv_avgpool, METH_VARARGS, dv_avgpool_doc},
     {"act_exp", dv_act_exp, METH_VARARGS, dv_act_exp_doc},
     {"unpack", dv_unpack, METH_VARARGS, dv_unpack_doc},
+    {"ew_f16", dv_ew_f16, METH_VARARGS, dv_ew_f16_doc},
     {NULL, NULL, 0, NULL},
 };
 

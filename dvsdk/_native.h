@@ -159,8 +159,10 @@ PyObject *dv_f16_to_f32(PyObject *self, PyObject *args);
 PyObject *dv_f32_to_f16(PyObject *self, PyObject *args);
 PyObject *dv_pack(PyObject *self, PyObject *args);
 PyObject *dv_unpack(PyObject *self, PyObject *args);
+PyObject *dv_ew_f16(PyObject *self, PyObject *args);
 void dv_f16_init(void);
-extern const char dv_f16_to_f32_doc[], dv_f32_to_f16_doc[], dv_pack_doc[], dv_unpack_doc[];
+extern const char dv_f16_to_f32_doc[], dv_f32_to_f16_doc[], dv_pack_doc[], dv_unpack_doc[],
+    dv_ew_f16_doc[];
 /* the conv engine's helpers of _native_conv.c */
 PyObject *dv_im2col(PyObject *self, PyObject *args);
 PyObject *dv_avgpool(PyObject *self, PyObject *args);

@@ -4,7 +4,8 @@ The hottest data paths have a numpy implementation, which is the reference, and 
 one with the same bits (NaN payloads aside where an operation on two NaNs may return
 either, as numpy's own SIMD builds differ there) that makes one pass over memory instead of
 numpy's several: FP16 rounding and conversions and the chunked layout (:mod:`dvsdk.hw.fp16`,
-:mod:`dvsdk.hw.layout`, used by the runtime too), and the simulator's conv engine
+:mod:`dvsdk.hw.layout`, used by the runtime too), element-wise CPU steps from FP16 to FP16
+(``ew_f16``, :mod:`dvsdk.runtime.cpusteps`), and the simulator's conv engine
 (:mod:`dvsdk.sim.kernels`: the epilogue of bias, addend, activation and rounding, depthwise
 convolution, im2col, average pooling).  The compiled
 module is an optional extension: a machine without a C compiler installs and runs with

@@ -188,6 +188,15 @@ def test_a_squeeze_excitation_scale_from_the_device_is_a_channel_operand(monkeyp
     calls = []
     real = cs._run_chunked
     monkeypatch.setattr(cs, "_run_chunked", lambda op, *a: calls.append(op) or real(op, *a))
+    # the compiled loop (FP16 to FP16, one value per channel), then the general chunked path
+    with Net(netfile, "sim://") as net:
+        net.run(feed)
+        plans = [p for p in net._fused.values() if p]
+    if native.NATIVE is not None:
+        assert [(p.code, p.per_channel) for p in plans] == [(cs.FUSED["HardSwish"], False),
+                                                            (cs.FUSED["Mul"], True)]
+        assert calls.count("Mul") == 0
+    monkeypatch.setattr(native, "NATIVE", None)
     _syncs(netfile, feed)
     assert calls.count("Mul") == 1
 
@@ -201,3 +210,45 @@ def test_unknown_cpu_steps_mode_is_refused(monkeypatch):
     monkeypatch.setenv("DVSDK_CPU_STEPS", "unpack")
     with Net(netfile, "sim://") as net:
         assert net.cpu_steps == "unpack"
+
+
+def test_one_op_segments_run_fp16_to_fp16_compiled_with_the_reference_bits(monkeypatch):
+    """HardSwish and a squeeze-excitation Mul (its scale first: y_first), each alone
+    between two hardware segments, go through the compiled FP16 -> FP16 loop; an input
+    scaled until the device's FP16 overflows (inf, then NaN where inf meets 0 or -inf)
+    gives the unpack path's bits.  The last step (it feeds the output, unrounded in both
+    paths) and the step on the network's input (the host holds it unrounded) take the
+    general path."""
+    import dvsdk.runtime.cpusteps as cs
+
+    b = NetBuilder(8)
+    x0 = b.node("HardSwish", ["x"])                      # on the host's own input
+    h = b.node("HardSwish", [b.conv(x0, 8, 20, k=3)])
+    s = b.node("HardSigmoid", [b.conv(b.node("Relu", [b.conv(b.node(
+        "GlobalAveragePool", [h]), 20, 8, k=1)]), 8, 20, k=1)], alpha=1 / 6, beta=0.5)
+    h = b.node("Mul", [s, h])
+    y = b.node("HardSwish", [b.conv(h, 20, 12, k=1)])   # the program's last step
+    netfile = compile_model(b.model([("x", (1, 8, 9, 9))], [y], "fused"), golden=False)
+    program = netfile.meta["program"]
+    assert [s.get("op") for s in program if s["kind"] == "cpu"] == [
+        "HardSwish", "HardSwish", "Mul", "HardSwish"]
+    ran = []
+    real = cs._run_fused
+    monkeypatch.setattr(cs, "_run_fused", lambda net, h, seg, plan: ran.append(
+        program[seg.start]["op"]) or real(net, h, seg, plan))
+    for scale in (1.0, 3e4):
+        feed = (np.random.default_rng(3).uniform(-1, 1, (1, 8, 9, 9)) * scale).astype(
+            np.float32)
+        got = {}
+        for mode in ("device", "unpack"):
+            with Net(netfile, "sim://", cpu_steps=mode) as net:
+                got[mode] = bits(net.run(feed))
+                if mode == "device":
+                    plans = dict(net._fused)
+        assert got["device"] == got["unpack"]
+    if native.NATIVE is None:
+        return
+    assert ran == ["HardSwish", "Mul"] * 2  # per scale: not the first step, not the last
+    mul = next(p for p in plans.values() if p and p.code == cs.FUSED["Mul"])
+    assert mul.per_channel and mul.y_first
+    assert plans[len(program) - 1] is False

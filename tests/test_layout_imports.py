@@ -26,7 +26,7 @@ ALLOWED = {
     "sim": {"errors", "hw", "native", "driver"},
     "link": {"errors", "hw", "driver", "__init__"},
     "compiler": {"errors", "hw", "cpu", "driver", "netfile", "runtime", "__init__"},
-    "runtime": {"errors", "fsutil", "hw", "cpu", "driver", "netfile"},
+    "runtime": {"errors", "fsutil", "native", "hw", "cpu", "driver", "netfile"},
     "cli": {"errors", "fsutil", "native", "hw", "cpu", "driver", "netfile", "runtime",
             "compiler", "link", "sim", "qa", "__init__"},
     "qa": {"errors", "fsutil", "hw", "cpu", "driver", "netfile", "runtime", "compiler",

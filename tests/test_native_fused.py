@@ -182,3 +182,65 @@ def test_sigmoid_and_elu_tails_after_numpys_exp(act, param):
     got = t.copy()
     NATIVE.act_exp(got, e, act, alpha)
     assert same_values(got, ref)
+
+
+# -- ew_f16: one CPU step from FP16 bytes to FP16 bytes (runtime/cpusteps.py) ---------------
+ALL_F16 = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16)  # every binary16 pattern
+
+
+def _numpy_step(op: str, args: list) -> np.ndarray:
+    """The reference: the CPU kernel on float32 operands, then numpy's cast to binary16."""
+    from dvsdk.cpu import ops as cpu_ops
+
+    return cpu_ops.run_op(op, args, {})[0].astype(np.float16).view(np.uint16)
+
+
+def test_ew_hardswish_equals_the_cpu_kernel_on_every_binary16():
+    out = np.empty_like(ALL_F16)
+    NATIVE.ew_f16(0, ALL_F16, out)
+    assert same_bits(out, _numpy_step("HardSwish", [to_f32(ALL_F16.view(np.float16))]))
+
+
+@pytest.mark.parametrize("op,code", [("Mul", 1), ("Add", 2)])
+@pytest.mark.parametrize("y_first", [False, True])
+def test_ew_binary_ops_equal_the_cpu_kernel_with_numpys_nan_payloads(op, code, y_first):
+    """Every pattern against a shuffled every pattern: NaN meets NaN (signalling and quiet,
+    both orders), inf meets 0, overflow to inf, subnormals."""
+    rng = np.random.default_rng(code + 2 * y_first)
+    y = rng.permutation(ALL_F16)
+    out = np.empty_like(ALL_F16)
+    NATIVE.ew_f16(code, ALL_F16, out, y, 0, 0, y_first)
+    a, b = to_f32(ALL_F16.view(np.float16)), to_f32(y.view(np.float16))
+    assert same_bits(out, _numpy_step(op, [b, a] if y_first else [a, b]))
+
+
+@pytest.mark.parametrize("c,wh", [(20, 81), (8, 7), (3, 50), (13, 1)])
+@pytest.mark.parametrize("y_first", [False, True])
+def test_ew_per_channel_operand_follows_the_chunked_layout(c, wh, y_first):
+    """A (1, C, 1, 1) operand against a chunked tensor: element p*cs + j of chunk k is
+    channel 8k + j (cs: 8, or what is left for the last chunk), as the layout tests'
+    own index formula gives it."""
+    rng = np.random.default_rng(c * wh)
+    x = rng.choice(ALL_F16, c * wh)
+    vec = to_f32(rng.choice(ALL_F16, c).view(np.float16))
+    out = np.empty_like(x)
+    NATIVE.ew_f16(1, x, out, vec, c, wh, y_first)
+    hwc = (1, wh, c)
+    ch = np.empty(c * wh, np.int64)
+    ch[layout.offsets(hwc).reshape(-1)] = np.tile(np.arange(c), wh)
+    a, b = to_f32(x.view(np.float16)), vec[ch]
+    assert same_bits(out, _numpy_step("Mul", [b, a] if y_first else [a, b]))
+
+
+def test_ew_refuses_bad_arguments():
+    x = np.zeros(16, np.uint16)
+    with pytest.raises(ValueError, match="unknown op"):
+        NATIVE.ew_f16(7, x, x.copy())
+    with pytest.raises(ValueError, match="one operand"):
+        NATIVE.ew_f16(1, x, x.copy())
+    with pytest.raises(ValueError, match="sizes"):
+        NATIVE.ew_f16(0, x, np.zeros(8, np.uint16))
+    with pytest.raises(ValueError, match="c \\* wh"):
+        NATIVE.ew_f16(1, x, x.copy(), np.zeros(3, np.float32), 3, 4)
+    with pytest.raises(TypeError):
+        NATIVE.ew_f16(0, np.zeros(16, np.float32), x.copy())

@@ -18,7 +18,11 @@ default) treats the CPU steps between two hardware segments as one *segment*:
   element sits as long as its operands line up: same shape, same layout; a (1, C, 1, 1)
   operand is laid along the chunks' channel index (8 channels a chunk, the last one
   partial);
-* every other op gets float32 NCHW, converted once per segment and tensor.
+* every other op gets float32 NCHW, converted once per segment and tensor;
+* a segment of one element-wise op (HardSwish, or Mul/Add of two device tensors or of a
+  device tensor and a per-channel one, as in squeeze-excitation) whose result the device
+  reads next runs from the arena's FP16 bytes to FP16 bytes in one compiled pass
+  (:class:`FusedPlan`, ``native.ew_f16``), where the compiled loops exist.
 
 The results are the reference path's bits: each element goes through the same numpy
 kernel (:mod:`dvsdk.cpu.ops`) with the same operands; values pass between CPU ops of a
@@ -36,6 +40,7 @@ from typing import Any
 
 import numpy as np
 
+from .. import native
 from ..cpu import ops as cpu_ops
 from ..errors import DeviceError, NetFileError
 from ..hw import layout
@@ -154,6 +159,12 @@ def step(net: Any, h: Any) -> None:
     """Run CPU step ``h.pc`` of ``net`` (one op), syncing on entering and leaving its
     segment; the caller advances ``h.pc``."""
     seg = net._segments[h.pc]
+    plan = net._fused.get(h.pc)
+    if plan is None:
+        plan = net._fused[h.pc] = _fused_plan(net, seg)
+    if plan and native.NATIVE is not None and plan.x not in h.host and plan.y not in h.host:
+        _run_fused(net, h, seg, plan)  # (an operand the host holds unrounded: general path)
+        return
     if h.segment is None or h.segment.segment is not seg:
         h.segment = _enter(net, h, seg)
     op_type, attrs, inputs, outputs, name = net.steps[h.pc][1]
@@ -357,3 +368,79 @@ def _check(y: Any, n: int) -> np.ndarray:
         raise NetFileError("element-wise kernel changed the type or size of its operand",
                            field="dtype", value=str(y.dtype), limit="float32")
     return np.ascontiguousarray(y).reshape(-1)
+
+
+# -- one op between two hardware segments, binary16 to binary16 in one pass ----------------
+#: ops the compiled loop computes as :mod:`dvsdk.cpu.ops` does (``native.ew_f16`` codes)
+FUSED = {"HardSwish": 0, "Mul": 1, "Add": 2}
+
+
+@dataclass(frozen=True)
+class FusedPlan:
+    """A CPU segment of one element-wise op whose operands and result are device tensors
+    and whose result the device reads next: computed from the arena's FP16 bytes into FP16
+    bytes in one compiled pass (``native.ew_f16``), without the float32 tensors of the
+    general path (same operations, same rounding, the same bits)."""
+
+    code: int
+    x: str                    # the full-size operand
+    y: str | None             # the other: full-size, or one value per channel
+    per_channel: bool
+    y_first: bool             # y is the op's first operand
+    out: str
+    hwc: tuple[int, int, int]
+
+
+def _fused_plan(net: Any, seg: Segment) -> FusedPlan | bool:
+    """The step's :class:`FusedPlan`, or False where the general path must run it."""
+    op_type, _, inputs, outputs, _ = net.steps[seg.start][1]
+    if (seg.end - seg.start != 1 or seg.end >= len(net.steps) or op_type not in FUSED
+            or len(outputs) != 1 or not outputs[0]):
+        return False  # (a segment at the program's end leaves unrounded outputs)
+    out, d_out = outputs[0], net._dev(outputs[0])
+    shape = net.tensors[out]["shape"]
+    if d_out is None or len(shape) != 4 or shape[0] != 1:
+        return False
+    _, c, hh, ww = shape
+    key = ((hh, ww, c), bool(d_out.get("transpose")))
+    if tuple(d_out["hwc"]) != key[0]:
+        return False
+    full, channel = [], []
+    for name in inputs:
+        d = net._dev(name) if name and name not in net.constants else None
+        if d is None:
+            return False
+        if (tuple(d["hwc"]), bool(d.get("transpose"))) == key:
+            full.append(name)
+        elif tuple(d["hwc"]) == (1, 1, c) and len(net.tensors[name]["shape"]) == 4:
+            channel.append(name)
+        else:
+            return False
+    arity = 1 if op_type == "HardSwish" else 2
+    if len(inputs) != arity or not full:
+        return False
+    x = full[0]
+    y = None if arity == 1 else (full + channel)[1]
+    return FusedPlan(FUSED[op_type], x, y, bool(channel), y is not None and inputs[0] != x,
+                     out, key[0])
+
+
+def _run_fused(net: Any, h: Any, seg: Segment, plan: FusedPlan) -> None:
+    h.segment = _enter(net, h, seg)
+    op_type, _, _, _, name = net.steps[h.pc][1]
+    hh, ww, c = plan.hwc
+    with h.stats.stage("cpu", f"{op_type} {name}"):
+        x, _ = _device_bytes(net, h, plan.x)
+        y = None if plan.y is None else _device_bytes(net, h, plan.y)[0]
+        if plan.per_channel:
+            y = to_f32(y.view(np.float16))
+        result = np.empty(hh * ww * c, np.uint16)
+        native.NATIVE.ew_f16(plan.code, x.view(np.uint16), result,
+                             None if y is None else y if plan.per_channel else y.view(np.uint16),
+                             c if plan.per_channel else 0, hh * ww, plan.y_first)
+    d = net._dev(plan.out)
+    with h.stats.stage("pack", plan.out):
+        h.ctx.arena.write(d["offset"], result)
+    with h.stats.stage("sync", plan.out):
+        h.ctx.arena.sync_for_device(d["offset"], result.nbytes)
+    h.segment = None

@@ -120,6 +120,7 @@ class Net:
                 raise NetFileError("unknown program step", field="kind", value=step["kind"],
                                    limit=("hw", "cpu"))
         self._segments = cpusteps.segments(self.steps)
+        self._fused: dict[int, cpusteps.FusedPlan | bool] = {}  # by step, on first use
         return ctx
 
     # -- tensors between host and arena ---------------------------------------------------
