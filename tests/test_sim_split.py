@@ -156,3 +156,25 @@ def test_the_other_half_runs_under_the_callers_numpy_error_state(monkeypatch):
     with np.errstate(invalid="ignore"):
         split.rows(4, 1, fn)
     assert seen == {0: "ignore", 2: "ignore"}
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "fork"), reason="no fork here")
+def test_a_forked_child_splits_with_its_own_worker(monkeypatch):
+    """The parent's pool thread does not exist in a child made by fork (multiprocessing's
+    default on Linux): the child must not wait for it forever."""
+    import multiprocessing
+
+    monkeypatch.setattr(split, "MIN_WORK", 0)
+    monkeypatch.setattr(split, "THREADS", 2)
+    split.rows(4, 1, lambda r0, r1: None)  # the parent's worker exists now
+    ctx = multiprocessing.get_context("fork")
+    with ctx.Pool(1) as pool:
+        got = pool.apply_async(_split_in_child).get(timeout=20)
+    assert got == [(0, 2), (2, 4)]
+
+
+def _split_in_child():
+    split.MIN_WORK, split.THREADS = 0, 2
+    seen = []
+    split.rows(4, 1, lambda r0, r1: seen.append((r0, r1)))
+    return sorted(seen)

@@ -58,6 +58,17 @@ def _worker() -> ThreadPoolExecutor:
         return _pool
 
 
+def _forget_pool() -> None:
+    """In a forked child: the parent's worker thread does not exist there (a pool that
+    believes it has one would never run the other half); the child makes its own."""
+    global _pool, _lock
+    _pool, _lock = None, threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_pool)
+
+
 def product_work(n: int, k: int, m: int) -> float:
     """The work of an (n, k) @ (k, m) product for :func:`rows`, or 0 (never split) where
     its halves could take other BLAS kernels than the whole (:data:`BLAS_HALF_MIN`)."""
