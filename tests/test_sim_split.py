@@ -72,6 +72,7 @@ def test_a_network_whose_products_split_gives_the_reference_bits(monkeypatch, al
     h = b.node("Relu", [b.conv(h, 64, 64, k=1)])
     d = b.conv(h, 64, 64, k=3, group=64)
     y = b.node("Add", [b.conv(d, 64, 64, k=1), h])
+    y = b.conv(b.conv(y, 64, 960, k=3, s=8), 960, 256, k=1)  # 6x6: 36 rows, by columns
     netfile = compile_model(b.model([("x", (1, 32, 48, 48))], [y], "split_net"), golden=False)
     x = np.random.default_rng(2).standard_normal((1, 32, 48, 48)).astype(np.float32)
     outs = {}
@@ -82,6 +83,7 @@ def test_a_network_whose_products_split_gives_the_reference_bits(monkeypatch, al
     assert np.array_equal(outs[True].view(np.uint32), outs[False].view(np.uint32))
     big = [(n, work) for n, work in always_split if work >= split.MATMUL * 48 * 48 * 64 * 64]
     assert big  # 2304 x 288 @ 288 x 64 and 2304 x 64 @ 64 x 64 split
+    assert (256, split.product_cols_work(36, 960, 256)) in always_split  # by columns
 
 
 @pytest.mark.parametrize("n,k,m", [(12544, 16, 96), (3137, 24, 144), (785, 288, 40),
@@ -97,6 +99,22 @@ def test_a_products_rows_do_not_depend_on_the_other_rows(n, k, m, monkeypatch):
         whole = np.matmul(a, b)
         out = np.empty_like(whole)
         split.rows(n, 1, lambda r0, r1: np.matmul(a[r0:r1], b, out=out[r0:r1]))
+    assert np.array_equal(whole.view(np.uint32), out.view(np.uint32))
+
+
+@pytest.mark.parametrize("n,k,m", [(49, 192, 1152), (49, 1152, 192), (49, 320, 1280),
+                                   (49, 1152, 320), (16, 960, 1280), (63, 672, 200)])
+def test_a_products_columns_do_not_depend_on_the_other_columns(n, k, m, monkeypatch):
+    monkeypatch.setattr(split, "MIN_WORK", 0)
+    monkeypatch.setattr(split, "THREADS", 2)
+    assert split.product_cols_work(n, k, m) > 0 and split.product_work(n, k, m) == 0
+    rng = np.random.default_rng(n * k + m)
+    a = rng.standard_normal((n, k)).astype(np.float32)
+    b = rng.standard_normal((k, m)).astype(np.float32)
+    with ops.blas_threads():
+        whole = np.matmul(a, b)
+        out = np.empty_like(whole)
+        split.rows(m, 1, lambda c0, c1: np.matmul(a, b[:, c0:c1], out=out[:, c0:c1]))
     assert np.array_equal(whole.view(np.uint32), out.view(np.uint32))
 
 

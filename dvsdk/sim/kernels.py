@@ -117,9 +117,14 @@ def make_step(run: dict, reference: Callable[..., np.ndarray]) -> Step:
             h, w, c = x.shape
             x2 = x.reshape(-1, c)
             out = np.empty((h * w, wmat.shape[1]), np.float32)
+            n, m = out.shape
             with ops.blas_threads():  # the reference's BLAS threads: the same bits
-                split.rows(h * w, split.product_work(h * w, c, wmat.shape[1]),
-                           lambda r0, r1: np.matmul(x2[r0:r1], wmat, out=out[r0:r1]))
+                if split.product_work(n, c, m) or not split.product_cols_work(n, c, m):
+                    split.rows(n, split.product_work(n, c, m),
+                               lambda r0, r1: np.matmul(x2[r0:r1], wmat, out=out[r0:r1]))
+                else:  # few rows, many weights: the two threads take half the outputs each
+                    split.rows(m, split.product_cols_work(n, c, m), lambda c0, c1: np.matmul(
+                        x2, wmat[:, c0:c1], out=out[:, c0:c1]))
             out = out.reshape(h, w, -1)
         else:
             out = _correlate(x, wb, (kx, ky), stride, pads, dil, up)

@@ -75,6 +75,16 @@ def product_work(n: int, k: int, m: int) -> float:
     return MATMUL * n * k * m if n >= 64 and (n // 2) * k * m >= BLAS_HALF_MIN else 0
 
 
+def product_cols_work(n: int, k: int, m: int) -> float:
+    """The work of an (n, k) @ (k, m) product split by its columns (outputs) instead, for
+    the few-row, weight-heavy products a row split does not admit (a 7x7 layer: 49 rows of
+    1152 x 192): 16..63 rows, and each half above :data:`BLAS_HALF_MIN`; else 0.  A column
+    of the product, like a row, is summed alike whatever the other columns (measured
+    bit-equal over the 49-196-row products of EfficientNet-Lite0; 1 and 7 rows were not,
+    numpy's and OpenBLAS's small-product paths)."""
+    return MATMUL * n * k * m if 16 <= n < 64 and n * k * (m // 2) >= BLAS_HALF_MIN else 0
+
+
 def rows(n: int, work: int, fn: Callable[[int, int], object]) -> None:
     """``fn(0, n)``, or ``fn(0, h)`` here and ``fn(h, n)`` on the worker thread at once
     (``h = n // 2``) when ``work`` is worth it; returns when both are done, raising what
