@@ -30,6 +30,14 @@ pytestmark = pytest.mark.filterwarnings("ignore::dvsdk.native.NativeFallbackWarn
 NATIVE = native.NATIVE
 
 
+@pytest.fixture(autouse=True)
+def _other_core_free(monkeypatch):
+    """No back-off from another test, and none from timing here (a tiny test loop's halves
+    are too short to time; the back-off has its own test)."""
+    monkeypatch.setattr(split, "_busy", [0])
+    monkeypatch.setattr(split, "BACKOFF", 0)
+
+
 @pytest.fixture
 def always_split(monkeypatch):
     """Every loop worth a split at all is split; returns the (rows, work) of each call."""
@@ -196,3 +204,30 @@ def _split_in_child():
     seen = []
     split.rows(4, 1, lambda r0, r1: seen.append((r0, r1)))
     return sorted(seen)
+
+
+def test_a_lagging_other_half_stops_splitting_for_a_while(monkeypatch):
+    """When the worker's half takes over twice as long as the caller's (another process
+    holds the other core), the next BACKOFF splits run whole; then splitting is tried
+    again."""
+    import time
+
+    monkeypatch.setattr(split, "MIN_WORK", 0)
+    monkeypatch.setattr(split, "THREADS", 2)
+    monkeypatch.setattr(split, "BACKOFF", 3)
+    seen = []
+
+    def slow_second_half(r0, r1):
+        seen.append((r0, r1))
+        if r0:
+            time.sleep(0.02)
+
+    split.rows(4, 1, slow_second_half)
+    assert sorted(seen) == [(0, 2), (2, 4)] and split._busy == [3]
+    seen.clear()
+    for _ in range(3):
+        split.rows(4, 1, lambda r0, r1: seen.append((r0, r1)))
+    assert seen == [(0, 4)] * 3 and split._busy == [0]
+    seen.clear()
+    split.rows(4, 1, lambda r0, r1: seen.append((r0, r1)))
+    assert sorted(seen) == [(0, 2), (2, 4)]

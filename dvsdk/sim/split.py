@@ -26,6 +26,7 @@ from __future__ import annotations
 import contextvars
 import os
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
@@ -46,8 +47,14 @@ THREADS = 1 if os.environ.get("DVSDK_SIM_THREADS", "") == "1" else min(2, os.cpu
 #: numpy's gemv for a single row)
 BLAS_HALF_MIN = 1 << 22
 
+#: splits skipped after one whose other half lagged (the machine's other core is taken by
+#: another process: measured on a loaded 2-core machine, splitting then made a network
+#: slower than running whole); the next split after them tries again
+BACKOFF = 64
+
 _lock = threading.Lock()
 _pool: ThreadPoolExecutor | None = None
+_busy = [0]  # splits still to skip (main thread only)
 
 
 def _worker() -> ThreadPoolExecutor:
@@ -93,10 +100,18 @@ def rows(n: int, work: int, fn: Callable[[int, int], object]) -> None:
             or threading.get_ident() != threading.main_thread().ident):
         fn(0, n)
         return
+    if _busy[0]:  # the other core was found busy: run whole for a while
+        _busy[0] -= 1
+        fn(0, n)
+        return
     half = n // 2
     # in the caller's context: numpy's error state (np.errstate) lives in a context var
     other = _worker().submit(contextvars.copy_context().run, fn, half, n)
+    t0 = time.perf_counter()
     try:
         fn(0, half)
     finally:
+        t1 = time.perf_counter()
         other.result()
+        if time.perf_counter() - t1 > t1 - t0:  # its half took over twice as long as ours:
+            _busy[0] = BACKOFF                  # another process holds the other core
