@@ -14,6 +14,8 @@ where it is built.
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 import numpy as np
 
 from .. import native
@@ -31,8 +33,10 @@ def fp16_bits(value: float) -> int:
     return int(np.array(value, np.float16).view(np.uint16))
 
 
+@lru_cache(maxsize=4096)
 def fp16_value(bits: int) -> float:
-    """The float a binary16 bit pattern stands for."""
+    """The float a binary16 bit pattern stands for (memoized: the simulator decodes the
+    same few register fields for every command)."""
     return float(np.array(int(bits) & 0xFFFF, np.uint16).view(np.float16))
 
 
