@@ -14,7 +14,8 @@
  * This file: FP16 rounding, the conv engine's epilogue (bias, addend, activation,
  * rounding: finish, epilogue) and the depthwise convolution; _native_f16.c: binary16
  * conversions and the chunked layout (pack, unpack); _native_conv.c: im2col, average
- * pooling, the tails of sigmoid and ELU.
+ * pooling, the tails of sigmoid and ELU; _native_ew.c: the runtime's element-wise CPU
+ * steps from binary16 to binary16 (numpy's NaN payloads kept: the first NaN operand).
  */
 #include "_native.h"
 

@@ -159,8 +159,14 @@ PyObject *dv_f16_to_f32(PyObject *self, PyObject *args);
 PyObject *dv_f32_to_f16(PyObject *self, PyObject *args);
 PyObject *dv_pack(PyObject *self, PyObject *args);
 PyObject *dv_unpack(PyObject *self, PyObject *args);
-PyObject *dv_ew_f16(PyObject *self, PyObject *args);
 void dv_f16_init(void);
+/* shared with _native_ew.c */
+void to_f16_run(const float *s, uint16_t *d, Py_ssize_t n);
+void to_f32_run(const uint16_t *s, float *d, Py_ssize_t n);
+int get_buf(PyObject *obj, Py_buffer *view, int flags, Py_ssize_t itemsize, const char *fmt,
+            const char *name);
+/* the element-wise CPU steps of _native_ew.c */
+PyObject *dv_ew_f16(PyObject *self, PyObject *args);
 extern const char dv_f16_to_f32_doc[], dv_f32_to_f16_doc[], dv_pack_doc[], dv_unpack_doc[],
     dv_ew_f16_doc[];
 /* the conv engine's helpers of _native_conv.c */

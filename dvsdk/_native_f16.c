@@ -86,8 +86,8 @@ __attribute__((target("avx2,f16c"))) static void to_f32_run_f16c(const uint16_t 
 }
 #endif
 
-/* n contiguous values */
-static void to_f16_run(const float *s, uint16_t *d, Py_ssize_t n)
+/* n contiguous values (also used by _native_ew.c) */
+void to_f16_run(const float *s, uint16_t *d, Py_ssize_t n)
 {
 #if X86_F16C
     if (have_f16c) {
@@ -98,7 +98,7 @@ static void to_f16_run(const float *s, uint16_t *d, Py_ssize_t n)
     to_f16_scalar(s, 1, d, n);
 }
 
-static void to_f32_run(const uint16_t *s, float *d, Py_ssize_t n)
+void to_f32_run(const uint16_t *s, float *d, Py_ssize_t n)
 {
 #if X86_F16C
     if (have_f16c) {
@@ -109,7 +109,7 @@ static void to_f32_run(const uint16_t *s, float *d, Py_ssize_t n)
     to_f32_scalar(s, d, n);
 }
 
-static int get_buf(PyObject *obj, Py_buffer *view, int flags, Py_ssize_t itemsize,
+int get_buf(PyObject *obj, Py_buffer *view, int flags, Py_ssize_t itemsize,
                    const char *fmt, const char *name)
 {
     if (PyObject_GetBuffer(obj, view, flags | PyBUF_FORMAT) < 0)
@@ -469,182 +469,6 @@ PyObject *dv_unpack(PyObject *self, PyObject *args)
     }
     PyBuffer_Release(&s);
     PyBuffer_Release(&d);
-    if (PyErr_Occurred())
-        return NULL;
-    Py_RETURN_NONE;
-}
-
-/* Element-wise ops of the runtime's CPU steps (runtime/cpusteps.py) on binary16 tensors
- * in the chunked layout (section 1): each value widened to float32, the op computed in
- * float32 as numpy computes it (dvsdk/cpu/ops.py: the same operations in the same order,
- * built without contraction), and rounded back to binary16 as numpy's cast does. */
-enum { EW_HARDSWISH = 0, EW_MUL = 1, EW_ADD = 2 };
-#define EW_BLOCK 512
-
-/* Where an operand is a NaN, numpy's result (x86 and Arm alike) is the first NaN operand,
- * quieted; written out, because a compiler may swap the operands of a commutative op. */
-static inline float ew_quiet(float v)
-{
-    uint32_t u;
-    memcpy(&u, &v, 4);
-    u |= 0x00400000u;
-    memcpy(&v, &u, 4);
-    return v;
-}
-
-static inline float ew_mul(float a, float b)
-{
-    return a != a ? ew_quiet(a) : b != b ? ew_quiet(b) : a * b;
-}
-
-static inline float ew_add(float a, float b)
-{
-    return a != a ? ew_quiet(a) : b != b ? ew_quiet(b) : a + b;
-}
-
-/* The op on a block, vectorized, into r; returns nonzero if an operand held a NaN (the
- * block is then done again by ew_exact, for numpy's NaN payload). */
-HOT static int ew_fast(int op, const float *restrict x, const float *restrict y,
-                       float *restrict r, Py_ssize_t n, int y_first)
-{
-    int nan = 0;
-    if (op == EW_HARDSWISH) {
-        const float sixth = (float)(1.0 / 6.0);
-        for (Py_ssize_t i = 0; i < n; i++) {
-            float v = x[i], t = v * sixth;
-            t = t + 0.5f;
-            t = t < 0.0f ? 0.0f : t;       /* np.clip(t, 0, 1) */
-            t = t > 1.0f ? 1.0f : t;
-            r[i] = v * t;
-            nan |= v != v;
-        }
-    } else if (op == EW_MUL) {
-        for (Py_ssize_t i = 0; i < n; i++) {
-            r[i] = y_first ? y[i] * x[i] : x[i] * y[i];
-            nan |= (x[i] != x[i]) | (y[i] != y[i]);
-        }
-    } else {
-        for (Py_ssize_t i = 0; i < n; i++) {
-            r[i] = y_first ? y[i] + x[i] : x[i] + y[i];
-            nan |= (x[i] != x[i]) | (y[i] != y[i]);
-        }
-    }
-    return nan;
-}
-
-static void ew_exact(int op, const float *x, const float *y, float *r, Py_ssize_t n,
-                     int y_first)
-{
-    for (Py_ssize_t i = 0; i < n; i++) {
-        if (op == EW_HARDSWISH) {
-            float t = ew_add(ew_mul(x[i], (float)(1.0 / 6.0)), 0.5f);
-            t = t < 0.0f ? 0.0f : t;
-            t = t > 1.0f ? 1.0f : t;
-            r[i] = ew_mul(x[i], t);
-        } else if (op == EW_MUL) {
-            r[i] = y_first ? ew_mul(y[i], x[i]) : ew_mul(x[i], y[i]);
-        } else {
-            r[i] = y_first ? ew_add(y[i], x[i]) : ew_add(x[i], y[i]);
-        }
-    }
-}
-
-static void ew_apply(int op, const float *x, const float *y, float *r, Py_ssize_t n,
-                     int y_first)
-{
-    if (ew_fast(op, x, y, r, n, y_first))
-        ew_exact(op, x, y, r, n, y_first);
-}
-
-/* y: NULL, n binary16 values (yh), or c float32 values by channel (yc; chunked geometry) */
-static void ew_run(int op, const uint16_t *x, uint16_t *out, const uint16_t *yh,
-                   const float *yc, Py_ssize_t n, Py_ssize_t c, Py_ssize_t wh, int y_first)
-{
-    float a[EW_BLOCK], b[EW_BLOCK], r[EW_BLOCK];
-    if (yc == NULL) {
-        for (Py_ssize_t i = 0; i < n; i += EW_BLOCK) {
-            Py_ssize_t m = n - i < EW_BLOCK ? n - i : EW_BLOCK;
-            to_f32_run(x + i, a, m);
-            if (yh)
-                to_f32_run(yh + i, b, m);
-            ew_apply(op, a, b, r, m, y_first);
-            to_f16_run(r, out + i, m);
-        }
-        return;
-    }
-    for (Py_ssize_t c0 = 0; c0 < c; c0 += 8) {   /* chunk by chunk: cs channels a position */
-        Py_ssize_t cs = c - c0 < 8 ? c - c0 : 8, len = cs * wh, step = cs * (EW_BLOCK / 8);
-        const uint16_t *xs = x + c0 * wh;
-        uint16_t *os = out + c0 * wh;
-        for (Py_ssize_t e = 0; e < step; e++)  /* every block starts at a position */
-            b[e] = yc[c0 + e % cs];
-        for (Py_ssize_t i = 0; i < len; i += step) {
-            Py_ssize_t m = len - i < step ? len - i : step;
-            to_f32_run(xs + i, a, m);
-            ew_apply(op, a, b, r, m, y_first);
-            to_f16_run(r, os + i, m);
-        }
-    }
-}
-
-const char dv_ew_f16_doc[] =
-    "ew_f16(op, x, out, y=None, c=0, wh=0, y_first=False)\n\n"
-    "An element-wise op on binary16 ``x`` (2-byte items, contiguous) into ``out`` (as many): "
-    "0 HardSwish, 1 Mul, 2 Add; the second operand ``y`` is binary16 like ``x``, or float32 "
-    "with one value per channel of a chunked (section 1) tensor of ``c`` channels and "
-    "``wh`` positions; ``y_first``: y is the op's first operand.  Computed in float32 as "
-    "numpy's kernels compute it, rounded to binary16 as numpy's cast.";
-
-PyObject *dv_ew_f16(PyObject *self, PyObject *args)
-{
-    (void)self;
-    int op, y_first = 0;
-    PyObject *xo, *oo, *yo = Py_None;
-    Py_ssize_t c = 0, wh = 0;
-    Py_buffer x, o, y;
-    int gy = 0, per_channel = 0;
-    if (!PyArg_ParseTuple(args, "iOO|Onnp", &op, &xo, &oo, &yo, &c, &wh, &y_first))
-        return NULL;
-    if (op < EW_HARDSWISH || op > EW_ADD) {
-        PyErr_Format(PyExc_ValueError, "ew_f16: unknown op %d", op);
-        return NULL;
-    }
-    if (get_buf(xo, &x, PyBUF_C_CONTIGUOUS, 2, "eHh", "x") < 0)
-        return NULL;
-    if (get_buf(oo, &o, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE, 2, "eHh", "out") < 0) {
-        PyBuffer_Release(&x);
-        return NULL;
-    }
-    Py_ssize_t n = x.len / 2;
-    if (o.len / 2 != n) {
-        PyErr_SetString(PyExc_ValueError, "ew_f16: x and out sizes differ");
-        goto done;
-    }
-    if ((yo == Py_None) != (op == EW_HARDSWISH)) {
-        PyErr_SetString(PyExc_ValueError, "ew_f16: HardSwish takes one operand, Mul/Add two");
-        goto done;
-    }
-    if (yo != Py_None) {
-        per_channel = c > 0;
-        if (get_buf(yo, &y, PyBUF_C_CONTIGUOUS, per_channel ? 4 : 2, per_channel ? "f" : "eHh",
-                    "y") < 0)
-            goto done;
-        gy = 1;
-        if (per_channel ? (y.len / 4 != c || wh < 1 || c * wh != n) : y.len / 2 != n) {
-            PyErr_SetString(PyExc_ValueError, "ew_f16: y does not match x (n, or c * wh)");
-            goto done;
-        }
-    }
-    Py_BEGIN_ALLOW_THREADS
-    ew_run(op, (const uint16_t *)x.buf, (uint16_t *)o.buf,
-           gy && !per_channel ? (const uint16_t *)y.buf : NULL,
-           gy && per_channel ? (const float *)y.buf : NULL, n, c, wh, y_first);
-    Py_END_ALLOW_THREADS
-done:
-    if (gy)
-        PyBuffer_Release(&y);
-    PyBuffer_Release(&x);
-    PyBuffer_Release(&o);
     if (PyErr_Occurred())
         return NULL;
     Py_RETURN_NONE;
