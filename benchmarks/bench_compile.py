@@ -102,14 +102,20 @@ def stages(model, quantize: bool) -> dict[str, float]:
     return t
 
 
-def timed(fn, repeats: int, best: bool = False) -> tuple[float, object]:
-    """Median (or best) wall time of ``repeats`` calls, and the last result."""
+def timed(fn, repeats: int) -> tuple[float, object]:
+    """Median wall time of ``repeats`` calls, and the last result."""
+    times, out = timings(fn, repeats)
+    return statistics.median(times), out
+
+
+def timings(fn, repeats: int) -> tuple[list[float], object]:
+    """The wall times of ``repeats`` calls, and the last result."""
     times, out = [], None
     for _ in range(repeats):
         t0 = time.perf_counter()
         out = fn()
         times.append(time.perf_counter() - t0)
-    return (min(times) if best else statistics.median(times)), out
+    return times, out
 
 
 def goal(value: float, limit: float) -> str:
@@ -166,8 +172,8 @@ def main() -> None:
     for label, net in nets.items():
         with Net(net, "sim://") as n:
             n.run(x)
-            t_sim, out = timed(lambda n=n: n.run(x), max(5, args.repeats))
-            t_best, _ = timed(lambda n=n: n.run(x), max(5, args.repeats), best=True)
+            times, out = timings(lambda n=n: n.run(x), max(5, args.repeats))
+            t_sim, t_best = statistics.median(times), min(times)  # (of the same runs)
             rs = n.last_run
         y = out[net.meta["outputs"][0]["name"]]
         err = float(np.abs(y - ref).max())
