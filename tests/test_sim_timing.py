@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from dvsdk.driver.submit import counter_beats
 from dvsdk.errors import InvalidArgument
 from dvsdk.sim import timing as T
 
@@ -158,10 +159,8 @@ def test_byte_counters_round_trip_through_kernel_rule():
     wts = sum(v for i, v in enumerate(vals) if i & 4)
     out = sum(v for i, v in enumerate(vals) if (i & 3) == 3)
     assert (inp, wts, out) == (26000, 4617, 25088)
-    assert T.byte_counter_sums(vals) == (inp, wts, out)
+    assert counter_beats(vals) == (inp, wts, out)  # what the driver reads back
     assert T.byte_counter_values(0, 0, 0) == [0] * 16
-    with pytest.raises(InvalidArgument):
-        T.byte_counter_sums([0] * 15)
 
 
 def test_maximizer_and_ipu_models():

@@ -41,6 +41,14 @@ _WEIGHT_SLOTS = tuple(i for i in range(16) if i & 4)
 _INPUT_SLOTS = tuple(i for i in range(16) if i & 8)
 
 
+def counter_beats(counts: list[int]) -> tuple[int, int, int]:
+    """(input, weights, output) 16-byte beats of the 16 byte counters (§10.10): output
+    slots have ``i & 3 == 3``, weights ``i & 4``, input ``i & 8`` (a slot may count in
+    several classes, as the kernel sums them)."""
+    return (sum([counts[i] for i in _INPUT_SLOTS]), sum([counts[i] for i in _WEIGHT_SLOTS]),
+            sum([counts[i] for i in _OUTPUT_SLOTS]))
+
+
 @dataclass
 class ExecStats:
     """What the last completed run cost: time, and on the simulator cycles and bytes."""
@@ -135,9 +143,8 @@ class RegisterSubmission:
         regs, dev = REG["conv"], self.device
         c = dev.read_words("conv", regs["BYTE_COUNTERS_LO"], 8)
         c += dev.read_words("conv", regs["BYTE_COUNTERS_HI"], 8)
-        stats.output_bytes = 16 * sum([c[i] for i in _OUTPUT_SLOTS])
-        stats.weight_bytes = 16 * sum([c[i] for i in _WEIGHT_SLOTS])
-        stats.input_bytes = 16 * sum([c[i] for i in _INPUT_SLOTS])
+        beats = counter_beats(c)
+        stats.input_bytes, stats.weight_bytes, stats.output_bytes = (16 * b for b in beats)
 
     def free(self) -> None:
         if self.stream is not None:

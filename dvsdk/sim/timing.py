@@ -55,7 +55,6 @@ __all__ = [
     "maximizer_cycles",
     "ipu_cycles",
     "byte_counter_values",
-    "byte_counter_sums",
     "COUNTER_SLOT_INPUT",
     "COUNTER_SLOT_WEIGHTS",
     "COUNTER_SLOT_OUTPUT",
@@ -307,7 +306,7 @@ def byte_counter_values(in_bytes: int, weight_bytes: int, out_bytes: int) -> lis
 
     Input beats go to slot 8 (input only), weight beats to slot 4 (weights only),
     output beats to slot 3 (output only); all other slots are 0.  Summing with
-    the kernel's rule (:func:`byte_counter_sums`) therefore gives back exactly
+    the kernel's rule (:func:`dvsdk.driver.submit.counter_beats`) therefore gives back exactly
     ``ceil(bytes / 16)`` for each class.
     """
     _nonneg(in_bytes=in_bytes, weight_bytes=weight_bytes, out_bytes=out_bytes)
@@ -316,18 +315,3 @@ def byte_counter_values(in_bytes: int, weight_bytes: int, out_bytes: int) -> lis
     vals[COUNTER_SLOT_WEIGHTS] = -(-int(weight_bytes) // 16)
     vals[COUNTER_SLOT_OUTPUT] = -(-int(out_bytes) // 16)
     return vals
-
-
-def byte_counter_sums(values: Iterable[int]) -> tuple[int, int, int]:
-    """The kernel's classification of 16 counters into (input, weights, output) beats.
-
-    output if ``(i & 3) == 3``; weights if ``i & 4``; input if ``i & 8`` (§10.10;
-    a slot may count in several classes, exactly as the driver sums them).
-    """
-    vals = list(values)
-    if len(vals) != 16:
-        raise InvalidArgument("expected 16 counters", field="values", value=len(vals), limit=16)
-    inp = sum(v for i, v in enumerate(vals) if i & 8)
-    wts = sum(v for i, v in enumerate(vals) if i & 4)
-    out = sum(v for i, v in enumerate(vals) if (i & 3) == 3)
-    return inp, wts, out
