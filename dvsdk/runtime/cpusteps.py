@@ -435,9 +435,13 @@ def _run_fused(net: Any, h: Any, seg: Segment, plan: FusedPlan) -> None:
         if plan.per_channel:
             y = to_f32(y.view(np.float16))
         result = np.empty(hh * ww * c, np.uint16)
-        native.NATIVE.ew_f16(plan.code, x.view(np.uint16), result,
-                             None if y is None else y if plan.per_channel else y.view(np.uint16),
-                             c if plan.per_channel else 0, hh * ww, plan.y_first)
+        try:
+            native.NATIVE.ew_f16(plan.code, x.view(np.uint16), result, None if y is None else
+                                 y if plan.per_channel else y.view(np.uint16),
+                                 c if plan.per_channel else 0, hh * ww, plan.y_first)
+        except (ValueError, TypeError) as e:  # sizes a damaged record gets wrong
+            raise NetFileError(f"CPU op {op_type} {name} cannot run: {e}",
+                               field=f"program.{name}", value=op_type) from e
     d = net._dev(plan.out)
     with h.stats.stage("pack", plan.out):
         h.ctx.arena.write(d["offset"], result)
