@@ -1,7 +1,8 @@
-"""The simulator's second core: a big loop split in two over its output rows.
+"""The simulator's second core: a big loop split in two over its output rows (or, for a
+few-row matrix product, its output columns).
 
 The compiled loops release the GIL and so do numpy's matrix products, so two threads run
-two halves of one conv stage at once.  Each output row is computed by exactly the same
+two halves of one conv stage at once.  Each output is computed by exactly the same
 operations whichever half it falls in: a depthwise tap loop or an epilogue works element
 by element, and a BLAS product's row depends only on that row and the weights (OpenBLAS
 keeps the order of its sums along K whatever the number of rows, as long as both halves
@@ -18,7 +19,9 @@ product stay above the sizes where OpenBLAS switches to its small-matrix kernels
 
 Only the main thread splits, where :func:`.ops.blas_threads` pins BLAS (a simulator driven
 from another thread leaves BLAS alone, and two more BLAS thread pools would oversubscribe
-the cores).  ``DVSDK_SIM_THREADS=1`` turns splitting off.
+the cores).  When the other half keeps lagging (another process holds the second core)
+splitting backs off for a while (:data:`BACKOFF`).  ``DVSDK_SIM_THREADS=1`` turns
+splitting off.
 """
 
 from __future__ import annotations
@@ -93,7 +96,7 @@ def product_cols_work(n: int, k: int, m: int) -> float:
     return MATMUL * n * k * m if 16 <= n < 64 and n * k * (m // 2) >= BLAS_HALF_MIN else 0
 
 
-def rows(n: int, work: int, fn: Callable[[int, int], object]) -> None:
+def rows(n: int, work: float, fn: Callable[[int, int], object]) -> None:
     """``fn(0, n)``, or ``fn(0, h)`` here and ``fn(h, n)`` on the worker thread at once
     (``h = n // 2``) when ``work`` is worth it; returns when both are done, raising what
     either raised."""
