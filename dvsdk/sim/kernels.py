@@ -219,7 +219,9 @@ def _correlate(x: np.ndarray, wb: tuple, k: tuple[int, int], stride: tuple[int, 
 
     with ops.blas_threads():  # the reference's BLAS threads: the same bits
         # split only a conv that is one block of the reference's: each half is then one
-        # product, and BLAS sums each row alike in the whole and in a half (split.py)
-        split.rows(oh, split.product_work(oh * ow, kdim, m) if oh <= rows_per_block else 0,
-                   part)
+        # product, and BLAS sums each row alike in the whole and in a half (split.py); the
+        # rule is checked on the smaller half, (oh // 2) * ow rows
+        rows_half = (oh // 2) * ow
+        split.rows(oh, split.product_work(2 * rows_half, kdim, m)
+                   if oh <= rows_per_block else 0, part)
     return out
