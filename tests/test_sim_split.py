@@ -237,3 +237,10 @@ def test_a_lagging_other_half_stops_splitting_for_a_while(monkeypatch):
     seen.clear()
     split.rows(4, 1, lambda r0, r1: seen.append((r0, r1)))
     assert sorted(seen) == [(0, 2), (2, 4)]
+
+
+def test_products_split_only_on_the_blas_whose_independence_was_measured(monkeypatch):
+    monkeypatch.setattr(split, "_OPENBLAS", [False])
+    assert split.product_work(12544, 16, 96) == 0 and split.product_cols_work(49, 192, 1152) == 0
+    monkeypatch.setattr(split, "_OPENBLAS", [True])
+    assert split.product_work(12544, 16, 96) > 0 and split.product_cols_work(49, 192, 1152) > 0

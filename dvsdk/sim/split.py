@@ -8,7 +8,8 @@ by element, and a BLAS product's row depends only on that row and the weights (O
 keeps the order of its sums along K whatever the number of rows, as long as both halves
 stay on its large-matrix kernels: measured bit-equal over 1176 shapes of 128-25088 rows,
 K 3-1152, M 8-1280; see :data:`BLAS_HALF_MIN`; pinned by ``tests/test_sim_split.py``).
-So a split changes wall time, never a bit.
+So a split changes wall time, never a bit.  With another BLAS than OpenBLAS (where that
+was not measured) products run whole; depthwise loops and epilogues still split.
 
 Measured on this project's 2-core machine, BLAS pinned to one thread (minimum of 30):
 a 12544x16 @ 16x96 product 0.53 -> 0.36 ms, a 112x112x32 3x3 depthwise 0.48 -> 0.28 ms,
@@ -80,10 +81,27 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_forget_pool)
 
 
+_OPENBLAS: list[bool] = []  # [whether numpy's BLAS is OpenBLAS], found on first use
+
+
+def _openblas() -> bool:
+    """Whether numpy's BLAS is OpenBLAS, whose row and column independence was measured;
+    with another BLAS (MKL, Accelerate) products run whole."""
+    if not _OPENBLAS:
+        from threadpoolctl import threadpool_info
+
+        apis = {lib.get("internal_api") for lib in threadpool_info()
+                if lib.get("user_api") == "blas"}
+        _OPENBLAS.append(apis == {"openblas"})
+    return _OPENBLAS[0]
+
+
 def product_work(n: int, k: int, m: int) -> float:
     """The work of an (n, k) @ (k, m) product for :func:`rows`, or 0 (never split) where
     its halves could take other BLAS kernels than the whole (:data:`BLAS_HALF_MIN`)."""
-    return MATMUL * n * k * m if n >= 64 and (n // 2) * k * m >= BLAS_HALF_MIN else 0
+    if n < 64 or (n // 2) * k * m < BLAS_HALF_MIN or not _openblas():
+        return 0
+    return MATMUL * n * k * m
 
 
 def product_cols_work(n: int, k: int, m: int) -> float:
@@ -93,7 +111,9 @@ def product_cols_work(n: int, k: int, m: int) -> float:
     of the product, like a row, is summed alike whatever the other columns (measured
     bit-equal over the 49-196-row products of EfficientNet-Lite0; 1 and 7 rows were not,
     numpy's and OpenBLAS's small-product paths)."""
-    return MATMUL * n * k * m if 16 <= n < 64 and n * k * (m // 2) >= BLAS_HALF_MIN else 0
+    if not 16 <= n < 64 or n * k * (m // 2) < BLAS_HALF_MIN or not _openblas():
+        return 0
+    return MATMUL * n * k * m
 
 
 def rows(n: int, work: float, fn: Callable[[int, int], object]) -> None:
