@@ -97,17 +97,20 @@ class _BlasThreads:
         self._libs: list | None = None  # threadpoolctl's per-library controllers
         self._saved: list[int] = []
 
+    def libraries(self) -> list:
+        """threadpoolctl's controllers of numpy's BLAS libraries (found once, ~10 ms)."""
+        if self._libs is None:
+            from threadpoolctl import ThreadpoolController
+
+            self._libs = ThreadpoolController().select(user_api="blas").lib_controllers
+        return self._libs
+
     def __enter__(self) -> None:
         if threading.get_ident() != threading.main_thread().ident:
             return
         with self._lock:
             if self._depth == 0:
-                libs = self._libs
-                if libs is None:
-                    from threadpoolctl import ThreadpoolController  # ~10 ms, once
-
-                    libs = self._libs = ThreadpoolController().select(
-                        user_api="blas").lib_controllers
+                libs = self.libraries()
                 # per library, its own get/set (~2 us), not a limiter (~10 us per block)
                 self._saved = [lib.num_threads for lib in libs]
                 for lib, n in zip(libs, self._saved):

@@ -34,6 +34,8 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
+from . import ops
+
 #: work below which a loop runs whole, in depthwise multiply-adds: where a split began to
 #: pay on this machine (a 28x28x240 3x3 depthwise, 1.7 M, 148 -> 129 us; below ~1 M the
 #: hand-off of about 30-50 us costs more than it saves)
@@ -86,12 +88,10 @@ _OPENBLAS: list[bool] = []  # [whether numpy's BLAS is OpenBLAS], found on first
 
 def _openblas() -> bool:
     """Whether numpy's BLAS is OpenBLAS, whose row and column independence was measured;
-    with another BLAS (MKL, Accelerate) products run whole."""
+    with another BLAS (MKL, Accelerate) products run whole.  (The libraries are those
+    :func:`.ops.blas_threads` pins.)"""
     if not _OPENBLAS:
-        from threadpoolctl import threadpool_info
-
-        apis = {lib.get("internal_api") for lib in threadpool_info()
-                if lib.get("user_api") == "blas"}
+        apis = {lib.internal_api for lib in ops.blas_threads().libraries()}
         _OPENBLAS.append(apis == {"openblas"})
     return _OPENBLAS[0]
 
