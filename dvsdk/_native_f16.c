@@ -199,33 +199,50 @@ typedef struct {
 
 /* Both walk the spatial positions in the layout's order and, at each, every chunk: the
  * float32 side is read or written contiguously, the binary16 side as one sequential
- * stream per chunk. */
+ * stream per chunk.  The F16C loops take a run of ``count`` positions per call (a call per
+ * position cost more than its conversion). */
 #if X86_F16C
-__attribute__((target("avx2,f16c"))) static void pack_f16c(const float *s, uint16_t *d,
+/* positions i < count: float32 at s + i*sstep (channel stride sc) -> the nfull chunks'
+ * binary16 at d + i*dstep (chunk stride 8*wh) */
+__attribute__((target("avx2,f16c"))) static void pack_f16c(const float *s, Py_ssize_t sstep,
+                                                            Py_ssize_t sc, uint16_t *d,
+                                                            Py_ssize_t dstep, Py_ssize_t count,
                                                             Py_ssize_t nfull, Py_ssize_t wh)
 {
-    for (Py_ssize_t k = 0; k < nfull; k++)
-        to_f16_8(s + 8 * k, d + 8 * k * wh);
+    for (Py_ssize_t k = 0; k < nfull; k++) {  /* chunk by chunk: one output stream each */
+        const float *sk = s + 8 * k * sc;
+        uint16_t *dk = d + 8 * k * wh;
+        if (sc == 1 && sstep == 8 && dstep == 8) {  /* one contiguous run */
+            to_f16_run_f16c(sk, dk, 8 * count);
+        } else if (sc == 1) {
+            for (Py_ssize_t i = 0; i < count; i++)
+                to_f16_8(sk + i * sstep, dk + i * dstep);
+        } else {  /* eight values at stride sc: gathered, then converted at once */
+            for (Py_ssize_t i = 0; i < count; i++) {
+                float tmp[8];
+                for (int j = 0; j < 8; j++)
+                    tmp[j] = sk[i * sstep + j * sc];
+                to_f16_8(tmp, dk + i * dstep);
+            }
+        }
+    }
 }
 
+/* positions i < count: the nfull chunks' binary16 at s + 8*i -> float32 at d + i*dstep */
 __attribute__((target("avx2,f16c"))) static void unpack_f16c(const uint16_t *s, float *d,
-                                                              Py_ssize_t nfull,
-                                                              Py_ssize_t wh)
+                                                              Py_ssize_t dstep,
+                                                              Py_ssize_t count,
+                                                              Py_ssize_t nfull, Py_ssize_t wh)
 {
-    for (Py_ssize_t k = 0; k < nfull; k++)
-        to_f32_8(s + 8 * k * wh, d + 8 * k);
-}
-#endif
-
-#if X86_F16C
-/* eight float32 at stride ``sc`` -> binary16: gathered, then converted at once */
-__attribute__((target("avx2,f16c"))) static void gather_f16c_8(const float *s, Py_ssize_t sc,
-                                                               uint16_t *d)
-{
-    float tmp[8];
-    for (int i = 0; i < 8; i++)
-        tmp[i] = s[i * sc];
-    to_f16_8(tmp, d);
+    for (Py_ssize_t k = 0; k < nfull; k++) {
+        const uint16_t *sk = s + 8 * k * wh;
+        float *dk = d + 8 * k;
+        if (dstep == 8)
+            to_f32_run_f16c(sk, dk, 8 * count);
+        else
+            for (Py_ssize_t i = 0; i < count; i++)
+                to_f32_8(sk + 8 * i, dk + i * dstep);
+    }
 }
 #endif
 
@@ -233,6 +250,27 @@ static inline void copy_strided(const float *s, Py_ssize_t ss, float *d, Py_ssiz
 {
     for (Py_ssize_t i = 0; i < n; i++)
         d[i] = s[i * ss];
+}
+
+/* count positions of the last chunk's rem (< 8) values: s + i*sstep (channel stride sc) ->
+ * d + i*dstep; one loop per width, so each position's copy is unrolled */
+static void gather_rem(const float *s, Py_ssize_t sstep, Py_ssize_t sc, float *d,
+                       Py_ssize_t dstep, Py_ssize_t count, Py_ssize_t rem)
+{
+#define GATHER_REM(R)                                                                      \
+    case R:                                                                                \
+        for (Py_ssize_t i = 0; i < count; i++)                                             \
+            for (Py_ssize_t j = 0; j < R; j++)                                             \
+                d[i * dstep + j] = s[i * sstep + j * sc];                                  \
+        break;
+    switch (rem) {
+        GATHER_REM(1) GATHER_REM(2) GATHER_REM(3) GATHER_REM(4) GATHER_REM(5) GATHER_REM(6)
+        GATHER_REM(7)
+    default:
+        for (Py_ssize_t i = 0; i < count; i++)
+            copy_strided(s + i * sstep, sc, d + i * dstep, rem);
+    }
+#undef GATHER_REM
 }
 
 /* float32 -> float32 in the chunked order (no conversion) */
@@ -282,48 +320,71 @@ static void unchunk_all(const float *src, float *dst, const Geometry *g)
 
 #define PACK_BLOCK 16
 
-static void pack_all(const float *src, uint16_t *dst, const Geometry *g)
+static int pack_all(const float *src, uint16_t *dst, const Geometry *g)
 {
     Py_ssize_t whc = g->w * g->h * g->c, wh = g->w * g->h, nfull = g->c / 8;
     Py_ssize_t rem = g->c - 8 * nfull;
     Py_ssize_t outer = g->transpose ? g->h : g->w, inner = g->transpose ? g->w : g->h;
     Py_ssize_t so = g->transpose ? g->sh : g->sw, si = g->transpose ? g->sw : g->sh;
-    int fast = 0, gather = 0;
+    int fast = 0;
 #if X86_F16C
-    fast = have_f16c && g->sc == 1;
-    gather = have_f16c && g->sc != 1;
+    fast = have_f16c;
 #endif
     /* a source whose outer walk is the shorter stride (an NCHW tensor seen as HWC, in the
      * x-major order) is read in blocks of PACK_BLOCK outer positions: each inner step then
      * reads a short contiguous run per channel instead of one value per cache line */
     Py_ssize_t block = so < si ? PACK_BLOCK : 1;
+    /* the last chunk's (rem < 8 channels) values of a block of positions are one run in
+     * dst: gathered as float32 first, then converted as a whole (eight at a time) */
+    float *tmp = NULL;
+    if (rem && !(tmp = malloc((size_t)(block * inner * rem) * sizeof(float))))
+        return -1;
     for (Py_ssize_t n = 0; n < g->n; n++) {
         uint16_t *base = dst + n * whc;
-        for (Py_ssize_t a0 = 0; a0 < outer; a0 += block)
-        for (Py_ssize_t b = 0; b < inner; b++)
-        for (Py_ssize_t a = a0; a < a0 + block && a < outer; a++) {
-            {
-                Py_ssize_t sp = a * inner + b;  /* the spatial index in the layout's order */
-                const float *s = src + n * g->sn + a * so + b * si;
+        for (Py_ssize_t a0 = 0; a0 < outer; a0 += block) {
+            Py_ssize_t a1 = a0 + block < outer ? a0 + block : outer;
+            const float *s0 = src + n * g->sn + a0 * so;
 #if X86_F16C
-                if (fast)
-                    pack_f16c(s, base + sp * 8, nfull, wh);
-                else if (gather)
-                    for (Py_ssize_t k = 0; k < nfull; k++)
-                        gather_f16c_8(s + 8 * k * g->sc, g->sc, base + 8 * k * wh + sp * 8);
-#endif
-                if (!fast && !gather)
-                    for (Py_ssize_t k = 0; k < nfull; k++)
-                        to_f16_scalar(s + 8 * k * g->sc, g->sc, base + 8 * k * wh + sp * 8, 8);
-                if (rem)
-                    to_f16_scalar(s + 8 * nfull * g->sc, g->sc,
-                                  base + 8 * nfull * wh + sp * rem, rem);
+            if (fast && nfull) {  /* the full chunks, a run of positions per call */
+                if (block == 1)
+                    pack_f16c(s0, si, g->sc, base + a0 * inner * 8, 8, inner, nfull, wh);
+                else
+                    for (Py_ssize_t b = 0; b < inner; b++)
+                        pack_f16c(s0 + b * si, so, g->sc, base + (a0 * inner + b) * 8,
+                                  inner * 8, a1 - a0, nfull, wh);
             }
+#endif
+            if (!fast)
+                for (Py_ssize_t b = 0; b < inner; b++)
+                for (Py_ssize_t a = a0; a < a1; a++) {
+                    Py_ssize_t sp = a * inner + b;  /* the spatial index, layout order */
+                    const float *s = s0 + (a - a0) * so + b * si;
+                    for (Py_ssize_t k = 0; k < nfull; k++)
+                        to_f16_scalar(s + 8 * k * g->sc, g->sc, base + 8 * k * wh + sp * 8,
+                                      8);
+                }
+            if (!rem)
+                continue;
+            const float *sr = s0 + 8 * nfull * g->sc;
+            uint16_t *dr = base + 8 * nfull * wh + a0 * inner * rem;
+            if (block == 1 && g->sc == 1 && si == rem) {  /* one contiguous run already */
+                to_f16_run(sr, dr, inner * rem);
+                continue;
+            }
+            if (block == 1)
+                gather_rem(sr, si, g->sc, tmp, rem, inner, rem);
+            else
+                for (Py_ssize_t b = 0; b < inner; b++)
+                    gather_rem(sr + b * si, so, g->sc, tmp + b * rem, inner * rem, a1 - a0,
+                               rem);
+            to_f16_run(tmp, dr, (a1 - a0) * inner * rem);
         }
     }
+    free(tmp);
+    return 0;
 }
 
-static void unpack_all(const uint16_t *src, float *dst, const Geometry *g)
+static int unpack_all(const uint16_t *src, float *dst, const Geometry *g)
 {
     Py_ssize_t whc = g->w * g->h * g->c, wh = g->w * g->h, nfull = g->c / 8;
     Py_ssize_t rem = g->c - 8 * nfull;
@@ -335,24 +396,38 @@ static void unpack_all(const uint16_t *src, float *dst, const Geometry *g)
 #if X86_F16C
     fast = have_f16c;
 #endif
+    /* the last chunk's values of one outer position are one run in src: converted as a
+     * whole (eight at a time), then scattered */
+    float *tmp = NULL;
+    if (rem && !(tmp = malloc((size_t)(inner * rem) * sizeof(float))))
+        return -1;
     for (Py_ssize_t n = 0; n < g->n; n++) {
         const uint16_t *base = src + n * whc;
-        Py_ssize_t sp = 0;
         for (Py_ssize_t a = 0; a < outer; a++) {
-            for (Py_ssize_t b = 0; b < inner; b++, sp++) {
-                float *d = dst + n * whc + a * dout + b * din;
+            Py_ssize_t sp = a * inner;
+            float *d0 = dst + n * whc + a * dout;
 #if X86_F16C
-                if (fast)
-                    unpack_f16c(base + sp * 8, d, nfull, wh);
+            if (fast && nfull)
+                unpack_f16c(base + sp * 8, d0, din, inner, nfull, wh);
 #endif
-                if (!fast)
+            if (!fast)
+                for (Py_ssize_t b = 0; b < inner; b++)
                     for (Py_ssize_t k = 0; k < nfull; k++)
-                        to_f32_scalar(base + 8 * k * wh + sp * 8, d + 8 * k, 8);
-                if (rem)
-                    to_f32_scalar(base + 8 * nfull * wh + sp * rem, d + 8 * nfull, rem);
+                        to_f32_scalar(base + 8 * k * wh + (sp + b) * 8, d0 + b * din + 8 * k,
+                                      8);
+            if (!rem)
+                continue;
+            const uint16_t *sr = base + 8 * nfull * wh + sp * rem;
+            if (nfull == 0 && din == rem) {  /* one contiguous run already */
+                to_f32_run(sr, d0, inner * rem);
+                continue;
             }
+            to_f32_run(sr, tmp, inner * rem);
+            gather_rem(tmp, rem, 1, d0 + 8 * nfull, din, inner, rem);
         }
     }
+    free(tmp);
+    return 0;
 }
 
 /* the float32 side: 4-D (N, H, W, C); strided (pack) or contiguous (unpack) */
@@ -413,12 +488,15 @@ PyObject *dv_pack(PyObject *self, PyObject *args)
         if (g.n * g.h * g.w * g.c != d.len / d.itemsize) {
             PyErr_SetString(PyExc_ValueError, "pack: dst does not hold N*H*W*C elements");
         } else {
+            int failed = 0;
             Py_BEGIN_ALLOW_THREADS
             if (f32)
                 chunk_all((const float *)s.buf, (float *)d.buf, &g);
             else
-                pack_all((const float *)s.buf, (uint16_t *)d.buf, &g);
+                failed = pack_all((const float *)s.buf, (uint16_t *)d.buf, &g);
             Py_END_ALLOW_THREADS
+            if (failed)
+                PyErr_NoMemory();
         }
     }
     PyBuffer_Release(&s);
@@ -459,12 +537,15 @@ PyObject *dv_unpack(PyObject *self, PyObject *args)
         if (g.n * g.h * g.w * g.c != s.len / s.itemsize) {
             PyErr_SetString(PyExc_ValueError, "unpack: src does not hold N*H*W*C elements");
         } else {
+            int failed = 0;
             Py_BEGIN_ALLOW_THREADS
             if (f32)
                 unchunk_all((const float *)s.buf, (float *)d.buf, &g);
             else
-                unpack_all((const uint16_t *)s.buf, (float *)d.buf, &g);
+                failed = unpack_all((const uint16_t *)s.buf, (float *)d.buf, &g);
             Py_END_ALLOW_THREADS
+            if (failed)
+                PyErr_NoMemory();
         }
     }
     PyBuffer_Release(&s);

@@ -207,3 +207,40 @@ def test_missing_extension_is_said_once_at_first_use():
                          env={**env, "DVSDK_NATIVE": "0"}, capture_output=True, text=True,
                          check=True).stdout
     assert out.startswith("0 ")
+
+
+def _chunked_reference(x16: np.ndarray, transpose: bool) -> np.ndarray:
+    """(N, H, W, C) binary16 into the §1 order, written here with fancy indexing: element
+    (n, y, x, c) at n*W*H*C + (c & ~7)*W*H + s*min(C - (c & ~7), 8) + (c & 7), where s is
+    x*H + y (y*W + x transposed)."""
+    n_, h, w, c = x16.shape
+    nn, yy, xx, cc = np.meshgrid(*(np.arange(d) for d in x16.shape), indexing="ij")
+    c0 = cc & ~7
+    sp = yy * w + xx if transpose else xx * h + yy
+    off = nn * w * h * c + c0 * w * h + sp * np.minimum(c - c0, 8) + (cc & 7)
+    out = np.empty(x16.size, np.uint16)
+    out[off.ravel()] = x16.view(np.uint16).ravel()
+    return out
+
+
+@needs_native
+@pytest.mark.parametrize("c", [1, 3, 5, 7, 8, 9, 15, 16, 17, 24, 35])
+@pytest.mark.parametrize("n,h,w", [(1, 37, 23), (2, 5, 41), (1, 1, 19), (1, 18, 1)])
+@pytest.mark.parametrize("transpose", [False, True])
+def test_pack_unpack_runs_against_the_formula(c, n, h, w, transpose):
+    """The native pack converts whole runs of positions per call (and the last chunk's
+    channels through a staging run): every channel count, more outer positions than one
+    block of 16, batches, both orientations, a contiguous source and an NCHW one seen as
+    HWC (the strided gather), special values included, against numpy's cast placed by the
+    §1 formula; unpack inverts it exactly."""
+    rng = np.random.default_rng(c * 1000 + h * 10 + w)
+    nchw = special_mix(rng, (n, c, h, w))
+    ref = _chunked_reference(nchw.transpose(0, 2, 3, 1).astype(np.float16), transpose)
+    for src in (nchw.transpose(0, 2, 3, 1), np.ascontiguousarray(nchw.transpose(0, 2, 3, 1))):
+        out = np.empty(src.size, np.float16)
+        NATIVE.pack(src, out, transpose)
+        assert out.view(np.uint16).tobytes() == ref.tobytes()
+    back = np.empty((n, h, w, c), np.float32)
+    NATIVE.unpack(ref.view(np.float16), back, transpose)
+    expect = nchw.transpose(0, 2, 3, 1).astype(np.float16).astype(np.float32)
+    assert same_bits(back, expect)
