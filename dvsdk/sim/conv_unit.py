@@ -209,27 +209,30 @@ def _check_ubuf(core: CoreState, hdr: dict, runs: list[dict]) -> None:
 def _execute(core: CoreState, plan: ConvPlan, table_word: int) -> None:
     hdr, runs, topo = plan.hdr, plan.runs, plan.hdr["topo"]
     batch = hdr["input_circular_offset"] or 1
-    w, h, c = hdr["w"], hdr["h"], hdr["c"]
+    hwc = (hdr["h"], hdr["w"], hdr["c"])
     weights = [_load_weights(core, run, shp[0][3], size) if size else None
                for run, shp, size in zip(runs, plan.shapes, plan.weight_sizes)]
     mode = native.NATIVE is not None
     steps = plan.steps.get(mode)
     if steps is None:
         steps = plan.steps[mode] = [kernels.make_step(run, _run) for run in runs]
+    mem, out_offs = core.mem, plan.out_offs
+    in_addr, out_addr = hdr["input_base_addr"], hdr["output_base_addr"]
     for n in range(batch):
-        x = _read_input(core, hdr["input_base_addr"] + n * plan.in_bytes_one, (h, w, c),
-                        table_word)
+        if table_word == NO_BUFFER:
+            x = mem.read_tensor(in_addr + n * plan.in_bytes_one, hwc)
+        else:
+            x = _read_input(core, in_addr + n * plan.in_bytes_one, hwc, table_word)
         addend = None
         if plan.elt_shape is not None:
             eb = 2 * math.prod(plan.elt_shape)
-            addend = core.mem.read_tensor(hdr["eltwise_base_addr"] + n * eb, plan.elt_shape)
+            addend = mem.read_tensor(hdr["eltwise_base_addr"] + n * eb, plan.elt_shape)
         cur = x
-        for i in range(len(runs)):
+        for i, step in enumerate(steps):
             src = x if i == 0 or topo >> (i - 1) & 1 else cur
-            y = steps[i](src, weights[i], addend if i == 0 else None)
-            if plan.out_offs[i] is not None:
-                addr = hdr["output_base_addr"] + n * plan.out_total + plan.out_offs[i]
-                core.mem.write_tensor(addr, y)
+            y = step(src, weights[i], addend if i == 0 else None)
+            if out_offs[i] is not None:
+                mem.write_tensor(out_addr + n * plan.out_total + out_offs[i], y)
             else:
                 cur = y
     one, totals = plan.one, core.totals

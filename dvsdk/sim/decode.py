@@ -11,7 +11,8 @@ raises the hardware error at that point, after everything before it has run.
 
 Operations (tuples, the kind first):
 
-* ``(CFG, words, here)``: a packet writing ``CFG_DATA`` N times (a configuration image);
+* ``(CFG, data, here)``: a packet writing ``CFG_DATA`` N times (a configuration image),
+  ``data`` its N words as little-endian bytes (uint8, what controller memory stores);
 * ``(REG, reg, value, here)``: one register write of a packet (``START`` runs a command);
 * ``(JUMP, addr, nbytes, here)``: continue with the chunk at ``addr``;
 * ``(ERROR, status, address, reason)``: the hardware error raised there (``status``
@@ -86,7 +87,7 @@ def decode(chunk: np.ndarray, addr: int, max_steps: int | None = None,
             break
         index = _part(word, "reg_index")
         if not _part(word, "increment") and index * 4 == _CFG_DATA:
-            ops.append((CFG, chunk[pos + 1 : pos + 1 + n].copy(), here))
+            ops.append((CFG, chunk[pos + 1 : pos + 1 + n].astype("<u4").view(np.uint8), here))
         else:
             inc = _part(word, "increment")
             for k in range(n):

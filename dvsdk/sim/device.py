@@ -59,10 +59,13 @@ def _intervals_overlap(spans: list[tuple[int, int]], a: int, b: int) -> tuple[in
 
 
 def _add_span(spans: list[tuple[int, int]], a: int, b: int) -> list[tuple[int, int]]:
-    """``spans`` (sorted, disjoint, not touching) with ``[a, b)`` merged in, as a new list."""
+    """``spans`` (sorted, disjoint, not touching) with ``[a, b)`` merged in, as a new list
+    (or ``spans`` itself where it covers ``[a, b)`` already; callers never mutate one)."""
     i = bisect_left(spans, (a, a))
     if i and spans[i - 1][1] >= a:
         i -= 1
+    if i < len(spans) and spans[i][0] <= a and b <= spans[i][1]:
+        return spans  # already covered (a device output written run after run)
     j = i
     while j < len(spans) and spans[j][0] <= b:
         j += 1

@@ -95,10 +95,8 @@ class StoredTensor:
     values: np.ndarray
     packed: np.ndarray | None
     live: list[tuple[int, int]]
-
-    @property
-    def whole(self) -> bool:
-        return self.live == [(self.addr, self.end)]
+    #: ``live`` is still the whole range (no later store overlapped it)
+    whole: bool = True
 
 
 class Dram:
@@ -192,8 +190,19 @@ class Dram:
             if not flip:
                 self._keep(StoredTensor(addr, addr + n, values, packed, [(addr, addr + n)]))
             return
-        self._clip(addr, addr + n)
-        self._keep(StoredTensor(addr, addr + n, values, None, [(addr, addr + n)]))
+        key = (addr, addr + n)
+        old = self.tensors.get(key)
+        there = self._overlapping(addr, addr + n) if old is not None else None
+        if (there is not None and len(there) == 1 and there[0] is old
+                and self._kept_bytes - old.values.nbytes + values.nbytes <= self.tensor_limit):
+            # the common store: the same range as the tensor it replaces, nothing else
+            # there (the same layer's output, run after run): swapped in place
+            values.flags.writeable = False
+            self.tensors[key] = StoredTensor(addr, addr + n, values, None, [key])
+            self._kept_bytes += values.nbytes - old.values.nbytes
+        else:
+            self._clip(addr, addr + n)
+            self._keep(StoredTensor(addr, addr + n, values, None, [key]))
         self._stamp(addr, n)
         if self.on_write:
             self.on_write(addr, n)
@@ -242,8 +251,10 @@ class Dram:
         if not self.lazy:
             return None
         off = addr - self.base
-        return int(self._line_clock[off >> LINE_SHIFT : ((off + n - 1) >> LINE_SHIFT) + 1]
-                   .max(initial=0))
+        lo, hi = off >> LINE_SHIFT, ((off + n - 1) >> LINE_SHIFT) + 1
+        if hi <= lo:
+            return 0
+        return int(np.maximum.reduce(self._line_clock[lo:hi]))  # (no _amax wrapper)
 
     # -- bookkeeping --------------------------------------------------------------------
     def _keep(self, t: StoredTensor) -> None:
@@ -287,6 +298,7 @@ class Dram:
                 self._drop(t)
                 continue
             t.live = remove_span(t.live, a, b)
+            t.whole = False
             if not t.live:
                 self._drop(t)
 

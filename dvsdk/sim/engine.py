@@ -221,15 +221,17 @@ class Dv700Core(CoreState):
             raise Hang(addr, f"watchdog: the kick passed {self.kick_cycle_limit} cycles")
         return self.mem.read(addr, nbytes).view("<u4").copy()
 
-    def _cfg_data(self, words: np.ndarray, where: int) -> None:
-        """CFG_DATA writes: each stores a word at the controller address CFG_ADDR, which
-        then advances by 4 (§10.3); an address outside controller memory stops it."""
+    def _cfg_data(self, data: np.ndarray, where: int) -> None:
+        """CFG_DATA writes of ``data`` (words as little-endian bytes): each stores a word at
+        the controller address CFG_ADDR, which then advances by 4 (§10.3); an address
+        outside controller memory stops it."""
         addr_reg = R["conv"]["CFG_ADDR"] // 4
         ptr = int(self.regs["conv"][addr_reg])
-        fit = 0 if ptr % 4 else max(0, min(words.size, (CFG_MEM_BYTES - ptr) // 4))
-        self.cfg_mem[ptr : ptr + 4 * fit] = words[:fit].astype("<u4").view(np.uint8)
+        nwords = data.size // 4
+        fit = 0 if ptr % 4 else max(0, min(nwords, (CFG_MEM_BYTES - ptr) // 4))
+        self.cfg_mem[ptr : ptr + 4 * fit] = data[: 4 * fit]
         self.regs["conv"][addr_reg] = ptr + 4 * fit
-        if fit < words.size:
+        if fit < nwords:
             raise HardwareError("bad_config", where,
                                 f"controller address {ptr + 4 * fit:#x} invalid")
 
@@ -243,7 +245,7 @@ class Dv700Core(CoreState):
         if offset == conv_regs["CFG_ADDR"]:
             self.regs["conv"][offset // 4] = value
         elif offset == conv_regs["CFG_DATA"]:
-            self._cfg_data(np.array([value], "<u4"), where)
+            self._cfg_data(np.array([value], "<u4").view(np.uint8), where)
         elif offset == conv_regs["START"]:
             if value & 1:
                 self.kick_commands += 1

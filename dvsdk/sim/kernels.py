@@ -65,8 +65,10 @@ def make_step(run: dict, reference: Callable[..., np.ndarray]) -> Step:
         if min(size + stride) < 1:
             return partial(reference, run)  # its error
 
+        tail = _make_tail(run)
+
         def pool_step(x: np.ndarray, wb: None, addend: np.ndarray | None) -> np.ndarray:
-            return _tail(_avg_pool(x, size, stride, pads, scale), None, None, addend, run)
+            return tail(_avg_pool(x, size, stride, pads, scale), None, None, addend)
         return pool_step
 
     kx, ky = _xy(run["p"])
@@ -77,6 +79,7 @@ def make_step(run: dict, reference: Callable[..., np.ndarray]) -> Step:
     depthwise = bool(ce & 2)
     pointwise = not depthwise and kx == ky == 1 and stride == (1, 1) and not any(pads)
     direct = act in FUSED_ACTS and not pooled
+    tail = _make_tail(run)
 
     def step(x: np.ndarray, wb: tuple, addend: np.ndarray | None) -> np.ndarray:
         wts, bias, prelu, _, derived = wb
@@ -108,58 +111,68 @@ def make_step(run: dict, reference: Callable[..., np.ndarray]) -> Step:
                 x, taps, bias, out, stride[0], stride[1], dil[0], dil[1], pads[0], pads[2],
                 act if fused else -1, param if fused else 0.0, prelu if fused else None,
                 r0, r1))
-            return out if fused else _tail(out, None, prelu, addend, run)
+            return out if fused else tail(out, None, prelu, addend)
         if pointwise:
             wmat = derived.get("wmat")
             if wmat is None:
                 m, c = wts.shape[:2]
                 wmat = derived["wmat"] = np.ascontiguousarray(wts.reshape(m, c).T)
             h, w, c = x.shape
-            x2 = x.reshape(-1, c)
-            out = np.empty((h * w, wmat.shape[1]), np.float32)
-            n, m = out.shape
+            n, m = h * w, wmat.shape[1]
+            x2 = x.reshape(n, c)
+            out = np.empty((n, m), np.float32)
             with ops.blas_threads():  # the reference's BLAS threads: the same bits
-                if split.product_work(n, c, m) or not split.product_cols_work(n, c, m):
-                    split.rows(n, split.product_work(n, c, m),
-                               lambda r0, r1: np.matmul(x2[r0:r1], wmat, out=out[r0:r1]))
-                else:  # few rows, many weights: the two threads take half the outputs each
-                    split.rows(m, split.product_cols_work(n, c, m), lambda c0, c1: np.matmul(
+                by_rows = split.product_work(n, c, m)
+                by_cols = 0 if by_rows else split.product_cols_work(n, c, m)
+                if by_cols:  # few rows, many weights: the two threads take half the outputs
+                    split.rows(m, by_cols, lambda c0, c1: np.matmul(
                         x2, wmat[:, c0:c1], out=out[:, c0:c1]))
-            out = out.reshape(h, w, -1)
+                elif by_rows:
+                    split.rows(n, by_rows,
+                               lambda r0, r1: np.matmul(x2[r0:r1], wmat, out=out[r0:r1]))
+                else:
+                    np.matmul(x2, wmat, out=out)
+            out = out.reshape(h, w, m)
         else:
             out = _correlate(x, wb, (kx, ky), stride, pads, dil, up)
-        return _tail(out, bias, prelu, addend, run)
+        return tail(out, bias, prelu, addend)
     return step
 
 
-def _tail(t: np.ndarray, bias: np.ndarray | None, prelu: np.ndarray | None,
-          addend: np.ndarray | None, run: dict) -> np.ndarray:
-    """Everything after the conv (or average-pool) stage on ``t`` (owned, contiguous (OH,
-    OW, M)): + bias, + addend, max-pool or upsample, activation, rounding."""
+def _make_tail(run: dict) -> Callable[..., np.ndarray]:
+    """``tail(t, bias, prelu, addend)``: everything after the conv (or average-pool) stage
+    on ``t`` (owned, contiguous (OH, OW, M)): + bias, + addend, max-pool or upsample,
+    activation, rounding; the run's fields decoded here, once."""
     pe, act = run["pool_enable"], run["actfunc"]
     param = fp16_value(run["actfunc_param"])
-    pooled = pe in (POOL.max, POOL.upsample)
-    if act in FUSED_ACTS and not pooled:
-        _epilogue(t, bias, addend, act, param, prelu)
-        return t
-    if bias is not None or addend is not None:
-        _epilogue(t, bias, addend, -1, 0.0, None)
-    if pe == POOL.max:
-        t = ops.max_pool(t, _xy(run["pool_size"]), _xy(run["pool_stride"]),
-                         _pads(run["pool_pad"], 0xFF))
-    elif pe == POOL.upsample:
-        t = ops.upsample2x(t)
-    if act in EXP_ACTS:  # numpy's exp / expm1, as ops.activation calls them
-        t = np.ascontiguousarray(t)
-        if act == ops.ACT_SIGMOID:
-            e = np.exp(-np.abs(t))
-            alpha = 0.0
-        else:
-            e = np.expm1(np.minimum(t, 0)).astype(np.float32)
-            alpha = float(np.float32(param) if param != 0 else np.float32(1.0))
-        native.NATIVE.act_exp(t, e, act, alpha)
-        return t
-    return ops.finish(t, act, param, prelu, False, owned=True)
+    pool = (_xy(run["pool_size"]), _xy(run["pool_stride"]), _pads(run["pool_pad"], 0xFF))
+    if act in FUSED_ACTS and pe not in (POOL.max, POOL.upsample):
+        def direct(t: np.ndarray, bias: np.ndarray | None, prelu: np.ndarray | None,
+                   addend: np.ndarray | None) -> np.ndarray:
+            _epilogue(t, bias, addend, act, param, prelu)
+            return t
+        return direct
+
+    def tail(t: np.ndarray, bias: np.ndarray | None, prelu: np.ndarray | None,
+             addend: np.ndarray | None) -> np.ndarray:
+        if bias is not None or addend is not None:
+            _epilogue(t, bias, addend, -1, 0.0, None)
+        if pe == POOL.max:
+            t = ops.max_pool(t, *pool)
+        elif pe == POOL.upsample:
+            t = ops.upsample2x(t)
+        if act in EXP_ACTS:  # numpy's exp / expm1, as ops.activation calls them
+            t = np.ascontiguousarray(t)
+            if act == ops.ACT_SIGMOID:
+                e = np.exp(-np.abs(t))
+                alpha = 0.0
+            else:
+                e = np.expm1(np.minimum(t, 0)).astype(np.float32)
+                alpha = float(np.float32(param) if param != 0 else np.float32(1.0))
+            native.NATIVE.act_exp(t, e, act, alpha)
+            return t
+        return ops.finish(t, act, param, prelu, False, owned=True)
+    return tail
 
 
 def _epilogue(t: np.ndarray, bias: np.ndarray | None, addend: np.ndarray | None, act: int,

@@ -108,25 +108,29 @@ class _BlasThreads:
     def __enter__(self) -> None:
         if threading.get_ident() != threading.main_thread().ident:
             return
-        with self._lock:
-            if self._depth == 0:
-                libs = self.libraries()
-                # per library, its own get/set (~2 us), not a limiter (~10 us per block)
-                self._saved = [lib.num_threads for lib in libs]
-                for lib, n in zip(libs, self._saved):
-                    if n != BLAS_THREADS:
-                        lib.set_num_threads(BLAS_THREADS)
+        if self._depth:  # nested in the main thread (only it changes the depth): a counter
             self._depth += 1
+            return
+        with self._lock:
+            libs = self.libraries()
+            # per library, its own get/set (~2 us), not a limiter (~10 us per block)
+            self._saved = saved = [lib.num_threads for lib in libs]
+            for lib, n in zip(libs, saved):
+                if n != BLAS_THREADS:
+                    lib.set_num_threads(BLAS_THREADS)
+            self._depth = 1
 
     def __exit__(self, *exc: object) -> None:
         if threading.get_ident() != threading.main_thread().ident:
             return
-        with self._lock:
+        if self._depth > 1:
             self._depth -= 1
-            if self._depth == 0:
-                for lib, n in zip(self._libs or (), self._saved):
-                    if n != BLAS_THREADS:
-                        lib.set_num_threads(n)
+            return
+        with self._lock:
+            self._depth = 0
+            for lib, n in zip(self._libs or (), self._saved):
+                if n != BLAS_THREADS:
+                    lib.set_num_threads(n)
 
 
 _BLAS = _BlasThreads()
