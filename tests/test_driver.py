@@ -106,6 +106,44 @@ def test_conv_runs_exactly_and_reruns_identically(device):
         assert len(digests) == 1
 
 
+def test_write_with_stores_in_place_as_write_does(device):
+    """A producer that fills the buffer itself (the fused CPU steps): the device sees what
+    it stored once synced, on every backend (the link stages it and sends it)."""
+    rng = np.random.default_rng(11)
+    cmd, ob, ref = _conv_setup(device, rng)
+    ib = cmd.input_buf.buffer
+    packed = ib.read().copy()
+    ib.write(0, np.zeros_like(packed))  # then overwritten through write_with only
+    ib.sync_for_device()
+
+    def fill(view):
+        assert view.dtype == np.uint8 and view.size == packed.size and view.flags.writeable
+        view[:] = packed
+
+    ib.write_with(0, packed.size, fill)
+    ib.sync_for_device()
+    with CommandList(device) as cl:
+        cl.add(cmd)
+        cl.commit()
+        cl.run()
+        np.testing.assert_array_equal(download_tensor(ob, ref.shape[1:]), ref[0])
+    with pytest.raises(InvalidArgument):
+        ib.write_with(1, packed.size, fill)  # past the end
+
+
+def test_write_with_without_sync_is_caught(sim):
+    rng = np.random.default_rng(12)
+    cmd, _, _ = _conv_setup(sim, rng)
+    ib = cmd.input_buf.buffer
+    ib.write_with(16, 4, lambda view: view.__setitem__(slice(None), 7))  # no sync_for_device
+    with CommandList(sim) as cl:
+        cl.add(cmd)
+        cl.commit()
+        with pytest.raises(CoherenceError) as e:
+            cl.run()
+    assert e.value.buffer == "input" and e.value.start == 16
+
+
 def test_batch_equals_separate_runs(device):
     rng = np.random.default_rng(2)
     cmd, ob, ref = _conv_setup(device, rng, batch=3)

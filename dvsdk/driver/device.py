@@ -19,6 +19,7 @@ import os
 import threading
 import time
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
@@ -228,6 +229,16 @@ class DmaBuffer:
         raw = np.frombuffer(memoryview(np.ascontiguousarray(data)).cast("B"), np.uint8)
         offset, n = self._range(offset, raw.size)
         self.view[offset : offset + n] = raw
+
+    def write_with(self, offset: int, nbytes: int, fill: Callable[[np.ndarray], object]
+                   ) -> None:
+        """A CPU store of ``nbytes`` bytes at ``offset`` made by ``fill(view)``, which writes
+        all of the writable uint8 ``view`` it is given (a producer that can write its
+        result in place, like a compiled loop): what :meth:`write` of that result would
+        do, without the copy where the backend maps the memory.  (Here the view is the
+        mapping itself.)"""
+        offset, nbytes = self._range(offset, nbytes)
+        fill(self.view[offset : offset + nbytes])
 
     def read(self, offset: int = 0, nbytes: int | None = None, copy: bool = True
              ) -> np.ndarray:

@@ -150,6 +150,15 @@ class LinkDmaBuffer(DmaBuffer):
                 n = memoryview(np.ascontiguousarray(data)).nbytes
                 self._written[offset : offset + n] = True
 
+    def write_with(self, offset: int, nbytes: int, fill: Callable[[np.ndarray], object]
+                   ) -> None:
+        """Filled in a staging array, then :meth:`write` (the shadow tracks what it
+        stores)."""
+        offset, nbytes = self._range(offset, nbytes)
+        staged = np.empty(nbytes, np.uint8)
+        fill(staged)
+        self.write(offset, staged)
+
     def _sync_for_device(self, offset: int, nbytes: int) -> None:
         with self._link.lock:
             self._push(offset, nbytes)

@@ -198,17 +198,26 @@ def step(net: Any, h: Any) -> None:
 
 def _enter(net: Any, h: Any, seg: Segment) -> SegmentState:
     """One sync_for_cpu per contiguous range of the device tensors the segment reads."""
+    _sync_for_cpu(h, _read_spans(net, [t for t in seg.reads if t not in h.host]))
+    return SegmentState(seg)
+
+
+def _read_spans(net: Any, names: list[str]) -> list[tuple[int, int, str]]:
+    """The merged arena ranges of the device tensors among ``names``."""
     items = []
-    for t in seg.reads:
+    for t in names:
         d = net._dev(t)
-        if t in net.constants or t in h.host or d is None:
+        if t in net.constants or d is None:
             continue
         hh, ww, cc = d["hwc"]
         items.append((d["offset"], d["offset"] + 2 * hh * ww * cc, t))
-    for a, b, names in _spans(items):
+    return _spans(items)
+
+
+def _sync_for_cpu(h: Any, spans: list[tuple[int, int, str]]) -> None:
+    for a, b, names in spans:
         with h.stats.stage("sync", names):
             h.ctx.arena.sync_for_cpu(a, b - a)
-    return SegmentState(seg)
 
 
 def _leave(net: Any, h: Any) -> None:
@@ -389,6 +398,8 @@ class FusedPlan:
     y_first: bool             # y is the op's first operand
     out: str
     hwc: tuple[int, int, int]
+    syncs: tuple = ()         # the operands' merged arena ranges (_read_spans)
+    label: str = ""           # the step's name in RunStats
 
 
 def _fused_plan(net: Any, seg: Segment) -> FusedPlan | bool:
@@ -422,29 +433,30 @@ def _fused_plan(net: Any, seg: Segment) -> FusedPlan | bool:
     x = full[0]
     y = None if arity == 1 else (full + channel)[1]
     return FusedPlan(FUSED[op_type], x, y, bool(channel), y is not None and inputs[0] != x,
-                     out, key[0])
+                     out, key[0], tuple(_read_spans(net, seg.reads)),
+                     f"{op_type} {net.steps[seg.start][1][4]}")
 
 
 def _run_fused(net: Any, h: Any, seg: Segment, plan: FusedPlan) -> None:
-    h.segment = _enter(net, h, seg)
-    op_type, _, _, _, name = net.steps[h.pc][1]
+    _sync_for_cpu(h, plan.syncs)  # (its operands are not held by the host: step())
     hh, ww, c = plan.hwc
-    with h.stats.stage("cpu", f"{op_type} {name}"):
+    d = net._dev(plan.out)
+    with h.stats.stage("cpu", plan.label):
         x, _ = _device_bytes(net, h, plan.x)
         y = None if plan.y is None else _device_bytes(net, h, plan.y)[0]
         if plan.per_channel:
             y = to_f32(y.view(np.float16))
-        result = np.empty(hh * ww * c, np.uint16)
-        try:
-            native.NATIVE.ew_f16(plan.code, x.view(np.uint16), result, None if y is None else
-                                 y if plan.per_channel else y.view(np.uint16),
+        y = None if y is None else y if plan.per_channel else y.view(np.uint16)
+
+        def fill(view: np.ndarray) -> None:  # the result straight into the arena
+            native.NATIVE.ew_f16(plan.code, x.view(np.uint16), view.view(np.uint16), y,
                                  c if plan.per_channel else 0, hh * ww, plan.y_first)
+
+        try:
+            h.ctx.arena.write_with(d["offset"], 2 * hh * ww * c, fill)
         except (ValueError, TypeError) as e:  # sizes a damaged record gets wrong
-            raise NetFileError(f"CPU op {op_type} {name} cannot run: {e}",
+            op_type, name = plan.label.split(" ", 1)
+            raise NetFileError(f"CPU op {plan.label} cannot run: {e}",
                                field=f"program.{name}", value=op_type) from e
-    d = net._dev(plan.out)
-    with h.stats.stage("pack", plan.out):
-        h.ctx.arena.write(d["offset"], result)
     with h.stats.stage("sync", plan.out):
-        h.ctx.arena.sync_for_device(d["offset"], result.nbytes)
-    h.segment = None
+        h.ctx.arena.sync_for_device(d["offset"], 2 * hh * ww * c)

@@ -25,6 +25,7 @@ from __future__ import annotations
 import threading
 import warnings
 from bisect import bisect_left, bisect_right, insort
+from collections.abc import Callable
 
 import numpy as np
 
@@ -155,6 +156,16 @@ class SimDmaBuffer(DmaBuffer):
             self._mem[offset : offset + n] = raw
             if n:
                 self.cpu_written = _add_span(self.cpu_written, offset, offset + n)
+
+    def write_with(self, offset: int, nbytes: int, fill: Callable[[np.ndarray], object]
+                   ) -> None:
+        """Filled in place in the CPU view; the lines become dirty as with :meth:`write`
+        (even if ``fill`` fails part way: what it stored is stored)."""
+        offset, n = self._range(offset, nbytes)
+        with self.sim.lock:
+            if n:
+                self.cpu_written = _add_span(self.cpu_written, offset, offset + n)
+            fill(self._mem[offset : offset + n])
 
     def free(self) -> None:
         with self.sim.lock:
