@@ -318,7 +318,12 @@ static void unchunk_all(const float *src, float *dst, const Geometry *g)
     }
 }
 
+/* outer positions per block: enough for each inner step to read PACK_RUN_BYTES or more
+ * in a row (at least PACK_BLOCK), while the block's staging run of the last chunk stays
+ * within PACK_STAGE_BYTES */
 #define PACK_BLOCK 16
+#define PACK_RUN_BYTES 2048
+#define PACK_STAGE_BYTES (1 << 20)
 
 static int pack_all(const float *src, uint16_t *dst, const Geometry *g)
 {
@@ -330,10 +335,21 @@ static int pack_all(const float *src, uint16_t *dst, const Geometry *g)
 #if X86_F16C
     fast = have_f16c;
 #endif
-    /* a source whose outer walk is the shorter stride (an NCHW tensor seen as HWC, in the
-     * x-major order) is read in blocks of PACK_BLOCK outer positions: each inner step then
-     * reads a short contiguous run per channel instead of one value per cache line */
-    Py_ssize_t block = so < si ? PACK_BLOCK : 1;
+    /* a source whose outer walk is the shorter stride (an NCHW tensor seen as HWC, or HWC
+     * in the x-major order) is read in blocks of outer positions: each inner step then
+     * reads a contiguous run per channel (a few KB: the prefetchers follow runs, not a
+     * stride of short reads that crosses pages) instead of one value per cache line */
+    Py_ssize_t block = 1;
+    if (so < si) {
+        Py_ssize_t run = so > 0 ? so * 4 : 4;
+        block = PACK_RUN_BYTES / run > PACK_BLOCK ? PACK_RUN_BYTES / run : PACK_BLOCK;
+        if (rem && block * inner * rem * 4 > PACK_STAGE_BYTES)
+            block = PACK_STAGE_BYTES / (inner * rem * 4);
+        if (block < PACK_BLOCK)
+            block = PACK_BLOCK;
+        if (block > outer)
+            block = outer;
+    }
     /* the last chunk's (rem < 8 channels) values of a block of positions are one run in
      * dst: gathered as float32 first, then converted as a whole (eight at a time) */
     float *tmp = NULL;
