@@ -225,12 +225,13 @@ def _chunked_reference(x16: np.ndarray, transpose: bool) -> np.ndarray:
 
 @needs_native
 @pytest.mark.parametrize("c", [1, 3, 5, 7, 8, 9, 15, 16, 17, 24, 35])
-@pytest.mark.parametrize("n,h,w", [(1, 37, 23), (2, 5, 41), (1, 1, 19), (1, 18, 1)])
+@pytest.mark.parametrize("n,h,w", [(1, 37, 23), (2, 5, 41), (1, 1, 19), (1, 18, 1),
+                                   (1, 300, 200)])  # (the last: staging split in blocks)
 @pytest.mark.parametrize("transpose", [False, True])
 def test_pack_unpack_runs_against_the_formula(c, n, h, w, transpose):
     """The native pack converts whole runs of positions per call (and the last chunk's
     channels through a staging run): every channel count, more outer positions than one
-    block of 16, batches, both orientations, a contiguous source and an NCHW one seen as
+    block (a staging run over 1 MB is cut in blocks too), batches, both orientations, a contiguous source and an NCHW one seen as
     HWC (the strided gather), special values included, against numpy's cast placed by the
     §1 formula; unpack inverts it exactly."""
     rng = np.random.default_rng(c * 1000 + h * 10 + w)
