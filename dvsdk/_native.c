@@ -103,6 +103,34 @@ HOT static void epilogue_all(float *restrict y, Py_ssize_t rows, Py_ssize_t m,
                              int act, float slope, const float *restrict prelu)
 {
     float tmp[FINISH_BLOCK];
+    if (m <= FINISH_BLOCK / 2) {
+        /* few channels: several rows per block, the per-channel vectors tiled to the
+         * block (a block of one short row cost more in loop overhead than in work) */
+        float bt[FINISH_BLOCK], pt[FINISH_BLOCK];
+        Py_ssize_t per = FINISH_BLOCK / m, len = per * m;
+        for (Py_ssize_t i = 0; i < len; i++) {
+            bt[i] = bias ? bias[i % m] : 0.0f;
+            pt[i] = prelu ? prelu[i % m] : 0.0f;
+        }
+        for (Py_ssize_t r = 0; r < rows; r += per) {
+            Py_ssize_t n = (rows - r < per ? rows - r : per) * m;
+            float *row = y + r * m;
+            float *v = act >= 0 ? tmp : row;  /* may be row itself: no restrict */
+            if (bias)
+                for (Py_ssize_t i = 0; i < n; i++) v[i] = row[i] + bt[i];
+            else if (v != row)
+                memcpy(v, row, (size_t)n * 4);
+            if (addend) {
+                const float *restrict ad = addend + r * m;
+                for (Py_ssize_t i = 0; i < n; i++) v[i] = v[i] + ad[i];
+            }
+            if (act >= 0) {
+                act_block(v, n, act, slope, prelu ? pt : NULL);
+                round_block((const u32a *)v, (u32a *)row, n);
+            }
+        }
+        return;
+    }
     for (Py_ssize_t r = 0; r < rows; r++) {
         for (Py_ssize_t c0 = 0; c0 < m; c0 += FINISH_BLOCK) {
             Py_ssize_t n = m - c0 < FINISH_BLOCK ? m - c0 : FINISH_BLOCK;

@@ -84,7 +84,7 @@ def _reference_epilogue(y, bias, addend, act, slope, prelu):
                                        (6, 0.0)])
 @pytest.mark.parametrize("bias,addend", [(True, False), (True, True), (False, True),
                                          (False, False)])
-@pytest.mark.parametrize("m", [3, 16, 4100])
+@pytest.mark.parametrize("m", [3, 16, 2047, 2049, 4100])  # (rows tiled up to 2048)
 def test_epilogue_equals_the_stages(act, slope, bias, addend, m):
     rng = np.random.default_rng(m + act)
     y = special_mix(rng, (max(1, 9000 // m), m))
