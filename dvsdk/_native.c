@@ -107,10 +107,12 @@ HOT static void epilogue_all(float *restrict y, Py_ssize_t rows, Py_ssize_t m,
         /* few channels: several rows per block, the per-channel vectors tiled to the
          * block (a block of one short row cost more in loop overhead than in work) */
         float bt[FINISH_BLOCK], pt[FINISH_BLOCK];
-        Py_ssize_t per = FINISH_BLOCK / m, len = per * m;
-        for (Py_ssize_t i = 0; i < len; i++) {
-            bt[i] = bias ? bias[i % m] : 0.0f;
-            pt[i] = prelu ? prelu[i % m] : 0.0f;
+        Py_ssize_t per = FINISH_BLOCK / m < rows ? FINISH_BLOCK / m : rows;
+        for (Py_ssize_t r = 0; r < per; r++) {  /* (only as many rows as there are) */
+            if (bias)
+                memcpy(bt + r * m, bias, (size_t)m * 4);
+            if (prelu)
+                memcpy(pt + r * m, prelu, (size_t)m * 4);
         }
         for (Py_ssize_t r = 0; r < rows; r += per) {
             Py_ssize_t n = (rows - r < per ? rows - r : per) * m;
