@@ -231,8 +231,9 @@ def _chunked_reference(x16: np.ndarray, transpose: bool) -> np.ndarray:
 def test_pack_unpack_runs_against_the_formula(c, n, h, w, transpose):
     """The native pack converts whole runs of positions per call (and the last chunk's
     channels through a staging run): every channel count, more outer positions than one
-    block (a staging run over 1 MB is cut in blocks too), batches, both orientations, a contiguous source and an NCHW one seen as
-    HWC (the strided gather), special values included, against numpy's cast placed by the
+    block (a staging run over 1 MB is cut in blocks too), batches, both orientations, a
+    contiguous source and an NCHW one seen as HWC (the strided gather), special values
+    included, against numpy's cast placed by the
     §1 formula; unpack inverts it exactly."""
     rng = np.random.default_rng(c * 1000 + h * 10 + w)
     nchw = special_mix(rng, (n, c, h, w))

@@ -44,6 +44,19 @@ def test_float32_to_binary16_rounds_as_numpy_on_a_sweep_and_specials():
     assert same_bits(to_f16(x), ref)                         # signalling NaNs included
     halves = ALL_HALVES.astype(np.float32)
     assert same_bits(f32_to_f16(halves), ALL_HALVES)
+    dma = np.zeros(2 * x.size + 6, np.uint8)   # into a view of other memory, as the runtime
+    into = dma[2 : 2 + 2 * x.size].view(np.float16)
+    assert to_f16(x, into) is into and same_bits(into, ref) and not dma[:2].any()
+    with pytest.raises(ValueError, match="float16"):
+        to_f16(x, np.empty(x.size, np.float32))
+
+
+def test_to_f16_into_a_view_on_the_numpy_path(monkeypatch):
+    monkeypatch.setattr(native, "NATIVE", None)
+    x = np.array([1.0, 65520.0, -3e-8, np.nan, 0.1], np.float32)
+    out = np.empty(5, np.float16)
+    with np.errstate(over="ignore", invalid="ignore"):
+        assert same_bits(to_f16(x, out), x.astype(np.float16))
 
 
 @pytest.mark.parametrize("shape", [(56, 56, 64), (7, 9, 13), (1, 1, 20), (5, 3, 8),

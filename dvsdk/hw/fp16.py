@@ -184,17 +184,24 @@ def f32_to_f16(v: np.ndarray) -> np.ndarray:
     return h.astype(_U16LE).view(np.float16)
 
 
-def to_f16(x: np.ndarray) -> np.ndarray:
+def to_f16(x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
     """float32 rounded to binary16 (nearest even; inf from 65520; NaN keeps its top payload
-    bits), as a new float16 array: the bits of ``x.astype(np.float16)``, in one pass with
-    the compiled module (:mod:`dvsdk.native`)."""
+    bits), as a new float16 array, or into ``out`` (contiguous float16, as many elements,
+    e.g. a view of DMA memory; returned): the bits of ``x.astype(np.float16)``, in one
+    pass with the compiled module (:mod:`dvsdk.native`)."""
     v = np.ascontiguousarray(x, dtype=np.float32)
+    if out is not None and (out.dtype != np.float16 or out.size != v.size
+                            or not out.flags.c_contiguous):
+        raise ValueError(f"to_f16: out must be {v.size} contiguous float16 values")
     if native.NATIVE is not None:
-        out = np.empty(v.shape, _U16LE)
-        native.NATIVE.f32_to_f16(v, out)
-        return out.view(np.float16)
+        dst = np.empty(v.shape, _U16LE) if out is None else out.view(_U16LE)
+        native.NATIVE.f32_to_f16(v, dst)
+        return dst.view(np.float16) if out is None else out
     with np.errstate(over="ignore", invalid="ignore"):
-        return v.astype(np.float16)
+        if out is None:
+            return v.astype(np.float16)
+        out.reshape(v.shape)[...] = v
+        return out
 
 
 def to_f32(h: np.ndarray) -> np.ndarray:

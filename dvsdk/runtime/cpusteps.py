@@ -229,12 +229,15 @@ def _leave(net: Any, h: Any) -> None:
         hwc, tr = tuple(d["hwc"]), bool(d.get("transpose"))
         v = h.host[name]
         with h.stats.stage("pack", name):
-            if isinstance(v, Chunked) and v.key == (hwc, tr):
-                data = to_f16(v.flat)
+            if isinstance(v, Chunked) and v.key == (hwc, tr):  # rounded into the arena
+                nbytes = 2 * v.flat.size
+                h.ctx.arena.write_with(d["offset"], nbytes,
+                                       lambda view, v=v: to_f16(v.flat, view.view(np.float16)))
             else:
                 data = layout.pack(_to_hwc(np.asarray(v, np.float32), hwc), transpose=tr)
-            h.ctx.arena.write(d["offset"], data)
-        items.append((d["offset"], d["offset"] + data.nbytes, name))
+                h.ctx.arena.write(d["offset"], data)
+                nbytes = data.nbytes
+        items.append((d["offset"], d["offset"] + nbytes, name))
     for a, b, names in _spans(items):
         with h.stats.stage("sync", names):
             h.ctx.arena.sync_for_device(a, b - a)
