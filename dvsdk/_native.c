@@ -457,6 +457,7 @@ static PyMethodDef methods[] = {
     {"pack", dv_pack, METH_VARARGS, dv_pack_doc},
     {"im2col", dv_im2col, METH_VARARGS, dv_im2col_doc},
     {"avgpool", dv_avgpool, METH_VARARGS, dv_avgpool_doc},
+    {"maxpool", dv_maxpool, METH_VARARGS, dv_maxpool_doc},
     {"act_exp", dv_act_exp, METH_VARARGS, dv_act_exp_doc},
     {"unpack", dv_unpack, METH_VARARGS, dv_unpack_doc},
     {"ew_f16", dv_ew_f16, METH_VARARGS, dv_ew_f16_doc},

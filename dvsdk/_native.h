@@ -173,7 +173,8 @@ extern const char dv_f16_to_f32_doc[], dv_f32_to_f16_doc[], dv_pack_doc[], dv_un
 /* the conv engine's helpers of _native_conv.c */
 PyObject *dv_im2col(PyObject *self, PyObject *args);
 PyObject *dv_avgpool(PyObject *self, PyObject *args);
+PyObject *dv_maxpool(PyObject *self, PyObject *args);
 PyObject *dv_act_exp(PyObject *self, PyObject *args);
-extern const char dv_im2col_doc[], dv_avgpool_doc[], dv_act_exp_doc[];
+extern const char dv_im2col_doc[], dv_avgpool_doc[], dv_maxpool_doc[], dv_act_exp_doc[];
 
 #endif

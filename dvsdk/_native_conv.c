@@ -11,6 +11,7 @@
  * rounding, in one pass (numpy computes the transcendental function, so its bits stay).
  */
 #include "_native.h"
+#include <math.h>
 
 static int buf_f32(PyObject *obj, Py_buffer *b, int writable, int ndim, const char *name)
 {
@@ -186,6 +187,79 @@ PyObject *dv_avgpool(PyObject *self, PyObject *args)
         Py_END_ALLOW_THREADS
     }
     PyMem_Free(acc);
+    PyBuffer_Release(&x);
+    PyBuffer_Release(&o);
+    if (PyErr_Occurred())
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+/* np.maximum(a, b) on float32, as numpy 2 computes it (measured, contiguous and strided
+ * alike): a NaN first operand is returned, else the larger, else (equal, or b a NaN) the
+ * second operand -- so maximum(-0, +0) is +0, maximum(+0, -0) is -0 */
+static inline float np_maximum(float a, float b)
+{
+    return a != a ? a : (a > b ? a : b);
+}
+
+HOT static void maxpool_all(const float *restrict x, Py_ssize_t h, Py_ssize_t w,
+                            Py_ssize_t c, float *restrict out, Py_ssize_t oh, Py_ssize_t ow,
+                            int kx, int ky, int sx, int sy, int pl, int pt)
+{
+    for (Py_ssize_t oy = 0; oy < oh; oy++) {
+        for (Py_ssize_t ox = 0; ox < ow; ox++) {
+            float *o = out + (oy * ow + ox) * c;
+            for (int i = 0; i < ky; i++) {
+                Py_ssize_t iy = oy * sy + i - pt;
+                for (int j = 0; j < kx; j++) {
+                    Py_ssize_t ix = ox * sx + j - pl;
+                    int in = iy >= 0 && iy < h && ix >= 0 && ix < w;
+                    const float *px = in ? x + (iy * w + ix) * c : NULL;
+                    if (i == 0 && j == 0) {  /* the first tap, copied */
+                        for (Py_ssize_t ch = 0; ch < c; ch++)
+                            o[ch] = in ? px[ch] : -INFINITY;
+                    } else if (in) {
+                        for (Py_ssize_t ch = 0; ch < c; ch++)
+                            o[ch] = np_maximum(o[ch], px[ch]);
+                    } else {
+                        for (Py_ssize_t ch = 0; ch < c; ch++)
+                            o[ch] = np_maximum(o[ch], -INFINITY);
+                    }
+                }
+            }
+        }
+    }
+}
+
+const char dv_maxpool_doc[] =
+    "maxpool(x, out, kx, ky, sx, sy, pad_left, pad_top)\n\n"
+    "Max pooling as ops.max_pool: out (OH, OW, C) = the first tap, then np.maximum with "
+    "each further tap in row-major order, padded positions -inf.";
+
+PyObject *dv_maxpool(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *xo, *oo;
+    int kx, ky, sx, sy, pl, pt;
+    Py_buffer x, o;
+    if (!PyArg_ParseTuple(args, "OOiiiiii", &xo, &oo, &kx, &ky, &sx, &sy, &pl, &pt))
+        return NULL;
+    if (buf_f32(xo, &x, 0, 3, "x") < 0)
+        return NULL;
+    if (buf_f32(oo, &o, 1, 3, "out") < 0) {
+        PyBuffer_Release(&x);
+        return NULL;
+    }
+    Py_ssize_t c = x.shape[2];
+    if (kx < 1 || ky < 1 || sx < 1 || sy < 1 || pl < 0 || pt < 0 || o.shape[2] != c
+        || x.buf == o.buf) {
+        PyErr_SetString(PyExc_ValueError, "maxpool: inconsistent shapes or steps");
+    } else {
+        Py_BEGIN_ALLOW_THREADS
+        maxpool_all((const float *)x.buf, x.shape[0], x.shape[1], c, (float *)o.buf,
+                    o.shape[0], o.shape[1], kx, ky, sx, sy, pl, pt);
+        Py_END_ALLOW_THREADS
+    }
     PyBuffer_Release(&x);
     PyBuffer_Release(&o);
     if (PyErr_Occurred())

@@ -184,6 +184,32 @@ def test_avgpool_equals_numpy(size, stride, pads, param, monkeypatch):
     assert same_values(got, ref)
 
 
+@pytest.mark.parametrize("seed", range(6))
+def test_maxpool_equals_numpy_bit_for_bit(seed):
+    """Random windows, steps and pads (windows wholly in the padding included) over
+    values with both zeros, NaNs with payloads (signalling ones too) and infinities: the
+    same bits as ops.max_pool, whose np.maximum returns the second operand for equal
+    values (maximum(-0, +0) is +0) and a NaN operand's own bits."""
+    rng = np.random.default_rng(seed)
+    for _ in range(60):
+        h, w, c = (int(v) for v in rng.integers(1, 12, 3))
+        kx, ky = (int(v) for v in rng.integers(1, 4, 2))
+        sx, sy = (int(v) for v in rng.integers(1, 3, 2))
+        pads = tuple(int(v) for v in rng.integers(0, 3, 4))
+        if w + pads[0] + pads[1] < kx or h + pads[2] + pads[3] < ky:
+            continue
+        x = special_mix(rng, (h, w, c))
+        flat = x.reshape(-1)
+        flat[rng.integers(0, flat.size, max(1, flat.size // 5))] = rng.choice(
+            np.array([0.0, -0.0], np.float32), max(1, flat.size // 5))
+        ref = ops.max_pool(x, (kx, ky), (sx, sy), pads)
+        got = np.full_like(ref, 7.0)
+        NATIVE.maxpool(x, got, kx, ky, sx, sy, pads[0], pads[2])
+        assert same_bits(got, ref), (h, w, c, kx, ky, sx, sy, pads)
+    with pytest.raises(ValueError):
+        NATIVE.maxpool(x, np.empty((1, 1, c + 1), np.float32), 1, 1, 1, 1, 0, 0)
+
+
 @pytest.mark.parametrize("act,param", [(3, 0.0), (5, 0.0), (5, 0.25)])
 def test_sigmoid_and_elu_tails_after_numpys_exp(act, param):
     t = special_mix(np.random.default_rng(act), (40, 130))

@@ -9,9 +9,10 @@ itself.  The operations and their order stay those of the reference, so the resu
 the same bits; the tests run both on random configurations.
 
 What is compiled: the conv stage's data movement (im2col without a padded copy, the
-zero-inserted input of a deconvolution), depthwise convolutions, average pooling, and
-after them bias, addend, the activations (the tails of sigmoid and ELU after numpy's
-exp and expm1, which keep numpy's bits) and the rounding.  Around a max-pool or upsample
+zero-inserted input of a deconvolution), depthwise convolutions, average and max pooling
+(numpy's maximum, NaN and signed-zero cases included), and after them bias, addend, the
+activations (the tails of sigmoid and ELU after numpy's exp and expm1, which keep numpy's
+bits) and the rounding.  Around a max-pool or upsample
 only the bias and addend are fused (the pool comes between them and the activation).
 The matrix products are numpy's, called exactly as :func:`.ops.conv2d` calls them (BLAS
 sums in its own order: same call, same matrices, same bits).  LRN, rectify and PReLU
@@ -158,7 +159,7 @@ def _make_tail(run: dict) -> Callable[..., np.ndarray]:
         if bias is not None or addend is not None:
             _epilogue(t, bias, addend, -1, 0.0, None)
         if pe == POOL.max:
-            t = ops.max_pool(t, *pool)
+            t = _max_pool(t, *pool)
         elif pe == POOL.upsample:
             t = ops.upsample2x(t)
         if act in EXP_ACTS:  # numpy's exp / expm1, as ops.activation calls them
@@ -196,6 +197,21 @@ def _avg_pool(x: np.ndarray, size: tuple[int, int], stride: tuple[int, int],
     out = np.empty((oh, ow, c), np.float32)
     native.NATIVE.avgpool(np.ascontiguousarray(x, np.float32), out, kx, ky, sx, sy, pl, pt,
                           float(np.float32(param)))
+    return out
+
+
+def _max_pool(x: np.ndarray, size: tuple[int, int], stride: tuple[int, int],
+              pads: tuple[int, int, int, int]) -> np.ndarray:
+    """:func:`.ops.max_pool`, compiled: the same taps in the same order, numpy's maximum
+    (NaN and signed-zero cases included), padded positions -inf."""
+    (kx, ky), (sx, sy), (pl, pr, pt, pb) = size, stride, pads
+    if min(kx, ky, sx, sy) < 1:
+        return ops.max_pool(x, size, stride, pads)  # its error
+    h, w, c = x.shape
+    ow = ops.conv_out_size(w, kx, pl, pr, sx, "width")
+    oh = ops.conv_out_size(h, ky, pt, pb, sy, "height")
+    out = np.empty((oh, ow, c), np.float32)
+    native.NATIVE.maxpool(np.ascontiguousarray(x, np.float32), out, kx, ky, sx, sy, pl, pt)
     return out
 
 
