@@ -126,6 +126,8 @@ class ConvPlan:
     one: ConvTotals
     #: per run, its prepared step (kernels.make_step), by whether the compiled loops are on
     steps: dict = field(default_factory=dict)
+    #: per run with a conv, its weight cache key (_load_weights), worked out once
+    weight_keys: list = field(default_factory=list)
 
 
 def _plan(core: CoreState, hdr: dict, runs: list[dict], u8_input: bool) -> ConvPlan:
@@ -210,8 +212,11 @@ def _execute(core: CoreState, plan: ConvPlan, table_word: int) -> None:
     hdr, runs, topo = plan.hdr, plan.runs, plan.hdr["topo"]
     batch = hdr["input_circular_offset"] or 1
     hwc = (hdr["h"], hdr["w"], hdr["c"])
-    weights = [_load_weights(core, run, shp[0][3], size) if size else None
-               for run, shp, size in zip(runs, plan.shapes, plan.weight_sizes)]
+    if not plan.weight_keys:
+        plan.weight_keys = [_weight_key(run, shp[0][3], size)
+                            for run, shp, size in zip(runs, plan.shapes, plan.weight_sizes)]
+    weights = [_load_weights(core, run, key) if key[1] else None
+               for run, key in zip(runs, plan.weight_keys)]
     mode = native.NATIVE is not None
     steps = plan.steps.get(mode)
     if steps is None:
@@ -298,14 +303,20 @@ def _read_input(core: CoreState, addr: int, hwc: tuple[int, int, int],
     return table[t[None, None, :], idx]
 
 
-def _load_weights(core: CoreState, run: dict, in_c: int, size: int) -> tuple:
-    """Fetch and decode a run's ``size`` bytes of weights.  Decoded blocks are cached per
-    address and layout and reused only while the bytes in DRAM are unchanged (the hardware
-    re-reads them every run; the cache changes wall time, not results or byte counters)."""
-    addr = run["weight_base_addr"]
+def _weight_key(run: dict, in_c: int, size: int) -> tuple:
+    """What a run's decoded weights depend on: address, size and layout (``size`` 0: the
+    run has no conv)."""
+    return (run["weight_base_addr"], size, in_c, run["m"], run["p"], run["conv_enable"],
+            run["conv_dilation"], run["weight_fmt"], run["actfunc"] == 4)
+
+
+def _load_weights(core: CoreState, run: dict, key: tuple) -> tuple:
+    """Fetch and decode a run's weights (``key``: :func:`_weight_key`).  Decoded blocks are
+    cached per address and layout and reused only while the bytes in DRAM are unchanged
+    (the hardware re-reads them every run; the cache changes wall time, not results or
+    byte counters)."""
+    addr, size, in_c = key[:3]
     version = core.mem.version(addr, size)
-    key = (addr, size, in_c, run["m"], run["p"], run["conv_enable"], run["conv_dilation"],
-           run["weight_fmt"], run["actfunc"] == 4)
     cache = core.weight_cache
     hit = cache.get(key)
     if hit is not None and version is not None and hit[0] == version:
