@@ -252,3 +252,46 @@ def test_one_op_segments_run_fp16_to_fp16_compiled_with_the_reference_bits(monke
     mul = next(p for p in plans.values() if p and p.code == cs.FUSED["Mul"])
     assert mul.per_channel and mul.y_first
     assert plans[len(program) - 1] is False
+
+
+def test_a_fused_result_overlapping_its_operand_is_computed_aside(monkeypatch):
+    """The planner never lets a CPU step's result meet its operands, so the fused loop
+    writes straight into the arena; a hand-made net.bin whose result overlaps its operand
+    (here shifted by 64 bytes, where an in-place pass would read values it has just
+    overwritten) gets the result computed aside first, as the general path does: the
+    bytes the step stores are those of the unpack path."""
+    b = NetBuilder(5)
+    h = b.node("HardSwish", [b.conv("x", 8, 16, k=3)])
+    y = b.conv(h, 16, 8, k=1)
+    netfile = compile_model(b.model([("x", (1, 8, 20, 20))], [y], "overlap"), golden=False)
+    feed = np.random.default_rng(5).uniform(-2, 2, (1, 8, 20, 20)).astype(np.float32)
+    with Net(netfile, "sim://") as net:
+        net.run(feed)
+        plan = next(p for p in net._fused.values() if p)
+        assert plan.in_place
+    n = 2 * 20 * 20 * 16
+    stored = {}
+    real = Net._step
+
+    def step(net, hd, block):  # what the CPU step stored, read back right after it
+        kind = net.steps[hd.pc][0]
+        done = real(net, hd, block)
+        if kind == "cpu":
+            off = net.tensors[h]["device"]["offset"]
+            hd.ctx.arena.sync_for_cpu(off, n)
+            stored[net.cpu_steps] = hd.ctx.arena.read(off, n)
+        return done
+
+    monkeypatch.setattr(Net, "_step", step)
+    for mode in ("device", "unpack"):
+        with Net(netfile, "sim://", cpu_steps=mode) as net:
+            dev = net.tensors[h]["device"]
+            saved, dev["offset"] = dev["offset"], net.tensors[plan.x]["device"]["offset"] + 64
+            try:  # (the file is checked when loaded: the overlap is made after)
+                assert dev["offset"] + n <= net.arena.size
+                net.run(feed)
+                if mode == "device" and native.NATIVE is not None:
+                    assert not next(p for p in net._fused.values() if p).in_place
+            finally:
+                dev["offset"] = saved
+    assert stored["device"].tobytes() == stored["unpack"].tobytes()

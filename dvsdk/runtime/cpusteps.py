@@ -403,6 +403,8 @@ class FusedPlan:
     hwc: tuple[int, int, int]
     syncs: tuple = ()         # the operands' merged arena ranges (_read_spans)
     label: str = ""           # the step's name in RunStats
+    in_place: bool = True     # the result may be written straight into the arena (its
+    #                           range meets no operand's: the planner's never does)
 
 
 def _fused_plan(net: Any, seg: Segment) -> FusedPlan | bool:
@@ -435,9 +437,12 @@ def _fused_plan(net: Any, seg: Segment) -> FusedPlan | bool:
         return False
     x = full[0]
     y = None if arity == 1 else (full + channel)[1]
+    syncs = tuple(_read_spans(net, seg.reads))
+    a = d_out["offset"]
+    b = a + 2 * hh * ww * c
     return FusedPlan(FUSED[op_type], x, y, bool(channel), y is not None and inputs[0] != x,
-                     out, key[0], tuple(_read_spans(net, seg.reads)),
-                     f"{op_type} {net.steps[seg.start][1][4]}")
+                     out, key[0], syncs, f"{op_type} {net.steps[seg.start][1][4]}",
+                     not any(s < b and a < e for s, e, _ in syncs))
 
 
 def _run_fused(net: Any, h: Any, seg: Segment, plan: FusedPlan) -> None:
@@ -456,7 +461,12 @@ def _run_fused(net: Any, h: Any, seg: Segment, plan: FusedPlan) -> None:
                                  c if plan.per_channel else 0, hh * ww, plan.y_first)
 
         try:
-            h.ctx.arena.write_with(d["offset"], 2 * hh * ww * c, fill)
+            if plan.in_place:
+                h.ctx.arena.write_with(d["offset"], 2 * hh * ww * c, fill)
+            else:  # (a hand-made net.bin whose result overlaps an operand)
+                result = np.empty(2 * hh * ww * c, np.uint8)
+                fill(result)
+                h.ctx.arena.write(d["offset"], result)
         except (ValueError, TypeError) as e:  # sizes a damaged record gets wrong
             op_type, name = plan.label.split(" ", 1)
             raise NetFileError(f"CPU op {plan.label} cannot run: {e}",
