@@ -12,8 +12,8 @@ What is compiled: the conv stage's data movement (im2col without a padded copy, 
 zero-inserted input of a deconvolution), depthwise convolutions, average and max pooling
 (numpy's maximum, NaN and signed-zero cases included), and after them bias, addend, the
 activations (the tails of sigmoid and ELU after numpy's exp and expm1, which keep numpy's
-bits) and the rounding.  Around a max-pool or upsample
-only the bias and addend are fused (the pool comes between them and the activation).
+bits) and the rounding.  Around a max-pool or upsample only the bias and addend are
+fused (the pool comes between them and the activation).
 The matrix products are numpy's, called exactly as :func:`.ops.conv2d` calls them (BLAS
 sums in its own order: same call, same matrices, same bits).  LRN, rectify and PReLU
 without weights take the reference path.
