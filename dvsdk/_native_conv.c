@@ -123,50 +123,85 @@ PyObject *dv_im2col(PyObject *self, PyObject *args)
     Py_RETURN_NONE;
 }
 
-HOT static void avgpool_all(const float *restrict x, Py_ssize_t h, Py_ssize_t w,
-                            Py_ssize_t c, float *restrict out, Py_ssize_t oh, Py_ssize_t ow,
-                            int kx, int ky, int sx, int sy, int pl, int pt, float param,
-                            float *restrict acc)
+/* np.maximum(a, b) on float32, as numpy 2 computes it (measured, contiguous and strided
+ * alike): a NaN first operand is returned, else the larger, else (equal, or b a NaN) the
+ * second operand -- so maximum(-0, +0) is +0, maximum(+0, -0) is -0 */
+static inline float np_maximum(float a, float b)
 {
+    return a != a ? a : (a > b ? a : b);
+}
+
+/* Pooling over each output pixel's window, taps in row-major order (ops.avg_pool /
+ * ops.max_pool): average, acc = 0 + every tap (padded positions 0), times ``param``;
+ * max, the first tap (padded: -inf), then np.maximum with each further one. */
+HOT static void pool_all(const float *restrict x, Py_ssize_t h, Py_ssize_t w, Py_ssize_t c,
+                         float *restrict out, Py_ssize_t oh, Py_ssize_t ow, int kx, int ky,
+                         int sx, int sy, int pl, int pt, int is_max, float param,
+                         float *restrict acc)
+{
+    const float pad = is_max ? -INFINITY : 0.0f;
+    if (kx == 1 && ky == 1 && sx == 1 && sy == 1 && pl == 0 && pt == 0 && oh == h
+        && ow == w) {  /* one tap per output (the compiler's copy and add commands): flat */
+        Py_ssize_t n = h * w * c;
+        if (is_max)
+            memcpy(out, x, (size_t)n * sizeof(float));
+        else
+            for (Py_ssize_t i = 0; i < n; i++)
+                out[i] = (0.0f + x[i]) * param;
+        return;
+    }
     for (Py_ssize_t oy = 0; oy < oh; oy++) {
         for (Py_ssize_t ox = 0; ox < ow; ox++) {
-            for (Py_ssize_t ch = 0; ch < c; ch++)
-                acc[ch] = 0.0f;
+            float *o = out + (oy * ow + ox) * c;
+            float *a = is_max ? o : acc;
             for (int i = 0; i < ky; i++) {
                 Py_ssize_t iy = oy * sy + i - pt;
                 for (int j = 0; j < kx; j++) {
                     Py_ssize_t ix = ox * sx + j - pl;
-                    if (iy >= 0 && iy < h && ix >= 0 && ix < w) {
-                        const float *px = x + (iy * w + ix) * c;
+                    int in = iy >= 0 && iy < h && ix >= 0 && ix < w;
+                    const float *px = in ? x + (iy * w + ix) * c : NULL;
+                    if (i == 0 && j == 0 && is_max) {  /* the first tap, copied */
                         for (Py_ssize_t ch = 0; ch < c; ch++)
-                            acc[ch] = acc[ch] + px[ch];
-                    } else {
-                        for (Py_ssize_t ch = 0; ch < c; ch++)
-                            acc[ch] = acc[ch] + 0.0f;
+                            a[ch] = in ? px[ch] : pad;
+                        continue;
                     }
+                    if (i == 0 && j == 0)
+                        for (Py_ssize_t ch = 0; ch < c; ch++)
+                            a[ch] = 0.0f;
+                    if (is_max && in)
+                        for (Py_ssize_t ch = 0; ch < c; ch++)
+                            a[ch] = np_maximum(a[ch], px[ch]);
+                    else if (is_max)
+                        for (Py_ssize_t ch = 0; ch < c; ch++)
+                            a[ch] = np_maximum(a[ch], pad);
+                    else if (in)
+                        for (Py_ssize_t ch = 0; ch < c; ch++)
+                            a[ch] = a[ch] + px[ch];
+                    else
+                        for (Py_ssize_t ch = 0; ch < c; ch++)
+                            a[ch] = a[ch] + pad;
                 }
             }
-            float *o = out + (oy * ow + ox) * c;
-            for (Py_ssize_t ch = 0; ch < c; ch++)
-                o[ch] = acc[ch] * param;
+            if (!is_max)
+                for (Py_ssize_t ch = 0; ch < c; ch++)
+                    o[ch] = acc[ch] * param;
         }
     }
 }
 
-const char dv_avgpool_doc[] =
-    "avgpool(x, out, kx, ky, sx, sy, pad_left, pad_top, param)\n\n"
-    "Average pooling as ops.avg_pool: out (OH, OW, C) = (0 + sum of the window's taps in "
-    "row-major order, padded positions 0) * param, float32 throughout.";
-
-PyObject *dv_avgpool(PyObject *self, PyObject *args)
+/* avgpool(x, out, kx, ky, sx, sy, pl, pt, param) / maxpool(x, out, kx, ky, sx, sy, pl, pt) */
+static PyObject *pool_entry(PyObject *args, int is_max)
 {
-    (void)self;
     PyObject *xo, *oo;
     int kx, ky, sx, sy, pl, pt;
-    float param;
+    float param = 1.0f;
     Py_buffer x, o;
     float *acc = NULL;
-    if (!PyArg_ParseTuple(args, "OOiiiiiif", &xo, &oo, &kx, &ky, &sx, &sy, &pl, &pt, &param))
+    int ok = is_max ? PyArg_ParseTuple(args, "OOiiiiii", &xo, &oo, &kx, &ky, &sx, &sy, &pl,
+                                       &pt)
+                    : PyArg_ParseTuple(args, "OOiiiiiif", &xo, &oo, &kx, &ky, &sx, &sy, &pl,
+                                       &pt, &param);
+    if (!ok)
         return NULL;
     if (buf_f32(xo, &x, 0, 3, "x") < 0)
         return NULL;
@@ -177,13 +212,14 @@ PyObject *dv_avgpool(PyObject *self, PyObject *args)
     Py_ssize_t c = x.shape[2];
     if (kx < 1 || ky < 1 || sx < 1 || sy < 1 || pl < 0 || pt < 0 || o.shape[2] != c
         || x.buf == o.buf) {
-        PyErr_SetString(PyExc_ValueError, "avgpool: inconsistent shapes or steps");
+        PyErr_Format(PyExc_ValueError, "%s: inconsistent shapes or steps",
+                     is_max ? "maxpool" : "avgpool");
     } else if (!(acc = PyMem_Malloc((size_t)(c ? c : 1) * sizeof(float)))) {
         PyErr_NoMemory();
     } else {
         Py_BEGIN_ALLOW_THREADS
-        avgpool_all((const float *)x.buf, x.shape[0], x.shape[1], c, (float *)o.buf,
-                    o.shape[0], o.shape[1], kx, ky, sx, sy, pl, pt, param, acc);
+        pool_all((const float *)x.buf, x.shape[0], x.shape[1], c, (float *)o.buf,
+                 o.shape[0], o.shape[1], kx, ky, sx, sy, pl, pt, is_max, param, acc);
         Py_END_ALLOW_THREADS
     }
     PyMem_Free(acc);
@@ -194,41 +230,15 @@ PyObject *dv_avgpool(PyObject *self, PyObject *args)
     Py_RETURN_NONE;
 }
 
-/* np.maximum(a, b) on float32, as numpy 2 computes it (measured, contiguous and strided
- * alike): a NaN first operand is returned, else the larger, else (equal, or b a NaN) the
- * second operand -- so maximum(-0, +0) is +0, maximum(+0, -0) is -0 */
-static inline float np_maximum(float a, float b)
-{
-    return a != a ? a : (a > b ? a : b);
-}
+const char dv_avgpool_doc[] =
+    "avgpool(x, out, kx, ky, sx, sy, pad_left, pad_top, param)\n\n"
+    "Average pooling as ops.avg_pool: out (OH, OW, C) = (0 + sum of the window's taps in "
+    "row-major order, padded positions 0) * param, float32 throughout.";
 
-HOT static void maxpool_all(const float *restrict x, Py_ssize_t h, Py_ssize_t w,
-                            Py_ssize_t c, float *restrict out, Py_ssize_t oh, Py_ssize_t ow,
-                            int kx, int ky, int sx, int sy, int pl, int pt)
+PyObject *dv_avgpool(PyObject *self, PyObject *args)
 {
-    for (Py_ssize_t oy = 0; oy < oh; oy++) {
-        for (Py_ssize_t ox = 0; ox < ow; ox++) {
-            float *o = out + (oy * ow + ox) * c;
-            for (int i = 0; i < ky; i++) {
-                Py_ssize_t iy = oy * sy + i - pt;
-                for (int j = 0; j < kx; j++) {
-                    Py_ssize_t ix = ox * sx + j - pl;
-                    int in = iy >= 0 && iy < h && ix >= 0 && ix < w;
-                    const float *px = in ? x + (iy * w + ix) * c : NULL;
-                    if (i == 0 && j == 0) {  /* the first tap, copied */
-                        for (Py_ssize_t ch = 0; ch < c; ch++)
-                            o[ch] = in ? px[ch] : -INFINITY;
-                    } else if (in) {
-                        for (Py_ssize_t ch = 0; ch < c; ch++)
-                            o[ch] = np_maximum(o[ch], px[ch]);
-                    } else {
-                        for (Py_ssize_t ch = 0; ch < c; ch++)
-                            o[ch] = np_maximum(o[ch], -INFINITY);
-                    }
-                }
-            }
-        }
-    }
+    (void)self;
+    return pool_entry(args, 0);
 }
 
 const char dv_maxpool_doc[] =
@@ -239,32 +249,7 @@ const char dv_maxpool_doc[] =
 PyObject *dv_maxpool(PyObject *self, PyObject *args)
 {
     (void)self;
-    PyObject *xo, *oo;
-    int kx, ky, sx, sy, pl, pt;
-    Py_buffer x, o;
-    if (!PyArg_ParseTuple(args, "OOiiiiii", &xo, &oo, &kx, &ky, &sx, &sy, &pl, &pt))
-        return NULL;
-    if (buf_f32(xo, &x, 0, 3, "x") < 0)
-        return NULL;
-    if (buf_f32(oo, &o, 1, 3, "out") < 0) {
-        PyBuffer_Release(&x);
-        return NULL;
-    }
-    Py_ssize_t c = x.shape[2];
-    if (kx < 1 || ky < 1 || sx < 1 || sy < 1 || pl < 0 || pt < 0 || o.shape[2] != c
-        || x.buf == o.buf) {
-        PyErr_SetString(PyExc_ValueError, "maxpool: inconsistent shapes or steps");
-    } else {
-        Py_BEGIN_ALLOW_THREADS
-        maxpool_all((const float *)x.buf, x.shape[0], x.shape[1], c, (float *)o.buf,
-                    o.shape[0], o.shape[1], kx, ky, sx, sy, pl, pt);
-        Py_END_ALLOW_THREADS
-    }
-    PyBuffer_Release(&x);
-    PyBuffer_Release(&o);
-    if (PyErr_Occurred())
-        return NULL;
-    Py_RETURN_NONE;
+    return pool_entry(args, 1);
 }
 
 /* sigmoid from e = exp(-|a|): where(a >= 0, 1/(1+e), e/(1+e)); ELU from m = expm1(min(a,
