@@ -227,9 +227,10 @@ done:
 /* Depthwise correlation: acc = 0 + tap0*w0 + tap1*w1 + ... (row-major taps, each product
  * rounded before its add; a padded position reads zeros, so 0*w is added as
  * ops._depthwise does), + bias, then the optional epilogue (activation, rounding).
- * Four output pixels of one row are computed together, 16 channels at a time (then 8,
- * then one by one), so four independent sums are in flight and each weight load serves
- * four products. */
+ * Up to eight output pixels of one row are computed together (as many as are left), 16
+ * channels at a time (then 8, then one by one), so that many independent sums are in
+ * flight and each weight load serves that many products; their epilogue then runs over
+ * the pixels at once (adjacent in ``out``). */
 #if defined(__GNUC__)
 typedef float v16f __attribute__((vector_size(64)));
 typedef float v8f __attribute__((vector_size(32)));
@@ -238,7 +239,7 @@ typedef float v8f __attribute__((vector_size(32)));
 #else
 #define DW_VECTOR 0
 #endif
-#define DW_PX 4
+#define DW_PX 8
 
 typedef struct {
     const float *x, *wt, *bias, *zeros, *prelu;
@@ -340,12 +341,26 @@ HOT static void depthwise_rows(const DwArgs *a, float *restrict out, Py_ssize_t 
                     }
                 }
             }
-            if (np == DW_PX)
-                dw_pixels(a, src, outs, DW_PX);
-            else
-                for (int p = 0; p < np; p++)
-                    dw_pixels(a, src + p * ntaps, outs + p, 1);
-            if (a->act >= 0)  /* the epilogue on the np pixels just written (in cache) */
+            switch (np) {  /* as many independent sums as there are pixels left */
+            case DW_PX: dw_pixels(a, src, outs, DW_PX); break;
+#if DW_PX > 4
+            case 7: dw_pixels(a, src, outs, 7); break;
+            case 6: dw_pixels(a, src, outs, 6); break;
+            case 5: dw_pixels(a, src, outs, 5); break;
+            case 4: dw_pixels(a, src, outs, 4); break;
+#endif
+            case 3: dw_pixels(a, src, outs, 3); break;
+            case 2: dw_pixels(a, src, outs, 2); break;
+            default: dw_pixels(a, src, outs, 1); break;
+            }
+            if (a->act >= 0 && !a->prelu && (Py_ssize_t)np * c <= FINISH_BLOCK) {
+                /* the epilogue on the np pixels just written (in cache, one run: the
+                 * pixels of a row are adjacent in out) */
+                Py_ssize_t n = np * c;
+                memcpy(fin, outs[0], (size_t)n * 4);
+                act_block(fin, n, a->act, a->slope, NULL);
+                round_block((const u32a *)fin, (u32a *)outs[0], n);
+            } else if (a->act >= 0) {  /* pixel by pixel (PReLU's slopes are per channel) */
                 for (int p = 0; p < np; p++)
                     for (Py_ssize_t c0 = 0; c0 < c; c0 += FINISH_BLOCK) {
                         Py_ssize_t n = c - c0 < FINISH_BLOCK ? c - c0 : FINISH_BLOCK;
@@ -353,6 +368,7 @@ HOT static void depthwise_rows(const DwArgs *a, float *restrict out, Py_ssize_t 
                         act_block(fin, n, a->act, a->slope, a->prelu ? a->prelu + c0 : NULL);
                         round_block((const u32a *)fin, (u32a *)(outs[p] + c0), n);
                     }
+            }
         }
     }
 }

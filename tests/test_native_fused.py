@@ -110,7 +110,7 @@ def test_epilogue_equals_the_stages(act, slope, bias, addend, m):
 
 
 @pytest.mark.parametrize("act,slope", [(0, 0.0), (2, 0.25), (4, 0.0), (6, 0.0)])
-@pytest.mark.parametrize("c", [5, 16, 24, 40, 71])
+@pytest.mark.parametrize("c", [5, 16, 24, 40, 71, 700])  # (700: a pixel at a time)
 def test_depthwise_with_its_epilogue_equals_depthwise_then_finish(act, slope, c):
     rng = np.random.default_rng(c * 7 + act)
     x = special_mix(rng, (9, 11, c)) if c == 40 else rng.normal(size=(9, 11, c)).astype(
