@@ -21,6 +21,10 @@ void dv_f16_init(void)
 #if X86_F16C
     __builtin_cpu_init();
     have_f16c = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
+    /* DVSDK_NATIVE_F16C=0: the portable loops, as an Arm board runs them (for tests) */
+    const char *env = getenv("DVSDK_NATIVE_F16C");
+    if (env && env[0] == '0')
+        have_f16c = 0;
 #endif
 }
 

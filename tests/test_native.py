@@ -246,3 +246,22 @@ def test_pack_unpack_runs_against_the_formula(c, n, h, w, transpose):
     NATIVE.unpack(ref.view(np.float16), back, transpose)
     expect = nchw.transpose(0, 2, 3, 1).astype(np.float16).astype(np.float32)
     assert same_bits(back, expect)
+
+
+@needs_native
+def test_the_portable_loops_give_the_same_bits():
+    """Without F16C (an Arm board such as the ZIA's Cortex-A53 builds no x86 path) the
+    conversions, pack/unpack and the fused CPU step run their portable loops: the same
+    tests, in a child whose module skips F16C (``DVSDK_NATIVE_F16C=0``)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    env = dict(os.environ, DVSDK_NATIVE_F16C="0")
+    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                        "-x", "-k", "formula or binary16 or ew_f16 or to_f16",
+                        "tests/test_native.py", "tests/test_native_fused.py"],
+                       cwd=root, env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
+    assert " passed" in r.stdout and "deselected" in r.stdout
