@@ -198,7 +198,7 @@ def step(net: Any, h: Any) -> None:
 
 def _enter(net: Any, h: Any, seg: Segment) -> SegmentState:
     """One sync_for_cpu per contiguous range of the device tensors the segment reads."""
-    _sync_for_cpu(h, _read_spans(net, [t for t in seg.reads if t not in h.host]))
+    _sync_spans_for_cpu(h, _read_spans(net, [t for t in seg.reads if t not in h.host]))
     return SegmentState(seg)
 
 
@@ -214,7 +214,7 @@ def _read_spans(net: Any, names: list[str]) -> list[tuple[int, int, str]]:
     return _spans(items)
 
 
-def _sync_for_cpu(h: Any, spans: list[tuple[int, int, str]]) -> None:
+def _sync_spans_for_cpu(h: Any, spans: list[tuple[int, int, str]]) -> None:
     for a, b, names in spans:
         with h.stats.stage("sync", names):
             h.ctx.arena.sync_for_cpu(a, b - a)
@@ -446,7 +446,7 @@ def _fused_plan(net: Any, seg: Segment) -> FusedPlan | bool:
 
 
 def _run_fused(net: Any, h: Any, seg: Segment, plan: FusedPlan) -> None:
-    _sync_for_cpu(h, plan.syncs)  # (its operands are not held by the host: step())
+    _sync_spans_for_cpu(h, plan.syncs)  # (its operands are not held by the host: step())
     hh, ww, c = plan.hwc
     d = net._dev(plan.out)
     with h.stats.stage("cpu", plan.label):
