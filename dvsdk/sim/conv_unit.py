@@ -126,7 +126,7 @@ class ConvPlan:
     one: ConvTotals
     #: per run, its prepared step (kernels.make_step), by whether the compiled loops are on
     steps: dict = field(default_factory=dict)
-    #: per run with a conv, its weight cache key (_load_weights), worked out once
+    #: per run, its weight cache key (:func:`_weight_key`; size 0 without conv)
     weight_keys: list = field(default_factory=list)
 
 
@@ -186,7 +186,9 @@ def _plan(core: CoreState, hdr: dict, runs: list[dict], u8_input: bool) -> ConvP
         one.cycles += _run_cycles(core, run, shapes[i], tiles, sizes[i], in_ubuf,
                                   out_offs[i] is None, one, elt_bytes if i == 0 else 0)
     return ConvPlan(hdr, runs, shapes, sizes, out_offs, out_total, elt_shape,
-                    w * h * c * (1 if u8_input else 2), one)
+                    w * h * c * (1 if u8_input else 2), one,
+                    weight_keys=[_weight_key(run, shp[0][3], size)
+                                 for run, shp, size in zip(runs, shapes, sizes)])
 
 
 def _check_ubuf(core: CoreState, hdr: dict, runs: list[dict]) -> None:
@@ -212,9 +214,6 @@ def _execute(core: CoreState, plan: ConvPlan, table_word: int) -> None:
     hdr, runs, topo = plan.hdr, plan.runs, plan.hdr["topo"]
     batch = hdr["input_circular_offset"] or 1
     hwc = (hdr["h"], hdr["w"], hdr["c"])
-    if not plan.weight_keys:
-        plan.weight_keys = [_weight_key(run, shp[0][3], size)
-                            for run, shp, size in zip(runs, plan.shapes, plan.weight_sizes)]
     weights = [_load_weights(core, run, key) if key[1] else None
                for run, key in zip(runs, plan.weight_keys)]
     mode = native.NATIVE is not None
