@@ -51,16 +51,34 @@ static PyObject *round_f16(PyObject *self, PyObject *args)
 }
 
 
+/* n values of y in place, in chunks that stay in registers and L1: y + b, + ad, then
+ * (act >= 0) the activation and the rounding; b, ad and p (PReLU slopes) run along y */
+static inline __attribute__((always_inline)) void epilogue_run(
+    float *y, Py_ssize_t n, const float *restrict b, const float *restrict ad, int act,
+    float slope, const float *restrict p)
+{
+    float v[ROUND_CHUNK];
+    for (Py_ssize_t c0 = 0; c0 < n; c0 += ROUND_CHUNK) {
+        Py_ssize_t k = n - c0 < ROUND_CHUNK ? n - c0 : ROUND_CHUNK;
+        const float *yc = y + c0;
+        if (b)
+            for (Py_ssize_t i = 0; i < k; i++) v[i] = yc[i] + b[c0 + i];
+        else
+            for (Py_ssize_t i = 0; i < k; i++) v[i] = yc[i];
+        if (ad)
+            for (Py_ssize_t i = 0; i < k; i++) v[i] = v[i] + ad[c0 + i];
+        if (act >= 0) {
+            act_block(v, k, act, slope, p ? p + c0 : NULL);
+            round_block((const u32a *)v, (u32a *)(y + c0), k);
+        } else {
+            memcpy(y + c0, v, (size_t)k * 4);
+        }
+    }
+}
+
 HOT static void finish_all(float *v, Py_ssize_t n, int act, float slope)
 {
-    float tmp[FINISH_BLOCK];
-    for (Py_ssize_t b0 = 0; b0 < n; b0 += FINISH_BLOCK) {
-        Py_ssize_t m = n - b0 < FINISH_BLOCK ? n - b0 : FINISH_BLOCK;
-        float *blk = v + b0;
-        memcpy(tmp, blk, (size_t)m * 4);
-        act_block(tmp, m, act, slope, NULL);
-        round_block((const u32a *)tmp, (u32a *)blk, m);
-    }
+    epilogue_run(v, n, NULL, NULL, act, slope, NULL);
 }
 
 PyDoc_STRVAR(finish_doc,
@@ -102,10 +120,9 @@ HOT static void epilogue_all(float *restrict y, Py_ssize_t rows, Py_ssize_t m,
                              const float *restrict bias, const float *restrict addend,
                              int act, float slope, const float *restrict prelu)
 {
-    float tmp[FINISH_BLOCK];
     if (m <= FINISH_BLOCK / 2) {
-        /* few channels: several rows per block, the per-channel vectors tiled to the
-         * block (a block of one short row cost more in loop overhead than in work) */
+        /* few channels: several rows per run, the per-channel vectors tiled to the run
+         * (a run of one short row cost more in loop overhead than in work) */
         float bt[FINISH_BLOCK], pt[FINISH_BLOCK];
         Py_ssize_t per = FINISH_BLOCK / m < rows ? FINISH_BLOCK / m : rows;
         for (Py_ssize_t r = 0; r < per; r++) {  /* (only as many rows as there are) */
@@ -114,44 +131,13 @@ HOT static void epilogue_all(float *restrict y, Py_ssize_t rows, Py_ssize_t m,
             if (prelu)
                 memcpy(pt + r * m, prelu, (size_t)m * 4);
         }
-        for (Py_ssize_t r = 0; r < rows; r += per) {
-            Py_ssize_t n = (rows - r < per ? rows - r : per) * m;
-            float *row = y + r * m;
-            float *v = act >= 0 ? tmp : row;  /* may be row itself: no restrict */
-            if (bias)
-                for (Py_ssize_t i = 0; i < n; i++) v[i] = row[i] + bt[i];
-            else if (v != row)
-                memcpy(v, row, (size_t)n * 4);
-            if (addend) {
-                const float *restrict ad = addend + r * m;
-                for (Py_ssize_t i = 0; i < n; i++) v[i] = v[i] + ad[i];
-            }
-            if (act >= 0) {
-                act_block(v, n, act, slope, prelu ? pt : NULL);
-                round_block((const u32a *)v, (u32a *)row, n);
-            }
-        }
+        for (Py_ssize_t r = 0; r < rows; r += per)
+            epilogue_run(y + r * m, (rows - r < per ? rows - r : per) * m, bias ? bt : NULL,
+                         addend ? addend + r * m : NULL, act, slope, prelu ? pt : NULL);
         return;
     }
-    for (Py_ssize_t r = 0; r < rows; r++) {
-        for (Py_ssize_t c0 = 0; c0 < m; c0 += FINISH_BLOCK) {
-            Py_ssize_t n = m - c0 < FINISH_BLOCK ? m - c0 : FINISH_BLOCK;
-            float *row = y + r * m + c0;
-            float *v = act >= 0 ? tmp : row;  /* may be row itself: no restrict */
-            if (bias)
-                for (Py_ssize_t i = 0; i < n; i++) v[i] = row[i] + bias[c0 + i];
-            else if (v != row)
-                memcpy(v, row, (size_t)n * 4);
-            if (addend) {
-                const float *restrict ad = addend + r * m + c0;
-                for (Py_ssize_t i = 0; i < n; i++) v[i] = v[i] + ad[i];
-            }
-            if (act >= 0) {
-                act_block(v, n, act, slope, prelu ? prelu + c0 : NULL);
-                round_block((const u32a *)v, (u32a *)row, n);
-            }
-        }
-    }
+    for (Py_ssize_t r = 0; r < rows; r++)
+        epilogue_run(y + r * m, m, bias, addend ? addend + r * m : NULL, act, slope, prelu);
 }
 
 /* an optional float32 vector argument (None allowed) of exactly n elements */
@@ -309,7 +295,6 @@ HOT static void depthwise_rows(const DwArgs *a, float *restrict out, Py_ssize_t 
                                Py_ssize_t oy1, const float **src, Py_ssize_t *toff)
 {
     Py_ssize_t ntaps = a->ky * a->kx, c = a->c;
-    float fin[FINISH_BLOCK];
     for (Py_ssize_t i = 0; i < a->ky; i++)
         for (Py_ssize_t j = 0; j < a->kx; j++)
             toff[i * a->kx + j] = (i * a->dy * a->w + j * a->dx) * c;
@@ -353,22 +338,12 @@ HOT static void depthwise_rows(const DwArgs *a, float *restrict out, Py_ssize_t 
             case 2: dw_pixels(a, src, outs, 2); break;
             default: dw_pixels(a, src, outs, 1); break;
             }
-            if (a->act >= 0 && !a->prelu && (Py_ssize_t)np * c <= FINISH_BLOCK) {
-                /* the epilogue on the np pixels just written (in cache, one run: the
-                 * pixels of a row are adjacent in out) */
-                Py_ssize_t n = np * c;
-                memcpy(fin, outs[0], (size_t)n * 4);
-                act_block(fin, n, a->act, a->slope, NULL);
-                round_block((const u32a *)fin, (u32a *)outs[0], n);
-            } else if (a->act >= 0) {  /* pixel by pixel (PReLU's slopes are per channel) */
+            if (a->act >= 0 && !a->prelu)  /* the epilogue on the np pixels just written
+                                              * (in cache; adjacent in out: one run) */
+                epilogue_run(outs[0], np * c, NULL, NULL, a->act, a->slope, NULL);
+            else if (a->act >= 0)  /* pixel by pixel (PReLU's slopes are per channel) */
                 for (int p = 0; p < np; p++)
-                    for (Py_ssize_t c0 = 0; c0 < c; c0 += FINISH_BLOCK) {
-                        Py_ssize_t n = c - c0 < FINISH_BLOCK ? c - c0 : FINISH_BLOCK;
-                        memcpy(fin, outs[p] + c0, (size_t)n * 4);
-                        act_block(fin, n, a->act, a->slope, a->prelu ? a->prelu + c0 : NULL);
-                        round_block((const u32a *)fin, (u32a *)(outs[p] + c0), n);
-                    }
-            }
+                    epilogue_run(outs[p], c, NULL, NULL, a->act, a->slope, a->prelu);
         }
     }
 }
