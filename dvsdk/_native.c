@@ -63,8 +63,10 @@ static inline __attribute__((always_inline)) void epilogue_run(
         const float *yc = y + c0;
         if (b)
             for (Py_ssize_t i = 0; i < k; i++) v[i] = yc[i] + b[c0 + i];
+        else if (k == ROUND_CHUNK)
+            memcpy(v, yc, sizeof v);  /* (a fixed size: vector moves, not a string copy) */
         else
-            for (Py_ssize_t i = 0; i < k; i++) v[i] = yc[i];
+            memcpy(v, yc, (size_t)k * 4);
         if (ad)
             for (Py_ssize_t i = 0; i < k; i++) v[i] = v[i] + ad[c0 + i];
         if (act >= 0) {
@@ -235,9 +237,13 @@ typedef struct {
 } DwArgs;
 
 /* np output pixels (1 <= np <= DW_PX) whose taps are src[p * ntaps + t] */
-static inline __attribute__((always_inline)) void dw_pixels(const DwArgs *a,
-                                                            const float **src, float **outs,
-                                                            const int np)
+/* tap t of pixel p: inside the input, at a fixed step from the first pixel's taps (no
+ * table of pointers to load); at a border, from the table */
+#define DW_TAP(p, t) (inside ? base0 + (p) * pstep + toff[t] : src[(p) * ntaps + (t)])
+
+static inline __attribute__((always_inline)) void dw_pixels(
+    const DwArgs *a, const float **src, const float *base0, Py_ssize_t pstep,
+    const Py_ssize_t *toff, float **outs, const int np, const int inside)
 {
     Py_ssize_t ntaps = a->ky * a->kx, c = a->c, ch = 0;
     float tmp[DW_PX][16];
@@ -249,7 +255,7 @@ static inline __attribute__((always_inline)) void dw_pixels(const DwArgs *a,
         for (Py_ssize_t t = 0; t < ntaps; t++) {
             v16f wk = LOADV(v16f, a->wt + t * c + ch);
             for (int p = 0; p < np; p++)
-                acc[p] = acc[p] + LOADV(v16f, src[p * ntaps + t] + ch) * wk;
+                acc[p] = acc[p] + LOADV(v16f, DW_TAP(p, t) + ch) * wk;
         }
         v16f b = LOADV(v16f, a->bias + ch);
         for (int p = 0; p < np; p++) {
@@ -264,7 +270,7 @@ static inline __attribute__((always_inline)) void dw_pixels(const DwArgs *a,
         for (Py_ssize_t t = 0; t < ntaps; t++) {
             v8f wk = LOADV(v8f, a->wt + t * c + ch);
             for (int p = 0; p < np; p++)
-                acc[p] = acc[p] + LOADV(v8f, src[p * ntaps + t] + ch) * wk;
+                acc[p] = acc[p] + LOADV(v8f, DW_TAP(p, t) + ch) * wk;
         }
         v8f b = LOADV(v8f, a->bias + ch);
         for (int p = 0; p < np; p++) {
@@ -279,7 +285,7 @@ static inline __attribute__((always_inline)) void dw_pixels(const DwArgs *a,
             for (Py_ssize_t l = 0; l < n; l++)
                 tmp[p][l] = 0.0f;
             for (Py_ssize_t t = 0; t < ntaps; t++) {
-                const float *px = src[p * ntaps + t] + ch, *wk = a->wt + t * c + ch;
+                const float *px = DW_TAP(p, t) + ch, *wk = a->wt + t * c + ch;
                 for (Py_ssize_t l = 0; l < n; l++) {
                     float prod = px[l] * wk[l];
                     tmp[p][l] = tmp[p][l] + prod;
@@ -307,15 +313,13 @@ HOT static void depthwise_rows(const DwArgs *a, float *restrict out, Py_ssize_t 
             Py_ssize_t ix0 = ox0 * a->sx - a->pl;
             int inside = rows_in && ix0 >= 0
                 && ix0 + (np - 1) * a->sx + (a->kx - 1) * a->dx < a->w;
+            const float *base0 = inside ? a->x + (iy0 * a->w + ix0) * c : NULL;
+            Py_ssize_t pstep = a->sx * c;
             for (int p = 0; p < np; p++) {
                 Py_ssize_t ox = ox0 + p;
                 outs[p] = out + (oy * a->ow + ox) * c;
-                if (inside) {  /* the whole window is in the input: no bounds to check */
-                    const float *base = a->x + (iy0 * a->w + ix0 + p * a->sx) * c;
-                    for (Py_ssize_t t = 0; t < ntaps; t++)
-                        src[p * ntaps + t] = base + toff[t];
+                if (inside)  /* the whole window is in the input: taps at fixed steps */
                     continue;
-                }
                 for (Py_ssize_t i = 0; i < a->ky; i++) {
                     Py_ssize_t iy = iy0 + i * a->dy;
                     for (Py_ssize_t j = 0; j < a->kx; j++) {
@@ -326,18 +330,22 @@ HOT static void depthwise_rows(const DwArgs *a, float *restrict out, Py_ssize_t 
                     }
                 }
             }
+#define DW_CALL(n)                                                                     \
+    (inside ? dw_pixels(a, src, base0, pstep, toff, outs, (n), 1)                          \
+            : dw_pixels(a, src, base0, pstep, toff, outs, (n), 0))
             switch (np) {  /* as many independent sums as there are pixels left */
-            case DW_PX: dw_pixels(a, src, outs, DW_PX); break;
+            case DW_PX: DW_CALL(DW_PX); break;
 #if DW_PX > 4
-            case 7: dw_pixels(a, src, outs, 7); break;
-            case 6: dw_pixels(a, src, outs, 6); break;
-            case 5: dw_pixels(a, src, outs, 5); break;
-            case 4: dw_pixels(a, src, outs, 4); break;
+            case 7: DW_CALL(7); break;
+            case 6: DW_CALL(6); break;
+            case 5: DW_CALL(5); break;
+            case 4: DW_CALL(4); break;
 #endif
-            case 3: dw_pixels(a, src, outs, 3); break;
-            case 2: dw_pixels(a, src, outs, 2); break;
-            default: dw_pixels(a, src, outs, 1); break;
+            case 3: DW_CALL(3); break;
+            case 2: DW_CALL(2); break;
+            default: DW_CALL(1); break;
             }
+#undef DW_CALL
             if (a->act >= 0 && !a->prelu)  /* the epilogue on the np pixels just written
                                               * (in cache; adjacent in out: one run) */
                 epilogue_run(outs[0], np * c, NULL, NULL, a->act, a->slope, NULL);
