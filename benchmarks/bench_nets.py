@@ -20,7 +20,7 @@ Goals (issue 14): EfficientNet-Lite0-like <= 2x, the nets with CPU steps <= 5x, 
 nets <= 10x onnxruntime.  The machine's load average is printed first: time-based numbers
 are noisy on a shared machine, the ratios less so.
 
-    python benchmarks/bench_nets.py [--repeats 11] [--nets yolov8n,dbnet]
+    python benchmarks/bench_nets.py [--repeats 21] [--nets yolov8n,dbnet]
 """
 
 from __future__ import annotations
@@ -128,8 +128,8 @@ def cpu_segment_overhead(repeats: int) -> tuple[list[float], float]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--repeats", type=int, default=11,
-                    help="runs per network (the median of 11 rides out a burst of load)")
+    ap.add_argument("--repeats", type=int, default=21,
+                    help="runs per network (a median of 21 rides out bursts of load)")
     ap.add_argument("--nets", default=",".join([*NETWORKS, "digits"]),
                     help="comma-separated subset of " + ", ".join([*NETWORKS, "digits"]))
     args = ap.parse_args()
