@@ -226,7 +226,7 @@ def _execute(core: CoreState, plan: ConvPlan, table_word: int) -> None:
         if table_word == NO_BUFFER:
             x = mem.read_tensor(in_addr + n * plan.in_bytes_one, hwc)
         else:
-            x = _read_input(core, in_addr + n * plan.in_bytes_one, hwc, table_word)
+            x = _read_u8_input(core, in_addr + n * plan.in_bytes_one, hwc, table_word)
         addend = None
         if plan.elt_shape is not None:
             eb = 2 * math.prod(plan.elt_shape)
@@ -283,11 +283,9 @@ def _run_macs(run: dict, shapes: tuple) -> int:
     return max(ow, w, tw) * max(oh, h, th) * m * cin * kx * (ky or kx)
 
 
-def _read_input(core: CoreState, addr: int, hwc: tuple[int, int, int],
-                table_word: int) -> np.ndarray:
+def _read_u8_input(core: CoreState, addr: int, hwc: tuple[int, int, int],
+                   table_word: int) -> np.ndarray:
     hh, ww, cc = hwc
-    if table_word == NO_BUFFER:
-        return core.mem.read_tensor(addr, hwc)
     # conv v1: uint8 input converted through 3 x 256 FP16 tables ([AMBIG] §3.3, our choice:
     # the same chunked layout with one byte per element, channel c uses table c % 3, and the
     # to_bgr flag (bit 0 of the table address) swaps the first and third tables).

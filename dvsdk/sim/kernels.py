@@ -69,7 +69,7 @@ def make_step(run: dict, reference: Callable[..., np.ndarray]) -> Step:
         tail = _make_tail(run)
 
         def pool_step(x: np.ndarray, wb: None, addend: np.ndarray | None) -> np.ndarray:
-            return tail(_avg_pool(x, size, stride, pads, scale), None, None, addend)
+            return tail(_pool(x, size, stride, pads, scale), None, None, addend)
         return pool_step
 
     kx, ky = _xy(run["p"])
@@ -159,7 +159,7 @@ def _make_tail(run: dict) -> Callable[..., np.ndarray]:
         if bias is not None or addend is not None:
             _epilogue(t, bias, addend, -1, 0.0, None)
         if pe == POOL.max:
-            t = _max_pool(t, *pool)
+            t = _pool(t, *pool)
         elif pe == POOL.upsample:
             t = ops.upsample2x(t)
         if act in EXP_ACTS:  # numpy's exp / expm1, as ops.activation calls them
@@ -187,31 +187,24 @@ def _epilogue(t: np.ndarray, bias: np.ndarray | None, addend: np.ndarray | None,
         t2[r0:r1], bias, None if a2 is None else a2[r0:r1], act, param, prelu))
 
 
-def _avg_pool(x: np.ndarray, size: tuple[int, int], stride: tuple[int, int],
-              pads: tuple[int, int, int, int], param: float) -> np.ndarray:
-    """:func:`.ops.avg_pool`, compiled: the same taps in the same order."""
+def _pool(x: np.ndarray, size: tuple[int, int], stride: tuple[int, int],
+          pads: tuple[int, int, int, int], avg_param: float | None = None) -> np.ndarray:
+    """:func:`.ops.avg_pool` (``avg_param`` given) or :func:`.ops.max_pool`, compiled: the
+    same taps in the same order (max: numpy's maximum, NaN and signed-zero cases included,
+    padded positions -inf)."""
     (kx, ky), (sx, sy), (pl, pr, pt, pb) = size, stride, pads
+    if min(kx, ky, sx, sy) < 1:  # their errors
+        return (ops.max_pool(x, size, stride, pads) if avg_param is None
+                else ops.avg_pool(x, size, stride, pads, avg_param))
     h, w, c = x.shape
     ow = ops.conv_out_size(w, kx, pl, pr, sx, "width")
     oh = ops.conv_out_size(h, ky, pt, pb, sy, "height")
     out = np.empty((oh, ow, c), np.float32)
-    native.NATIVE.avgpool(np.ascontiguousarray(x, np.float32), out, kx, ky, sx, sy, pl, pt,
-                          float(np.float32(param)))
-    return out
-
-
-def _max_pool(x: np.ndarray, size: tuple[int, int], stride: tuple[int, int],
-              pads: tuple[int, int, int, int]) -> np.ndarray:
-    """:func:`.ops.max_pool`, compiled: the same taps in the same order, numpy's maximum
-    (NaN and signed-zero cases included), padded positions -inf."""
-    (kx, ky), (sx, sy), (pl, pr, pt, pb) = size, stride, pads
-    if min(kx, ky, sx, sy) < 1:
-        return ops.max_pool(x, size, stride, pads)  # its error
-    h, w, c = x.shape
-    ow = ops.conv_out_size(w, kx, pl, pr, sx, "width")
-    oh = ops.conv_out_size(h, ky, pt, pb, sy, "height")
-    out = np.empty((oh, ow, c), np.float32)
-    native.NATIVE.maxpool(np.ascontiguousarray(x, np.float32), out, kx, ky, sx, sy, pl, pt)
+    x = np.ascontiguousarray(x, np.float32)
+    if avg_param is None:
+        native.NATIVE.maxpool(x, out, kx, ky, sx, sy, pl, pt)
+    else:
+        native.NATIVE.avgpool(x, out, kx, ky, sx, sy, pl, pt, float(np.float32(avg_param)))
     return out
 
 
