@@ -22,7 +22,7 @@ An injected bit flip always writes the tensor at once, flipped, and keeps no val
 from __future__ import annotations
 
 import math
-from bisect import bisect_left, insort
+from bisect import bisect_left, bisect_right
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -36,6 +36,9 @@ from .status import HardwareError
 #: bytes per entry of the write clock behind :meth:`Dram.version` (2**6: the DMA
 #: allocators' alignment, so two buffers never share an entry)
 LINE_SHIFT = 6
+#: bytes per entry of the coarser write clock that lets :meth:`Dram.version` skip the
+#: line clocks of a range no store touched since it last looked (2**16)
+PAGE_SHIFT = 16
 
 
 #: bytes compared at a time by :func:`same_bytes` (its temporary is an eighth of this)
@@ -81,7 +84,7 @@ def _packed(values: np.ndarray) -> np.ndarray:
     return layout.pack(f32_to_f16(values)).view(np.uint8)
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, eq=False)  # (identity: the live ranges name their tensor)
 class StoredTensor:
     """A tensor the device stored at ``addr``: its shape and float32 values (read-only).
 
@@ -122,15 +125,20 @@ class Dram:
         self.flip_next_write = False
         self.tensor_limit = self.TENSOR_LIMIT
         self.tensors: dict[tuple[int, int], StoredTensor] = {}  # by (start, end) address
-        #: the keys of ``tensors``, sorted, and the longest one's length (_overlapping)
-        self._keys: list[tuple[int, int]] = []
-        self._maxlen = 0
+        # the live byte ranges of the stored tensors, sorted and disjoint (each store clips
+        # the ones before it), in three parallel lists: start, end, tensor (_run)
+        self._starts: list[int] = []
+        self._ends: list[int] = []
+        self._owners: list[StoredTensor] = []
         self._kept_bytes = 0
         self._clock = 0
         # lazy mode: the write clock of each 64-byte line, for version() (np.zeros: pages
-        # of it that are never written cost no memory)
+        # of it that are never written cost no memory), and of each 64 KiB page (a list:
+        # one or two entries are read per version(), where numpy's call costs more)
         nlines = (array.size >> LINE_SHIFT) + 1 if lazy else 0
         self._line_clock = np.zeros(nlines, np.uint64)
+        self._page_clock = [0] * ((array.size >> PAGE_SHIFT) + 1) if lazy else []
+        self._versions: dict[tuple[int, int], tuple[int, int]] = {}  # version() memo
 
     # -- raw access ---------------------------------------------------------------------
     def _span(self, addr: int, n: int) -> int:
@@ -190,19 +198,19 @@ class Dram:
             if not flip:
                 self._keep(StoredTensor(addr, addr + n, values, packed, [(addr, addr + n)]))
             return
-        key = (addr, addr + n)
-        old = self.tensors.get(key)
-        there = self._overlapping(addr, addr + n) if old is not None else None
-        if (there is not None and len(there) == 1 and there[0] is old
-                and self._kept_bytes - old.values.nbytes + values.nbytes <= self.tensor_limit):
-            # the common store: the same range as the tensor it replaces, nothing else
-            # there (the same layer's output, run after run): swapped in place
-            values.flags.writeable = False
-            self.tensors[key] = StoredTensor(addr, addr + n, values, None, [key])
-            self._kept_bytes += values.nbytes - old.values.nbytes
-        else:
-            self._clip(addr, addr + n)
-            self._keep(StoredTensor(addr, addr + n, values, None, [key]))
+        if n:
+            i, j = self._run(addr, addr + n)
+            old = self._owners[i] if j == i + 1 else None
+            if (old is not None and old.whole and old.addr == addr and old.end == addr + n
+                    and self._kept_bytes - old.values.nbytes + values.nbytes
+                    <= self.tensor_limit):
+                # the common store: over the tensor of the same range and nothing else (the
+                # same layer's output, run after run): swapped in place
+                self._kept_bytes -= old.values.nbytes
+                self._owners[i] = self._store(values, addr, n)
+            else:
+                self._clip(addr, addr + n)
+                self._keep(StoredTensor(addr, addr + n, values, None, [(addr, addr + n)]))
         self._stamp(addr, n)
         if self.on_write:
             self.on_write(addr, n)
@@ -225,16 +233,15 @@ class Dram:
     def materialize(self, addr: int, n: int) -> None:
         """Write out the stored tensors whose unwritten bytes overlap ``[addr, addr+n)``
         (lazy mode); the simulated DMA calls it before the CPU reads DRAM."""
-        end = addr + n
-        for t in [t for t in self._overlapping(addr, end) if t.packed is None
-                  and any(s < end and addr < e for s, e in t.live)]:
+        for t in [t for t in self._overlapping(addr, addr + n) if t.packed is None]:
             packed = _packed(t.values)
             for s, e in t.live:
                 self.array[s - self.base : e - self.base] = packed[s - t.addr : e - t.addr]
             if t.whole:
                 t.packed = packed
             else:
-                self._drop(t)
+                self._unlink(t)
+                self._forget(t)
 
     def release(self, addr: int, n: int, whole: bool = False) -> None:
         """Another writer (the simulated DMA for the CPU) is about to store into
@@ -251,60 +258,107 @@ class Dram:
         if not self.lazy:
             return None
         off = addr - self.base
-        lo, hi = off >> LINE_SHIFT, ((off + n - 1) >> LINE_SHIFT) + 1
-        if hi <= lo:
+        if n <= 0:
             return 0
-        return int(np.maximum.reduce(self._line_clock[lo:hi]))  # (no _amax wrapper)
+        p0, p1 = off >> PAGE_SHIFT, ((off + n - 1) >> PAGE_SHIFT) + 1
+        pages = self._page_clock[p0] if p1 - p0 == 1 else max(self._page_clock[p0:p1])
+        key = (addr, n)
+        seen = self._versions.get(key)
+        if seen is not None and seen[0] == pages:  # no store touched those pages since
+            return seen[1]
+        lines = self._line_clock[off >> LINE_SHIFT : ((off + n - 1) >> LINE_SHIFT) + 1]
+        fine = int(np.maximum.reduce(lines))  # (no _amax wrapper)
+        if len(self._versions) > 4096:
+            self._versions.clear()
+        self._versions[key] = (pages, fine)
+        return fine
 
     # -- bookkeeping --------------------------------------------------------------------
+    def _store(self, values: np.ndarray, addr: int, n: int) -> StoredTensor:
+        """A new unwritten stored tensor, registered by its range (not yet in the live
+        ranges: the caller places it)."""
+        values.flags.writeable = False
+        t = StoredTensor(addr, addr + n, values, None, [(addr, addr + n)])
+        self.tensors[(addr, addr + n)] = t
+        self._kept_bytes += values.nbytes
+        return t
+
     def _keep(self, t: StoredTensor) -> None:
+        """Register ``t`` and its range as live (the range was clipped free before)."""
+        if t.end == t.addr:
+            return  # (an empty tensor: nothing to keep)
         if self._kept_bytes + t.values.nbytes > self.tensor_limit:
             self.materialize(self.base, self.array.size)
-            for old in list(self.tensors.values()):
-                self._drop(old)
+            self.tensors.clear()
+            self._starts, self._ends, self._owners = [], [], []
+            self._kept_bytes = 0
         t.values.flags.writeable = False
-        key = (t.addr, t.end)
-        self.tensors[key] = t
-        insort(self._keys, key)
-        self._maxlen = max(self._maxlen, t.end - t.addr)
+        self.tensors[(t.addr, t.end)] = t
         self._kept_bytes += t.values.nbytes
+        i = bisect_left(self._starts, t.addr)
+        self._starts.insert(i, t.addr)
+        self._ends.insert(i, t.end)
+        self._owners.insert(i, t)
 
-    def _drop(self, t: StoredTensor) -> None:
-        key = (t.addr, t.end)
-        del self.tensors[key]
-        del self._keys[bisect_left(self._keys, key)]
-        if not self._keys:
-            self._maxlen = 0
+    def _forget(self, t: StoredTensor) -> None:
+        """Drop ``t`` from the register (its live ranges are gone already)."""
+        del self.tensors[(t.addr, t.end)]
         self._kept_bytes -= t.values.nbytes
 
+    def _unlink(self, t: StoredTensor) -> None:
+        """Take ``t``'s live ranges out of the sorted lists."""
+        for s, _ in t.live:
+            i = bisect_left(self._starts, s)
+            del self._starts[i], self._ends[i], self._owners[i]
+
+    def _run(self, a: int, b: int) -> tuple[int, int]:
+        """``(i, j)``: the live ranges ``i..j-1`` are those that overlap ``[a, b)`` (sorted
+        and disjoint: the first that ends after ``a`` to the last that starts before
+        ``b``)."""
+        i = bisect_right(self._ends, a)
+        return i, bisect_left(self._starts, b, i)
+
     def _overlapping(self, a: int, b: int) -> list[StoredTensor]:
-        """The stored tensors whose address range overlaps ``[a, b)``, found by bisection
-        in the sorted keys: those starting before ``b`` and less than the longest
-        tensor's length before ``a`` (a batch of N samples stores N tensors)."""
-        keys, out = self._keys, []
-        j = bisect_left(keys, (b, -1)) - 1
-        floor = a - self._maxlen
-        while j >= 0 and keys[j][0] > floor:
-            if keys[j][1] > a:
-                out.append(self.tensors[keys[j]])
-            j -= 1
-        return out
+        """The stored tensors with live bytes in ``[a, b)``."""
+        i, j = self._run(a, b)
+        owners = self._owners[i:j]
+        return owners if len(owners) < 2 else list(dict.fromkeys(owners))
 
     def _clip(self, a: int, b: int) -> None:
         """``[a, b)`` is about to be overwritten whole: written tensors there are dropped,
         unwritten ones lose that part (and are dropped when nothing is left)."""
-        for t in self._overlapping(a, b):
-            if t.packed is not None:
-                self._drop(t)
+        i, j = self._run(a, b)
+        if i == j:
+            return
+        starts, ends, owners = self._starts, self._ends, self._owners
+        first, last = owners[i], owners[j - 1]
+        keep_s, keep_e, keep_o = [], [], []
+        if starts[i] < a and first.packed is None:  # the part of the first before a
+            keep_s.append(starts[i])
+            keep_e.append(a)
+            keep_o.append(first)
+        if ends[j - 1] > b and last.packed is None:  # the part of the last after b
+            keep_s.append(b)
+            keep_e.append(ends[j - 1])
+            keep_o.append(last)
+        hit = owners[i:j]
+        starts[i:j], ends[i:j], owners[i:j] = keep_s, keep_e, keep_o
+        for t in hit if len(hit) < 2 else dict.fromkeys(hit):
+            if t.packed is not None:  # written out and whole: its one range was in i..j-1
+                self._forget(t)
                 continue
             t.live = remove_span(t.live, a, b)
             t.whole = False
             if not t.live:
-                self._drop(t)
+                self._forget(t)
 
     def _stamp(self, addr: int, n: int) -> None:
         if self.lazy and n:
-            self._clock += 1
+            self._clock = clock = self._clock + 1
             off = addr - self.base
-            self._line_clock[off >> LINE_SHIFT : ((off + n - 1) >> LINE_SHIFT) + 1] = \
-                self._clock
+            self._line_clock[off >> LINE_SHIFT : ((off + n - 1) >> LINE_SHIFT) + 1] = clock
+            p0, p1 = off >> PAGE_SHIFT, ((off + n - 1) >> PAGE_SHIFT) + 1
+            if p1 - p0 == 1:
+                self._page_clock[p0] = clock
+            else:
+                self._page_clock[p0:p1] = [clock] * (p1 - p0)
