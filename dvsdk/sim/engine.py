@@ -46,6 +46,15 @@ from .units import run_ipu, run_maximizer
 
 _COUNTERS_LO = R["conv"]["BYTE_COUNTERS_LO"] // 4  # word indexes of the 2 x 8 counters
 _COUNTERS_HI = R["conv"]["BYTE_COUNTERS_HI"] // 4
+# word indexes of the conv registers a stream writes, and of those start() touches per unit
+_CMD_ADDR, _CMD_LEN = R["conv"]["CMD_ADDR"] // 4, R["conv"]["CMD_LEN"] // 4
+_CFG_ADDR, _CFG_DATA = R["conv"]["CFG_ADDR"] // 4, R["conv"]["CFG_DATA"] // 4
+_START, _IRQ = R["conv"]["START"] // 4, IRQ_REGS["conv"] // 4  # (START: in the stream)
+#: per unit: (start, SIM_STATUS, SIM_FAULT_ADDR, SIM_CYCLES_LO, SIM_CYCLES_HI or None)
+_UNIT_WORDS = {u: (START_REGS[u] // 4, R[u]["SIM_STATUS"] // 4, R[u]["SIM_FAULT_ADDR"] // 4,
+                   R[u]["SIM_CYCLES_LO"] // 4,
+                   R[u]["SIM_CYCLES_HI"] // 4 if "SIM_CYCLES_HI" in R[u] else None)
+               for u in START_REGS}
 
 
 class Dv700Core(CoreState):
@@ -75,10 +84,9 @@ class Dv700Core(CoreState):
     def start(self, unit: str) -> None:
         """The start register of ``unit`` was written with 1."""
         regs = self.regs[unit]
-        regs[START_REGS[unit] // 4] = 0
+        start_reg, status_reg, fault_reg, lo_reg, hi_reg = _UNIT_WORDS[unit]
+        regs[start_reg] = 0
         self.stats["kicks"] += 1
-        status_reg = R[unit]["SIM_STATUS"] // 4
-        fault_reg = R[unit]["SIM_FAULT_ADDR"] // 4
         regs[status_reg] = regs[fault_reg] = 0
         if self.faults.hang:
             self.faults.hang -= 1
@@ -111,14 +119,14 @@ class Dv700Core(CoreState):
                 self.raise_irq(unit)
             return
         self.stats["cycles"] += cycles
-        regs[R[unit]["SIM_CYCLES_LO"] // 4] = cycles & 0xFFFFFFFF
-        if "SIM_CYCLES_HI" in R[unit]:
-            regs[R[unit]["SIM_CYCLES_HI"] // 4] = cycles >> 32
-        if unit == "conv" and self.regs["conv"][IRQ_REGS["conv"] // 4]:
+        regs[lo_reg] = cycles & 0xFFFFFFFF
+        if hi_reg is not None:
+            regs[hi_reg] = cycles >> 32
+        if unit == "conv" and regs[_IRQ]:
             # the stream raised it already; the callback fires once the run completed
             if self.faults.lost_irq:
                 self.faults.lost_irq -= 1
-                self.regs["conv"][IRQ_REGS["conv"] // 4] = 0
+                regs[_IRQ] = 0
             elif self.on_irq:
                 self.on_irq("conv")
         elif unit != "conv":
@@ -148,8 +156,8 @@ class Dv700Core(CoreState):
         """Fetch and decode the command stream (§10.2-10.4) under the watchdog; returns
         cycles."""
         conv = self.regs["conv"]
-        addr = int(conv[R["conv"]["CMD_ADDR"] // 4])
-        length = int(conv[R["conv"]["CMD_LEN"] // 4]) * 8
+        addr = int(conv[_CMD_ADDR])
+        length = int(conv[_CMD_LEN]) * 8
         conv[_COUNTERS_LO : _COUNTERS_LO + 8] = 0  # counters reset per run ([INFER] §10.10)
         conv[_COUNTERS_HI : _COUNTERS_HI + 8] = 0
         self.totals = ConvTotals()
@@ -163,11 +171,11 @@ class Dv700Core(CoreState):
         irq_seen = False
         here, nbytes = addr, length
         while True:  # chunk by chunk, each decoded once per content (decode.py)
-            chunk = self._fetch(here, nbytes, fetched)
+            raw = self._fetch(here, nbytes, fetched)
+            dec = self._decoded(raw, here)
             fetched += nbytes
-            dec = self._decoded(chunk, here)
             if steps + dec.steps > wd.stream_steps:  # the watchdog stops it in this chunk
-                dec = decode(chunk, here, wd.stream_steps - steps,
+                dec = decode(raw.view("<u4").copy(), here, wd.stream_steps - steps,
                              f"watchdog: {wd.stream_steps} packets decoded and no interrupt "
                              "write (the stream loops or does not end)")
             steps += dec.steps
@@ -196,57 +204,55 @@ class Dv700Core(CoreState):
         conv[_COUNTERS_HI : _COUNTERS_HI + 8] = words[8:]
         return t.cycles + self._stream_cycles(fetched)
 
-    def _decoded(self, chunk: np.ndarray, addr: int) -> Decoded:
-        """``decode(chunk, addr)``, kept per address and content (the same command list
-        kicked again decodes nothing)."""
-        key = (addr, chunk.tobytes())
+    def _decoded(self, raw: np.ndarray, addr: int) -> Decoded:
+        """``decode`` of the chunk whose bytes are ``raw``, kept per address and content
+        (the same command list kicked again decodes nothing)."""
+        key = (addr, raw.tobytes())
         dec = self._chunks.get(key)
         if dec is None:
             if len(self._chunks) >= 256:
                 self._chunks.clear()
-            dec = self._chunks[key] = decode(chunk, addr)
+            dec = self._chunks[key] = decode(raw.view("<u4").copy(), addr)
         return dec
 
     def _stream_cycles(self, fetched: int) -> int:
         return -(-fetched // self.params.bus_bytes_per_cycle)
 
     def _fetch(self, addr: int, nbytes: int, fetched: int) -> np.ndarray:
-        """A chunk of the stream as words: DRAM range first, then the watchdog's word and
-        cycle budgets, then the copy (its size is bounded by then)."""
+        """A chunk of the stream's bytes (a view: decoded or copied at once): DRAM range
+        first, then the watchdog's word and cycle budgets, then the read (its size is
+        bounded by then)."""
         self.mem.check_range(addr, nbytes)
         wd = self.params.watchdog
         if (fetched + nbytes) // 4 > wd.stream_words:
             raise Hang(addr, f"watchdog: more than {wd.stream_words} stream words fetched")
         if self.totals.cycles + self._stream_cycles(fetched + nbytes) > self.kick_cycle_limit:
             raise Hang(addr, f"watchdog: the kick passed {self.kick_cycle_limit} cycles")
-        return self.mem.read(addr, nbytes).view("<u4").copy()
+        return self.mem.read(addr, nbytes)
 
     def _cfg_data(self, data: np.ndarray, where: int) -> None:
         """CFG_DATA writes of ``data`` (words as little-endian bytes): each stores a word at
         the controller address CFG_ADDR, which then advances by 4 (§10.3); an address
         outside controller memory stops it."""
-        addr_reg = R["conv"]["CFG_ADDR"] // 4
-        ptr = int(self.regs["conv"][addr_reg])
+        ptr = int(self.regs["conv"][_CFG_ADDR])
         nwords = data.size // 4
         fit = 0 if ptr % 4 else max(0, min(nwords, (CFG_MEM_BYTES - ptr) // 4))
         self.cfg_mem[ptr : ptr + 4 * fit] = data[: 4 * fit]
-        self.regs["conv"][addr_reg] = ptr + 4 * fit
+        self.regs["conv"][_CFG_ADDR] = ptr + 4 * fit
         if fit < nwords:
             raise HardwareError("bad_config", where,
                                 f"controller address {ptr + 4 * fit:#x} invalid")
 
     def _stream_write(self, reg: int, value: int, where: int) -> bool:
         """A register write issued by the stream; returns True for the interrupt write."""
-        conv_regs = R["conv"]
         if reg == U8_TABLE_INDEX:
             self.u8_table = value
             return False
-        offset = reg * 4
-        if offset == conv_regs["CFG_ADDR"]:
-            self.regs["conv"][offset // 4] = value
-        elif offset == conv_regs["CFG_DATA"]:
+        if reg == _CFG_ADDR:
+            self.regs["conv"][reg] = value
+        elif reg == _CFG_DATA:
             self._cfg_data(np.array([value], "<u4").view(np.uint8), where)
-        elif offset == conv_regs["START"]:
+        elif reg == _START:
             if value & 1:
                 self.kick_commands += 1
                 if self.kick_commands > self.params.watchdog.commands:
@@ -257,9 +263,9 @@ class Dv700Core(CoreState):
                     run_configuration(self)
                 except Hang as e:
                     raise Hang(where, e.reason) from None
-        elif offset == IRQ_REGS["conv"]:
+        elif reg == _IRQ:
             if value & 1:
-                self.regs["conv"][offset // 4] = 1
+                self.regs["conv"][reg] = 1
                 return True
         else:
             raise HardwareError("unknown_packet", where,
