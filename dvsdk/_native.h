@@ -153,6 +153,46 @@ static inline void act_block(float *restrict v, Py_ssize_t n, int act, float slo
         for (Py_ssize_t i = 0; i < n; i++) v[i] = act_leaky(v[i], prelu[i]);
 }
 
+/* act_block's ReLU6 and round_block in one pass, s -> d (not overlapping), on the bits:
+ * in a chunk without NaN, a negative value (-0 included) becomes +0 and, as the order of
+ * non-negative floats is that of their bits, the clamp at 6 is an unsigned minimum; the
+ * rounding then never overflows, and a result in binary16's subnormal range is gone
+ * over again exactly.  A chunk holding a NaN takes act_relu6 and round_block. */
+static inline __attribute__((always_inline)) uint32_t relu6_bits(uint32_t u)
+{
+    uint32_t x = u & ~(uint32_t)((int32_t)u >> 31);
+    return x < 0x40c00000u ? x : 0x40c00000u;  /* 6.0f */
+}
+
+static inline __attribute__((always_inline)) void relu6_round_block(const u32a *s, u32a *d,
+                                                                     Py_ssize_t n)
+{
+    for (Py_ssize_t c0 = 0; c0 < n; c0 += ROUND_CHUNK) {
+        Py_ssize_t m = n - c0 < ROUND_CHUNK ? n - c0 : ROUND_CHUNK;
+        const u32a *sc = s + c0;
+        u32a *dc = d + c0;
+        uint32_t nan = 0, sub = 0;
+        for (Py_ssize_t i = 0; i < m; i++) {
+            uint32_t u = sc[i], x = relu6_bits(u);
+            nan |= (uint32_t)((u & 0x7fffffffu) > 0x7f800000u);
+            sub |= (uint32_t)(x - 1u < 0x387fffffu);
+            dc[i] = (x + 0x0fffu + ((x >> 13) & 1u)) & 0xffffe000u;
+        }
+        if (nan) {
+            float t[ROUND_CHUNK];
+            memcpy(t, (const void *)sc, (size_t)m * 4);
+            for (Py_ssize_t i = 0; i < m; i++) t[i] = act_relu6(t[i]);
+            round_block((const u32a *)t, dc, m);
+        } else if (sub) {
+            for (Py_ssize_t i = 0; i < m; i++) {
+                uint32_t x = relu6_bits(sc[i]);
+                if (x - 1u < 0x387fffffu)
+                    dc[i] = f16_bits_to_f32(f32_to_f16_bits(x));
+            }
+        }
+    }
+}
+
 #define FINISH_BLOCK 4096
 
 /* the conversions and layout moves of _native_f16.c */

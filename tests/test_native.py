@@ -100,6 +100,27 @@ def test_finish_native_equals_numpy(code, param, owned, monkeypatch):
 
 
 @needs_native
+@pytest.mark.parametrize("seed", range(3))
+def test_relu6_rounding_equals_numpy_in_blocks_with_and_without_nan(seed, monkeypatch):
+    """ReLU6 + rounding take a bit-level path in a 64-value block without NaN and the
+    exact one in a block holding one: every special value in blocks of both kinds (a
+    NaN in every other block), against numpy."""
+    rng = np.random.default_rng(seed)
+    specials = np.array([0.0, -0.0, 6.0, 5.9999, 6.0001, 1e9, -1e9, np.inf, -np.inf,
+                         3e-5, -3e-5, 6.1e-5, 1e-30, 65519.0, 70000.0], np.float32)
+    x = rng.normal(scale=5, size=(96, 64)).astype(np.float32)
+    for row in x:
+        row[rng.integers(0, 64, 8)] = rng.choice(specials, 8)
+        row[rng.integers(0, 64, 4)] = rng.uniform(-1e-4, 1e-4, 4)  # subnormal results
+    bits = x.view(np.uint32)
+    bits[::2, 7] = 0x7FC01234                                     # quiet NaN, payload
+    bits[2::4, 33] = 0x7F800001                                   # signalling NaN
+    fast, ref = both(lambda: ops.finish(x.copy(), 6, 0.0, owned=True), monkeypatch)
+    assert same_bits(fast, ref)
+    assert np.isnan(fast[::2, 7]).all() and (fast[1::2] <= 6).all()
+
+
+@needs_native
 @settings(max_examples=60, deadline=None)
 @given(h=st.integers(1, 12), w=st.integers(1, 12), c=st.integers(1, 40),
        k=st.sampled_from([(1, 1), (3, 3), (5, 5), (2, 3), (3, 1), (7, 7)]),
