@@ -55,6 +55,9 @@ class CommandList:
         self.info = device.info()
         self.chunk_bytes = chunk_bytes
         self.commands: list[Command] = []
+        #: the commands as the device runs them, from commit on: an FC lowered to a
+        #: 1x1 conv (§6.4) whose weights the list re-packed into a buffer of its own
+        self.device_commands: list[Command] = []
         self.unit: str | None = None
         self.committed = False
         self._submission: Any = None  # what the device made of the committed commands
@@ -105,6 +108,7 @@ class CommandList:
             raise InvalidCommand("nothing to commit", field="commands", value=0, limit=">= 1")
         cmds = [self._lower_fc(c) if isinstance(c, FcCommand) else c for c in self.commands]
         plans = [validate(c, self.info) for c in cmds]
+        self.device_commands = cmds
         sub = self.device.prepare(self.unit, cmds, self.info)
         if sub is None:  # a register-level device: build the stream / register programs
             sub = RegisterSubmission(self.device, self.unit, cmds, plans, self.info,

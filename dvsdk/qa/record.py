@@ -35,6 +35,7 @@ from ..driver.unitregs import ipu_writes, maximizer_writes
 from ..driver.validate import validate
 from ..errors import InvalidArgument, RecordError
 from ..fsutil import atomic_write
+from ..hw.weights import fc_weight_size
 
 FORMAT = "dvrec"
 FORMAT_VERSION = 1
@@ -146,6 +147,15 @@ class Recorder:
                 else:
                     item["blob"] = self._blob(_device_view(buf, off, a.nbytes))
                     entry["reads"].append(item)
+            for c in cl.commands:  # what commit read to lower an FC (§6.4): its weights
+                if isinstance(c, C.FcCommand):
+                    ref = c.weight_buf
+                    n = min(fc_weight_size(c.input_size, c.output_size, bool(c.weight_fmt)),
+                            ref.available)
+                    entry["reads"].append({"buf": self._buf_id(ref.buffer),
+                                           "offset": ref.offset, "nbytes": n,
+                                           "what": "fc weights (re-packed at commit)",
+                                           "blob": self._blob(ref.buffer.read(ref.offset, n))})
             entry["_buffers"] = [_locate(bufs, a)[0] for a in accesses if a.write]
             self._open[id(cl)] = entry
 
@@ -249,5 +259,5 @@ _NOWHERE = 8
 
 def _conv_commands(cl: Any) -> list:
     """The list's commands as the device runs them: an FC is lowered to a conv at commit
-    (§6.4); its lowered form is the submission's."""
-    return [c for c in cl.commands if isinstance(c, C.ConvCommand)]
+    (§6.4), and the list keeps that lowered form (``device_commands``)."""
+    return [c for c in cl.device_commands if isinstance(c, C.ConvCommand)]
