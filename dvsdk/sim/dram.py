@@ -207,7 +207,8 @@ class Dram:
                 # the common store: over the tensor of the same range and nothing else (the
                 # same layer's output, run after run): swapped in place
                 self._kept_bytes -= old.values.nbytes
-                self._owners[i] = self._store(values, addr, n)
+                self._owners[i] = self._register(
+                    StoredTensor(addr, addr + n, values, None, [(addr, addr + n)]))
             else:
                 self._clip(addr, addr + n)
                 self._keep(StoredTensor(addr, addr + n, values, None, [(addr, addr + n)]))
@@ -274,13 +275,12 @@ class Dram:
         return fine
 
     # -- bookkeeping --------------------------------------------------------------------
-    def _store(self, values: np.ndarray, addr: int, n: int) -> StoredTensor:
-        """A new unwritten stored tensor, registered by its range (not yet in the live
-        ranges: the caller places it)."""
-        values.flags.writeable = False
-        t = StoredTensor(addr, addr + n, values, None, [(addr, addr + n)])
-        self.tensors[(addr, addr + n)] = t
-        self._kept_bytes += values.nbytes
+    def _register(self, t: StoredTensor) -> StoredTensor:
+        """``t`` registered by its range, its values made read-only (its live range is
+        placed by the caller)."""
+        t.values.flags.writeable = False
+        self.tensors[(t.addr, t.end)] = t
+        self._kept_bytes += t.values.nbytes
         return t
 
     def _keep(self, t: StoredTensor) -> None:
@@ -292,9 +292,7 @@ class Dram:
             self.tensors.clear()
             self._starts, self._ends, self._owners = [], [], []
             self._kept_bytes = 0
-        t.values.flags.writeable = False
-        self.tensors[(t.addr, t.end)] = t
-        self._kept_bytes += t.values.nbytes
+        self._register(t)
         i = bisect_left(self._starts, t.addr)
         self._starts.insert(i, t.addr)
         self._ends.insert(i, t.end)
