@@ -118,6 +118,41 @@ def test_roundtrip_every_c(c: int) -> None:
         assert np.array_equal(single, buf[5 * 3 * c :])
 
 
+@pytest.mark.parametrize("compiled", [True, False])
+@pytest.mark.parametrize("shape", [(3, 5, 20), (2, 4, 3, 17), (6, 4, 3), (1, 1, 37)])
+def test_pack_into_a_given_buffer(shape, compiled, monkeypatch) -> None:
+    """``out``: the same bytes as the naive reference, in the caller's array (a view into
+    a bigger buffer), from float32 (the compiled loop) and float64 (numpy's path), and
+    with the compiled loops off; nothing around it is touched."""
+    from dvsdk import native
+
+    if not compiled:
+        monkeypatch.setattr(native, "NATIVE", None)
+    x = fp16_values(np.random.default_rng(7), shape)
+    for transpose in (False, True):
+        for src in (x, x.astype(np.float64)):
+            big = np.full(x.size + 16, 7.0, np.float16)
+            got = layout.pack(src, transpose=transpose, out=big[8:-8])
+            assert np.shares_memory(got, big)
+            assert np.array_equal(big[8:-8].view(np.uint16),
+                                  naive_pack(x, transpose).view(np.uint16))
+            assert (big[:8] == 7).all() and (big[-8:] == 7).all()
+
+
+@pytest.mark.parametrize("out,field_value", [
+    (np.zeros(60, np.float32), "float32"), (np.zeros((6, 10), np.float16), "float16"),
+    (np.zeros(120, np.float16)[::2], "float16"), (np.zeros(59, np.float16), 59),
+    (np.zeros(61, np.float16), 61), (b"x" * 120, "bytes")])
+def test_pack_into_a_wrong_buffer_is_refused(out, field_value) -> None:
+    with pytest.raises(LayoutError) as ei:
+        layout.pack(np.ones((2, 3, 10), np.float32), out=out)
+    assert ei.value.field == "out" and str(field_value) in str(ei.value.value)
+    ro = np.zeros(60, np.float16)
+    ro.flags.writeable = False
+    with pytest.raises(LayoutError):
+        layout.pack(np.ones((2, 3, 10), np.float32), out=ro)
+
+
 def test_c_le_8_is_whc_or_plain_cast() -> None:
     # §1 consequence: C <= 8 is [W][H][C]; transposed C <= 8 is plain HWC (formats §1.3).
     x = fp16_values(np.random.default_rng(3), (4, 6, 3))

@@ -149,18 +149,28 @@ def _as_tensor(x: Any) -> np.ndarray:
     return arr
 
 
-def pack(x: Any, transpose: bool = False) -> np.ndarray:
+def pack(x: Any, transpose: bool = False, out: np.ndarray | None = None) -> np.ndarray:
     """Pack an ``(H, W, C)`` or ``(N, H, W, C)`` tensor into the chunked layout (§1).
 
-    Returns a new 1-D little-endian float16 array of ``N*H*W*C`` elements.  Any
-    float or integer dtype is accepted; values are rounded to FP16 (IEEE nearest-even,
-    magnitudes above 65504 become +-inf, NaN passes through).  ``transpose=True``
-    selects the DHWC orientation (formats.md §1.3).
+    Returns a new 1-D little-endian float16 array of ``N*H*W*C`` elements, or fills
+    ``out``, such an array given by the caller (a DMA buffer's view: packed in place, with
+    no copy after).  Any float or integer dtype is accepted; values are rounded to FP16
+    (IEEE nearest-even, magnitudes above 65504 become +-inf, NaN passes through).
+    ``transpose=True`` selects the DHWC orientation (formats.md §1.3).
     """
     arr = _as_tensor(x)
     n, h, w, c, _ = _check_shape(arr.shape)
     arr = arr.reshape(n, h, w, c)
-    out = np.empty(n * h * w * c, dtype=_F16)
+    if out is None:
+        out = np.empty(n * h * w * c, dtype=_F16)
+    elif (not isinstance(out, np.ndarray) or out.dtype != _F16 or out.ndim != 1
+          or not out.flags.c_contiguous or not out.flags.writeable):
+        raise LayoutError("out must be a writable contiguous 1-D float16 array", field="out",
+                          value=getattr(out, "dtype", type(out).__name__),
+                          limit="float16, 1-D, C-contiguous, writable")
+    elif out.size != n * h * w * c:
+        raise LayoutError("out has another number of elements than the tensor", field="out",
+                          value=out.size, limit=n * h * w * c)
     if native.NATIVE is not None and arr.dtype == np.float32:
         native.NATIVE.pack(arr, out, transpose)
         return out

@@ -233,10 +233,11 @@ def _leave(net: Any, h: Any) -> None:
                 nbytes = 2 * v.flat.size
                 h.ctx.arena.write_with(d["offset"], nbytes,
                                        lambda view, v=v: to_f16(v.flat, view.view(np.float16)))
-            else:
-                data = layout.pack(_to_hwc(np.asarray(v, np.float32), hwc), transpose=tr)
-                h.ctx.arena.write(d["offset"], data)
-                nbytes = data.nbytes
+            else:  # packed straight into the arena (no copy after)
+                nbytes = 2 * hwc[0] * hwc[1] * hwc[2]
+                x = _to_hwc(np.asarray(v, np.float32), hwc)
+                h.ctx.arena.write_with(d["offset"], nbytes, lambda view, x=x, tr=tr: layout.pack(
+                    x, transpose=tr, out=view.view(np.float16)))
         items.append((d["offset"], d["offset"] + nbytes, name))
     for a, b, names in _spans(items):
         with h.stats.stage("sync", names):

@@ -130,12 +130,13 @@ class Net:
     def _upload(self, ctx: RunContext, name: str, value: np.ndarray, st: RunStats) -> None:
         d = self._dev(name)
         h, w, c = d["hwc"]
-        with st.stage("pack", name):
+        nbytes = 2 * h * w * c
+        with st.stage("pack", name):  # packed straight into the arena (no copy after)
             hwc = _to_hwc(value, (h, w, c))
-            packed = layout.pack(hwc, transpose=bool(d.get("transpose")))
-            ctx.arena.write(d["offset"], packed)
+            ctx.arena.write_with(d["offset"], nbytes, lambda view: layout.pack(
+                hwc, transpose=bool(d.get("transpose")), out=view.view(np.float16)))
         with st.stage("sync", name):
-            ctx.arena.sync_for_device(d["offset"], packed.nbytes)
+            ctx.arena.sync_for_device(d["offset"], nbytes)
 
     def _download(self, ctx: RunContext, name: str, st: RunStats) -> np.ndarray:
         d = self._dev(name)
