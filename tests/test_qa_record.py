@@ -200,7 +200,9 @@ def test_a_skip_connection_across_a_cpu_step_is_recorded_from_dram(tmp_path):
 def test_an_fc_command_is_recorded_as_the_device_runs_it_on_every_backend(device, tmp_path):
     """An FC is lowered to a 1x1 conv at commit (§6.4); on dv:// too (where DMP's module
     builds the stream) the recording holds its input, its re-packed weights and its
-    output, and replays bit-identically on sim://."""
+    output, and the packed weights as commit read them (the buffer is overwritten and
+    freed after commit here: the device runs the list's own copy), and replays
+    bit-identically on sim://."""
     from dvsdk.driver.cmdlist import CommandList
     from dvsdk.driver.commands import FcCommand
     from dvsdk.hw.weights import pack_fc_weights
@@ -212,7 +214,8 @@ def test_an_fc_command_is_recorded_as_the_device_runs_it_on_every_backend(device
     w = rng.uniform(-1, 1, (n_out, n_in)).astype(np.float16)
     b = rng.uniform(-1, 1, n_out).astype(np.float16)
     x = rng.uniform(-1, 1, n_in).astype(np.float16)
-    fw = upload(device, pack_fc_weights(w, b, (n_in, 1, 1), (n_out, 1, 1)), name="fc-w")
+    packed = pack_fc_weights(w, b, (n_in, 1, 1), (n_out, 1, 1))
+    fw = upload(device, packed, name="fc-w")
     fx = upload(device, x, name="fc-in")
     fo = device.alloc(n_out * 2, name="fc-out")
     rec = Recorder().attach(device)
@@ -220,6 +223,9 @@ def test_an_fc_command_is_recorded_as_the_device_runs_it_on_every_backend(device
         cl.add(FcCommand(weight_buf=fw, input_buf=fx, output_buf=fo, input_size=n_in,
                          output_size=n_out))
         cl.commit()
+        fw.write(0, np.zeros(fw.size, np.uint8))  # after commit: the list has its own copy
+        fw.sync_for_device()
+        fw.free()
         cl.run()
         lowered = cl._owned[0]  # the weights re-packed for the 1x1 conv
         (entry,) = rec.execs
@@ -230,6 +236,8 @@ def test_an_fc_command_is_recorded_as_the_device_runs_it_on_every_backend(device
     assert (ids[id(fx)], 0, n_in * 2) in reads
     assert any(buf == ids[id(lowered)] and n > 0 for buf, _, n in reads)
     assert writes == {(ids[id(fo)], 0, n_out * 2)}
+    (fc_read,) = [r for r in entry["reads"] if r["buf"] == rec.buffers[id(fw)]["id"]]
+    assert bytes(rec.blobs[fc_read["blob"]]) == bytes(np.frombuffer(packed, np.uint8))
     fo.sync_for_cpu()
     want = w.astype(np.float32) @ x.astype(np.float32) + b.astype(np.float32)
     got = fo.read(0, n_out * 2).view(np.float16).astype(np.float32)

@@ -28,7 +28,7 @@ import numpy as np
 
 from ..errors import InvalidArgument, InvalidCommand
 from ..hw.spec import SPEC
-from ..hw.weights import pack_conv_weights, unpack_fc_weights
+from ..hw.weights import fc_weight_size, pack_conv_weights, unpack_fc_weights
 from .commands import (
     WEIGHT_FMT,
     BufferRef,
@@ -58,6 +58,10 @@ class CommandList:
         #: the commands as the device runs them, from commit on: an FC lowered to a
         #: 1x1 conv (§6.4) whose weights the list re-packed into a buffer of its own
         self.device_commands: list[Command] = []
+        #: each FC's packed weights as commit read them to re-pack them (what a recording
+        #: stores: the device never reads these bytes, and the buffer may change or go
+        #: after commit)
+        self.fc_weights: list[tuple[FcCommand, np.ndarray]] = []
         self.unit: str | None = None
         self.committed = False
         self._submission: Any = None  # what the device made of the committed commands
@@ -121,6 +125,7 @@ class CommandList:
         n_in, n_out, q = fc.input_size, fc.output_size, bool(fc.weight_fmt)
         buf = fc.weight_buf
         blob = buf.buffer.read(buf.offset, buf.available)
+        self.fc_weights.append((fc, blob[: fc_weight_size(n_in, n_out, q)].copy()))
         if q:
             table = blob[:512].view(np.float16)
             idx = blob[512 : 512 + n_in * n_out].reshape(n_out, n_in, 1, 1)

@@ -35,7 +35,6 @@ from ..driver.unitregs import ipu_writes, maximizer_writes
 from ..driver.validate import validate
 from ..errors import InvalidArgument, RecordError
 from ..fsutil import atomic_write
-from ..hw.weights import fc_weight_size
 
 FORMAT = "dvrec"
 FORMAT_VERSION = 1
@@ -147,15 +146,15 @@ class Recorder:
                 else:
                     item["blob"] = self._blob(_device_view(buf, off, a.nbytes))
                     entry["reads"].append(item)
-            for c in cl.commands:  # what commit read to lower an FC (§6.4): its weights
-                if isinstance(c, C.FcCommand):
-                    ref = c.weight_buf
-                    n = min(fc_weight_size(c.input_size, c.output_size, bool(c.weight_fmt)),
-                            ref.available)
-                    entry["reads"].append({"buf": self._buf_id(ref.buffer),
-                                           "offset": ref.offset, "nbytes": n,
-                                           "what": "fc weights (re-packed at commit)",
-                                           "blob": self._blob(ref.buffer.read(ref.offset, n))})
+            for fc, blob in cl.fc_weights:  # what commit read to lower an FC (§6.4)
+                ref = fc.weight_buf
+                buf_id = self._buf_id(ref.buffer)
+                rec = self.buffers[id(ref.buffer)]  # (the buffer may be freed by now: sized
+                rec["size"] = max(rec["size"], ref.offset + int(blob.size))  # by the read)
+                entry["reads"].append({"buf": buf_id, "offset": ref.offset,
+                                       "nbytes": int(blob.size),
+                                       "what": "fc weights (re-packed at commit)",
+                                       "blob": self._blob(blob)})
             entry["_buffers"] = [_locate(bufs, a)[0] for a in accesses if a.write]
             self._open[id(cl)] = entry
 
