@@ -99,7 +99,8 @@ static inline int get_f32(PyObject *obj, Py_buffer *view, int writable, const ch
  * the general conversion. */
 #define ROUND_CHUNK 64
 
-static inline void round_block(const u32a *s, u32a *d, Py_ssize_t n)
+static inline __attribute__((always_inline)) void round_block(const u32a *s, u32a *d,
+                                                               Py_ssize_t n)
 {
     for (Py_ssize_t c0 = 0; c0 < n; c0 += ROUND_CHUNK) {
         Py_ssize_t m = n - c0 < ROUND_CHUNK ? n - c0 : ROUND_CHUNK;
