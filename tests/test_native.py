@@ -306,3 +306,29 @@ def test_the_avx2_builds_of_the_loops_give_the_same_bits():
                        cwd=root, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
     assert " passed" in r.stdout
+
+
+@needs_native
+@pytest.mark.skipif(not shutil.which("objdump"), reason="objdump is not installed")
+def test_the_avx_builds_call_no_helper_of_the_module():
+    """The hot loops' AVX2 and AVX-512 builds call nothing of the module itself: a helper
+    the compiler keeps out of line (a plain ``static inline`` it chose not to inline) is
+    built once, for the SSE2 baseline, and calling it from a clone runs the slow build
+    (a first ReLU6 pass did so and ran 2.4x slower); helpers are ``always_inline``."""
+    import re
+    import subprocess
+
+    path = NATIVE.__file__
+    asm = subprocess.run(["objdump", "-d", "--no-show-raw-insn", path], capture_output=True,
+                         text=True, timeout=120, check=True).stdout
+    calls, fn = {}, None
+    for line in asm.splitlines():
+        head = re.match(r"^[0-9a-f]+ <(.+)>:$", line)
+        if head:
+            fn = head.group(1)
+        elif fn and fn.endswith((".avx2", ".avx512f")) and "\tcall " in line:
+            target = re.search(r"<([^>]+)>", line)
+            if target and "@plt" not in target.group(1):
+                calls.setdefault(fn, set()).add(target.group(1))
+    assert any(f.endswith(".avx512f") for f in re.findall(r"<(.+)>:", asm))
+    assert calls == {}
