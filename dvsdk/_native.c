@@ -75,7 +75,7 @@ static inline __attribute__((always_inline)) void epilogue_run(
         if (ad)
             for (Py_ssize_t i = 0; i < k; i++) v[i] = v[i] + ad[c0 + i];
         if (act == 6) {
-            relu6_round_block((const u32a *)v, (u32a *)(y + c0), k);
+            round_run((const u32a *)v, (u32a *)(y + c0), k, 1);  /* ReLU6 + rounding */
         } else if (act >= 0) {
             act_block(v, k, act, slope, p ? p + c0 : NULL);
             round_block((const u32a *)v, (u32a *)(y + c0), k);

@@ -96,11 +96,20 @@ static inline int get_f32(PyObject *obj, Py_buffer *view, int writable, const ch
  * overlap), in chunks: a branch-free loop that vectorizes does integer rounding at
  * mantissa bit 13, right for zero and every normal binary16 result; only a chunk where
  * something else occurred (subnormal result, overflow, inf, NaN) is gone over again with
- * the general conversion. */
+ * the general conversion.  With ``relu6`` (a constant: each use is its own build) ReLU6
+ * comes first, on the bits: a negative value (-0 included) becomes +0 and, as the order
+ * of non-negative floats is that of their bits, the clamp at 6 is an unsigned minimum
+ * (act_relu6's values); a NaN, which ReLU6 keeps as it is, is one of the somethings else. */
 #define ROUND_CHUNK 64
 
-static inline __attribute__((always_inline)) void round_block(const u32a *s, u32a *d,
-                                                               Py_ssize_t n)
+static inline __attribute__((always_inline)) uint32_t relu6_bits(uint32_t u)
+{
+    uint32_t x = u & ~(uint32_t)((int32_t)u >> 31);
+    return x < 0x40c00000u ? x : 0x40c00000u;  /* 6.0f */
+}
+
+static inline __attribute__((always_inline)) void round_run(const u32a *s, u32a *d,
+                                                             Py_ssize_t n, const int relu6)
 {
     for (Py_ssize_t c0 = 0; c0 < n; c0 += ROUND_CHUNK) {
         Py_ssize_t m = n - c0 < ROUND_CHUNK ? n - c0 : ROUND_CHUNK;
@@ -108,18 +117,32 @@ static inline __attribute__((always_inline)) void round_block(const u32a *s, u32
         u32a *dc = d + c0;
         uint32_t others = 0;
         for (Py_ssize_t i = 0; i < m; i++) {
-            uint32_t u = sc[i], a = u & 0x7fffffffu;
+            uint32_t u = sc[i];
+            if (relu6) {
+                others |= (uint32_t)((u & 0x7fffffffu) > 0x7f800000u);
+                u = relu6_bits(u);
+            }
+            uint32_t a = u & 0x7fffffffu;
             others |= (uint32_t)(a - 1u < 0x387fffffu) | (uint32_t)(a >= 0x477ff000u);
             dc[i] = (u + 0x0fffu + ((u >> 13) & 1u)) & 0xffffe000u;
         }
         if (!others)
             continue;
         for (Py_ssize_t i = 0; i < m; i++) {
-            uint32_t a = sc[i] & 0x7fffffffu;
+            uint32_t u = sc[i];
+            if (relu6 && (u & 0x7fffffffu) <= 0x7f800000u)
+                u = relu6_bits(u);
+            uint32_t a = u & 0x7fffffffu;
             if ((a - 1u < 0x387fffffu) | (a >= 0x477ff000u))
-                dc[i] = f16_bits_to_f32(f32_to_f16_bits(sc[i]));
+                dc[i] = f16_bits_to_f32(f32_to_f16_bits(u));
         }
     }
+}
+
+static inline __attribute__((always_inline)) void round_block(const u32a *s, u32a *d,
+                                                               Py_ssize_t n)
+{
+    round_run(s, d, n, 0);
 }
 
 /* numpy's semantics, element by element: maximum/minimum return a NaN operand unchanged
@@ -152,46 +175,6 @@ static inline void act_block(float *restrict v, Py_ssize_t n, int act, float slo
         for (Py_ssize_t i = 0; i < n; i++) v[i] = act_leaky(v[i], slope);
     else if (act == 4)
         for (Py_ssize_t i = 0; i < n; i++) v[i] = act_leaky(v[i], prelu[i]);
-}
-
-/* act_block's ReLU6 and round_block in one pass, s -> d (not overlapping), on the bits:
- * in a chunk without NaN, a negative value (-0 included) becomes +0 and, as the order of
- * non-negative floats is that of their bits, the clamp at 6 is an unsigned minimum; the
- * rounding then never overflows, and a result in binary16's subnormal range is gone
- * over again exactly.  A chunk holding a NaN takes act_relu6 and round_block. */
-static inline __attribute__((always_inline)) uint32_t relu6_bits(uint32_t u)
-{
-    uint32_t x = u & ~(uint32_t)((int32_t)u >> 31);
-    return x < 0x40c00000u ? x : 0x40c00000u;  /* 6.0f */
-}
-
-static inline __attribute__((always_inline)) void relu6_round_block(const u32a *s, u32a *d,
-                                                                     Py_ssize_t n)
-{
-    for (Py_ssize_t c0 = 0; c0 < n; c0 += ROUND_CHUNK) {
-        Py_ssize_t m = n - c0 < ROUND_CHUNK ? n - c0 : ROUND_CHUNK;
-        const u32a *sc = s + c0;
-        u32a *dc = d + c0;
-        uint32_t nan = 0, sub = 0;
-        for (Py_ssize_t i = 0; i < m; i++) {
-            uint32_t u = sc[i], x = relu6_bits(u);
-            nan |= (uint32_t)((u & 0x7fffffffu) > 0x7f800000u);
-            sub |= (uint32_t)(x - 1u < 0x387fffffu);
-            dc[i] = (x + 0x0fffu + ((x >> 13) & 1u)) & 0xffffe000u;
-        }
-        if (nan) {
-            float t[ROUND_CHUNK];
-            memcpy(t, (const void *)sc, (size_t)m * 4);
-            for (Py_ssize_t i = 0; i < m; i++) t[i] = act_relu6(t[i]);
-            round_block((const u32a *)t, dc, m);
-        } else if (sub) {
-            for (Py_ssize_t i = 0; i < m; i++) {
-                uint32_t x = relu6_bits(sc[i]);
-                if (x - 1u < 0x387fffffu)
-                    dc[i] = f16_bits_to_f32(f32_to_f16_bits(x));
-            }
-        }
-    }
 }
 
 #define FINISH_BLOCK 4096
