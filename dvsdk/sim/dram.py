@@ -198,20 +198,19 @@ class Dram:
             if not flip:
                 self._keep(StoredTensor(addr, addr + n, values, packed, [(addr, addr + n)]))
             return
-        if n:
-            i, j = self._run(addr, addr + n)
-            old = self._owners[i] if j == i + 1 else None
-            if (old is not None and old.whole and old.addr == addr and old.end == addr + n
-                    and self._kept_bytes - old.values.nbytes + values.nbytes
-                    <= self.tensor_limit):
-                # the common store: over the tensor of the same range and nothing else (the
-                # same layer's output, run after run): swapped in place
-                self._kept_bytes -= old.values.nbytes
-                self._owners[i] = self._register(
-                    StoredTensor(addr, addr + n, values, None, [(addr, addr + n)]))
-            else:
-                self._clip(addr, addr + n)
-                self._keep(StoredTensor(addr, addr + n, values, None, [(addr, addr + n)]))
+        i, j = self._run(addr, addr + n)
+        old = self._owners[i] if j == i + 1 else None
+        if (old is not None and old.whole and old.addr == addr and old.end == addr + n
+                and self._kept_bytes - old.values.nbytes + values.nbytes
+                <= self.tensor_limit):
+            # the common store: over the tensor of the same range and nothing else (the
+            # same layer's output, run after run): swapped in place
+            self._kept_bytes -= old.values.nbytes
+            self._owners[i] = self._register(
+                StoredTensor(addr, addr + n, values, None, [(addr, addr + n)]))
+        else:
+            self._clip(addr, addr + n)
+            self._keep(StoredTensor(addr, addr + n, values, None, [(addr, addr + n)]))
         self._stamp(addr, n)
         if self.on_write:
             self.on_write(addr, n)
