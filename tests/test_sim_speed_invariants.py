@@ -166,6 +166,27 @@ def test_version_changes_with_writes_to_the_range_only():
     assert mem.version(BASE + 4096, 1000) != v1
 
 
+def test_version_memo_sees_stores_through_each_of_its_clocks():
+    """version()'s three clocks (64 KiB pages, 4 KiB pages, 64-byte lines): a store in
+    the same 64 KiB page but another 4 KiB page, in the same 4 KiB page but another line,
+    then in the range, each after the range's version was asked."""
+    mem = Dram(np.zeros(1 << 17, np.uint8), BASE, lazy=True)
+    weights = (BASE + 8192 + 512, 1024)  # in the 3rd 4 KiB page of the first 64 KiB
+    v = mem.version(*weights)
+    for addr, inside in [(BASE + 60000, False), (BASE + 100, False), (BASE + 8192, False),
+                         (BASE + 8192 + 1600, False), (BASE + 8192 + 1535, True),
+                         (BASE + 70000, False), (BASE + 8192 + 512, True)]:
+        mem.write(addr, np.ones(1, np.uint8))
+        now = mem.version(*weights)
+        assert (now != v) == inside, addr
+        assert mem.version(*weights) == now  # (asked again: the memo)
+        v = now
+    big = (BASE, 1 << 17)  # more 4 KiB pages than the middle clock is asked for
+    v = mem.version(*big)
+    mem.write_tensor(BASE + (1 << 17) - 64, round_f16(np.ones((1, 2, 16), np.float32)))
+    assert mem.version(*big) != v
+
+
 def test_injected_bit_flip_is_written_at_once_and_misses_the_values():
     mem = Dram(np.zeros(4096, np.uint8), 0, lazy=True)
     y = np.arange(2 * 3 * 16, dtype=np.float32).reshape(2, 3, 16)

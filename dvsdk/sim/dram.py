@@ -39,6 +39,11 @@ LINE_SHIFT = 6
 #: bytes per entry of the coarser write clock that lets :meth:`Dram.version` skip the
 #: line clocks of a range no store touched since it last looked (2**16)
 PAGE_SHIFT = 16
+#: bytes per entry of the middle clock :meth:`Dram.version` asks next, for ranges of at
+#: most :data:`SUB_MAX` such entries: a small net's weights share their 64 KiB page with
+#: its activations, which are stored every run (2**12)
+SUB_SHIFT = 12
+SUB_MAX = 64
 
 
 #: bytes compared at a time by :func:`same_bytes` (its temporary is an eighth of this)
@@ -138,7 +143,8 @@ class Dram:
         nlines = (array.size >> LINE_SHIFT) + 1 if lazy else 0
         self._line_clock = np.zeros(nlines, np.uint64)
         self._page_clock = [0] * ((array.size >> PAGE_SHIFT) + 1) if lazy else []
-        self._versions: dict[tuple[int, int], tuple[int, int]] = {}  # version() memo
+        self._sub_clock = [0] * ((array.size >> SUB_SHIFT) + 1) if lazy else []
+        self._versions: dict[tuple[int, int], tuple] = {}  # version() memo
 
     # -- raw access ---------------------------------------------------------------------
     def _span(self, addr: int, n: int) -> int:
@@ -265,12 +271,19 @@ class Dram:
         key = (addr, n)
         seen = self._versions.get(key)
         if seen is not None and seen[0] == pages:  # no store touched those pages since
-            return seen[1]
-        lines = self._line_clock[off >> LINE_SHIFT : ((off + n - 1) >> LINE_SHIFT) + 1]
-        fine = int(np.maximum.reduce(lines))  # (no _amax wrapper)
+            return seen[2]
+        s0, s1 = off >> SUB_SHIFT, ((off + n - 1) >> SUB_SHIFT) + 1
+        sub = None
+        if s1 - s0 <= SUB_MAX:
+            sub = self._sub_clock[s0] if s1 - s0 == 1 else max(self._sub_clock[s0:s1])
+        if sub is not None and seen is not None and seen[1] == sub:
+            fine = seen[2]  # the stores were elsewhere in those pages
+        else:
+            lines = self._line_clock[off >> LINE_SHIFT : ((off + n - 1) >> LINE_SHIFT) + 1]
+            fine = int(np.maximum.reduce(lines))  # (no _amax wrapper)
         if len(self._versions) > 4096:
             self._versions.clear()
-        self._versions[key] = (pages, fine)
+        self._versions[key] = (pages, sub, fine)
         return fine
 
     # -- bookkeeping --------------------------------------------------------------------
@@ -359,3 +372,8 @@ class Dram:
                 self._page_clock[p0] = clock
             else:
                 self._page_clock[p0:p1] = [clock] * (p1 - p0)
+            s0, s1 = off >> SUB_SHIFT, ((off + n - 1) >> SUB_SHIFT) + 1
+            if s1 - s0 == 1:
+                self._sub_clock[s0] = clock
+            else:
+                self._sub_clock[s0:s1] = [clock] * (s1 - s0)
