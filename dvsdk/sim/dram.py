@@ -14,7 +14,9 @@ the device stored there.  This changes wall time only, never results:
   simulated DMA syncs, which call :meth:`Dram.materialize` and :meth:`Dram.release`):
   a stored tensor's bytes are written only when something reads them raw (a DMA sync for
   the CPU, another unit, a partially overlapping access), so the device's intermediate
-  tensors that are overwritten before anyone looks are never packed at all.
+  tensors that are overwritten before anyone looks are never packed at all.  They are
+  packed straight into DRAM, and the values stay valid until a store over them takes
+  them away (a write behind this class's back is outside the contract, and unseen).
 
 An injected bit flip always writes the tensor at once, flipped, and keeps no values.
 """
@@ -80,23 +82,24 @@ def remove_span(spans: list[tuple[int, int]], a: int, b: int) -> list[tuple[int,
     return out
 
 
-def _packed(values: np.ndarray) -> np.ndarray:
-    """The chunked FP16 bytes of binary16-valued float32 ``values`` (HWC): converted and
-    moved in one compiled pass, or with numpy converted by ``f32_to_f16`` first (exact for
-    such values, and faster than numpy's cast)."""
+def _packed(values: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    """The chunked FP16 bytes of binary16-valued float32 ``values`` (HWC), new or in the
+    bytes ``out``: converted and moved in one compiled pass, or with numpy converted by
+    ``f32_to_f16`` first (exact for such values, and faster than numpy's cast)."""
+    dst = None if out is None else out.view(np.float16)
     if native.NATIVE is not None:
-        return layout.pack(values).view(np.uint8)
-    return layout.pack(f32_to_f16(values)).view(np.uint8)
+        return layout.pack(values, out=dst).view(np.uint8)
+    return layout.pack(f32_to_f16(values), out=dst).view(np.uint8)
 
 
 @dataclass(slots=True, eq=False)  # (identity: the live ranges name their tensor)
 class StoredTensor:
     """A tensor the device stored at ``addr``: its shape and float32 values (read-only).
 
-    ``packed`` holds the bytes written to DRAM, or None while they are not written yet
-    (lazy mode).  Then the values are the truth for the byte ranges in ``live``: a later
-    store that overlaps the tensor takes its part away, and only the rest is ever
-    written out."""
+    ``packed`` holds the bytes written to DRAM (lazy mode: a view of DRAM itself), or
+    None while they are not written yet (lazy mode).  Then the values are the truth for
+    the byte ranges in ``live``: a later store that overlaps the tensor takes its part
+    away, and only the rest is ever written out."""
 
     addr: int
     end: int
@@ -231,7 +234,8 @@ class Dram:
             self.on_read(addr, n)
         t = self.tensors.get((addr, addr + n))
         if t is not None and t.values.shape == shape and t.whole:
-            if t.packed is None or same_bytes(t.packed, self.array[off : off + n]):
+            if t.packed is None or self.lazy or same_bytes(t.packed,
+                                                           self.array[off : off + n]):
                 return t.values
         self.materialize(addr, n)
         return layout.unpack(self.array[off : off + n], shape)
@@ -240,14 +244,14 @@ class Dram:
         """Write out the stored tensors whose unwritten bytes overlap ``[addr, addr+n)``
         (lazy mode); the simulated DMA calls it before the CPU reads DRAM."""
         for t in [t for t in self._overlapping(addr, addr + n) if t.packed is None]:
-            packed = _packed(t.values)
+            if t.whole:  # packed in place (lazy mode: eager ones are written at once)
+                t.packed = _packed(t.values, self.array[t.addr - self.base : t.end - self.base])
+                continue
+            packed = _packed(t.values)  # (a part: the rest was stored over)
             for s, e in t.live:
                 self.array[s - self.base : e - self.base] = packed[s - t.addr : e - t.addr]
-            if t.whole:
-                t.packed = packed
-            else:
-                self._unlink(t)
-                self._forget(t)
+            self._unlink(t)
+            self._forget(t)
 
     def release(self, addr: int, n: int, whole: bool = False) -> None:
         """Another writer (the simulated DMA for the CPU) is about to store into
