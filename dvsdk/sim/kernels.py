@@ -123,8 +123,9 @@ def make_step(run: dict, reference: Callable[..., np.ndarray]) -> Step:
             x2 = x.reshape(n, c)
             out = np.empty((n, m), np.float32)
             with ops.blas_threads():  # the reference's BLAS threads: the same bits
-                by_rows = split.product_work(n, c, m)
-                by_cols = 0 if by_rows else split.product_cols_work(n, c, m)
+                small = split.MATMUL * n * c * m < split.MIN_WORK  # (never split)
+                by_rows = 0 if small else split.product_work(n, c, m)
+                by_cols = 0 if small or by_rows else split.product_cols_work(n, c, m)
                 if by_cols:  # few rows, many weights: the two threads take half the outputs
                     split.rows(m, by_cols, lambda c0, c1: np.matmul(
                         x2, wmat[:, c0:c1], out=out[:, c0:c1]))
@@ -183,7 +184,11 @@ def _epilogue(t: np.ndarray, bias: np.ndarray | None, addend: np.ndarray | None,
     m = t.shape[2]
     t2 = t.reshape(-1, m)
     a2 = None if addend is None else addend.reshape(-1, m)
-    split.rows(t2.shape[0], split.EPILOGUE * t2.size, lambda r0, r1: native.NATIVE.epilogue(
+    work = split.EPILOGUE * t2.size
+    if work < split.MIN_WORK:  # (never split: called whole, without the closure)
+        native.NATIVE.epilogue(t2, bias, a2, act, param, prelu)
+        return
+    split.rows(t2.shape[0], work, lambda r0, r1: native.NATIVE.epilogue(
         t2[r0:r1], bias, None if a2 is None else a2[r0:r1], act, param, prelu))
 
 
