@@ -75,8 +75,7 @@ def run_configuration(core: CoreState) -> None:
             if len(core.conv_plans) > 1024:
                 core.conv_plans.clear()
             core.conv_plans[key] = plan
-        batch = hdr["input_circular_offset"] or 1
-        cost = core.params.timing.command_overhead + batch * plan.one.cycles
+        cost = core.params.timing.command_overhead + plan.batch * plan.one.cycles
         if core.totals.cycles + cost > core.kick_cycle_limit:
             raise Hang(CFG_ADDR, f"watchdog: this command's {cost} cycles take the kick past "
                        f"{core.kick_cycle_limit} cycles")
@@ -128,6 +127,17 @@ class ConvPlan:
     steps: dict = field(default_factory=dict)
     #: per run, its weight cache key (:func:`_weight_key`; size 0 without conv)
     weight_keys: list = field(default_factory=list)
+    #: worked out from the above once (``__post_init__``): samples, input (H, W, C), and
+    #: whether the command is one run of one sample storing its output (the common case)
+    batch: int = 0
+    hwc: tuple = ()
+    single: bool = False
+
+    def __post_init__(self) -> None:
+        hdr = self.hdr
+        self.batch = hdr["input_circular_offset"] or 1
+        self.hwc = (hdr["h"], hdr["w"], hdr["c"])
+        self.single = self.batch == 1 and len(self.runs) == 1 and self.out_offs[0] == 0
 
 
 def _plan(core: CoreState, hdr: dict, runs: list[dict], u8_input: bool) -> ConvPlan:
@@ -211,18 +221,35 @@ def _check_ubuf(core: CoreState, hdr: dict, runs: list[dict]) -> None:
 
 
 def _execute(core: CoreState, plan: ConvPlan, table_word: int) -> None:
-    hdr, runs, topo = plan.hdr, plan.runs, plan.hdr["topo"]
-    batch = hdr["input_circular_offset"] or 1
-    hwc = (hdr["h"], hdr["w"], hdr["c"])
+    runs = plan.runs
     weights = [_load_weights(core, run, key) if key[1] else None
                for run, key in zip(runs, plan.weight_keys)]
     mode = native.NATIVE is not None
     steps = plan.steps.get(mode)
     if steps is None:
         steps = plan.steps[mode] = [kernels.make_step(run, _run) for run in runs]
-    mem, out_offs = core.mem, plan.out_offs
+    if plan.single and table_word == NO_BUFFER:  # _samples' loop for one run and sample
+        hdr, mem = plan.hdr, core.mem
+        x = mem.read_tensor(hdr["input_base_addr"], plan.hwc)
+        addend = (None if plan.elt_shape is None
+                  else mem.read_tensor(hdr["eltwise_base_addr"], plan.elt_shape))
+        mem.write_tensor(hdr["output_base_addr"], steps[0](x, weights[0], addend))
+    else:
+        _samples(core, plan, table_word, weights, steps)
+    one, totals, batch = plan.one, core.totals, plan.batch
+    totals.cycles += core.params.timing.command_overhead + batch * one.cycles
+    totals.in_bytes += batch * one.in_bytes
+    totals.weight_bytes += batch * one.weight_bytes
+    totals.out_bytes += batch * one.out_bytes
+
+
+def _samples(core: CoreState, plan: ConvPlan, table_word: int, weights: list,
+             steps: list) -> None:
+    """Every sample of the batch through every run (a run whose topo bit is clear feeds
+    the next; a set bit stores its output, and the next run reads the input again)."""
+    hdr, topo, hwc, mem, out_offs = plan.hdr, plan.hdr["topo"], plan.hwc, core.mem, plan.out_offs
     in_addr, out_addr = hdr["input_base_addr"], hdr["output_base_addr"]
-    for n in range(batch):
+    for n in range(plan.batch):
         if table_word == NO_BUFFER:
             x = mem.read_tensor(in_addr + n * plan.in_bytes_one, hwc)
         else:
@@ -239,11 +266,6 @@ def _execute(core: CoreState, plan: ConvPlan, table_word: int) -> None:
                 mem.write_tensor(out_addr + n * plan.out_total + out_offs[i], y)
             else:
                 cur = y
-    one, totals = plan.one, core.totals
-    totals.cycles += core.params.timing.command_overhead + batch * one.cycles
-    totals.in_bytes += batch * one.in_bytes
-    totals.weight_bytes += batch * one.weight_bytes
-    totals.out_bytes += batch * one.out_bytes
 
 
 def _work_bytes(runs: list[dict], shapes: list[tuple], sizes: list[int], in_elems: int
