@@ -28,9 +28,10 @@ from dvsdk.driver.cmdlist import CommandList
 from dvsdk.driver.commands import ConvCommand, ConvRun, as_ref
 from dvsdk.driver.validate import validate
 from dvsdk.errors import InvalidCommand
+from dvsdk.hw import layout
 from dvsdk.hw.weights import pack_conv_weights, pack_dilated_weights
 
-from .hw import upload
+from .hw import download_tensor, upload
 from .refs import (
     PURE_INTS,
     TRANSCENDENTAL,
@@ -409,6 +410,38 @@ def test_order_pins_activation_after_pool():
 
 
 @cache
+@pytest.mark.parametrize("batch", [1, 2])
+@pytest.mark.parametrize("bgr", [False, True])
+def test_u8_input_through_its_tables(device, batch, bgr):
+    """A v1 command's uint8 input (§3.3; our [AMBIG] reading: the chunked layout with one
+    byte per element, channel c through table c % 3, to_bgr swapping the first and third)
+    against a numpy lookup and product; a batch of two too.  (The simulator's common-case
+    path must not take a u8 command as FP16.)"""
+    rng = np.random.default_rng(7 + batch + 2 * bgr)
+    h, w, c, m = 4, 5, 3, 8
+    x = rng.integers(0, 256, size=(batch, h, w, c)).astype(np.uint8)
+    table = rng.integers(-8, 9, size=(3, 256)).astype(np.float16)
+    wts = rng.integers(-3, 4, size=(m, c, 1, 1)).astype(np.float32)
+    bias = rng.integers(-3, 4, size=m).astype(np.float32)
+    raw = np.concatenate([layout.pack(x[n].astype(np.float32)).astype(np.uint8)
+                          for n in range(batch)])
+    ib, tb = upload(device, raw), upload(device, table.view(np.uint8))
+    wb = upload(device, pack_conv_weights(wts, bias))
+    ob = device.alloc(batch * h * w * m * 2)
+    cl = CommandList(device)
+    cl.add(ConvCommand(input_buf=ib, output_buf=ob, w=w, h=h, c=c, to_bgr=bgr,
+                       runs=[ConvRun.make(m, conv="conv", kernel=1, weights=wb)],
+                       u8tofp16_table=tb, input_circular_offset=batch))
+    cl.commit()
+    cl.run()
+    pick = 2 - np.arange(c) % 3 if bgr else np.arange(c) % 3
+    for n in range(batch):
+        xf = table.astype(np.float32)[pick[None, None, :], x[n].astype(np.int64)]
+        want = (xf @ wts[:, :, 0, 0].T + bias).astype(np.float16).astype(np.float32)
+        assert np.array_equal(download_tensor(ob, (h, w, m), offset=n * h * w * m * 2),
+                              want), n
+
+
 def conv_edge_cases() -> tuple[Case, ...]:
     """Beyond DMP's value grid: fused pooling after depthwise/deconv and after a
     multi-tile conv, pads larger than the kernel, strides 3 and 4, more than 64 input

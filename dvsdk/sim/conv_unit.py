@@ -129,9 +129,9 @@ class ConvPlan:
     weight_keys: list = field(default_factory=list)
     #: worked out from the above once (``__post_init__``): samples, input (H, W, C), and
     #: whether the command is one run of one sample storing its output (the common case)
-    batch: int = 0
-    hwc: tuple = ()
-    single: bool = False
+    batch: int = field(init=False)
+    hwc: tuple = field(init=False)
+    single: bool = field(init=False)
 
     def __post_init__(self) -> None:
         hdr = self.hdr

@@ -243,6 +243,8 @@ class SimDevice(Device):
         self.url = url
         self.params = params or SimParams()
         self.dram_base = DRAM_BASE
+        #: the simulated DRAM's bytes; written only through ``core.mem`` (the Dram) or
+        #: after ``core.mem.release`` of the range, which the Dram's lazy mode relies on
         self.dram = np.zeros(dram_mb << 20, np.uint8)
         self.allocator = RegionAllocator(self.dram.size, base=self.dram_base)
         self.buffers: dict[int, SimDmaBuffer] = {}
@@ -338,7 +340,8 @@ class SimDevice(Device):
         with self.lock:
             off = self.allocator.alloc(int(nbytes), align)
             buf = SimDmaBuffer(self, off, int(nbytes), name or f"buf{len(self.buffers)}")
-            self.core.mem.release(self.dram_base + off, int(nbytes))
+            # every byte is zeroed: what was stored there goes, unwritten
+            self.core.mem.release(self.dram_base + off, int(nbytes), whole=True)
             self.dram[off : off + nbytes] = 0
             self.buffers[off] = buf
             insort(self._starts, off)

@@ -45,6 +45,8 @@ PAGE_SHIFT = 16
 #: most :data:`SUB_MAX` such entries: a small net's weights share their 64 KiB page with
 #: its activations, which are stored every run (2**12)
 SUB_SHIFT = 12
+#: (a bound on the cost of asking the middle clock, not on correctness: a longer range
+#: goes from the pages to the lines)
 SUB_MAX = 64
 
 
@@ -141,8 +143,8 @@ class Dram:
         self._kept_bytes = 0
         self._clock = 0
         # lazy mode: the write clock of each 64-byte line, for version() (np.zeros: pages
-        # of it that are never written cost no memory), and of each 64 KiB page (a list:
-        # one or two entries are read per version(), where numpy's call costs more)
+        # of it that are never written cost no memory), and of each 64 KiB and 4 KiB page
+        # (lists: a few entries are read per version(), where numpy's call costs more)
         nlines = (array.size >> LINE_SHIFT) + 1 if lazy else 0
         self._line_clock = np.zeros(nlines, np.uint64)
         self._page_clock = [0] * ((array.size >> PAGE_SHIFT) + 1) if lazy else []

@@ -123,9 +123,8 @@ def make_step(run: dict, reference: Callable[..., np.ndarray]) -> Step:
             x2 = x.reshape(n, c)
             out = np.empty((n, m), np.float32)
             with ops.blas_threads():  # the reference's BLAS threads: the same bits
-                small = split.MATMUL * n * c * m < split.MIN_WORK  # (never split)
-                by_rows = 0 if small else split.product_work(n, c, m)
-                by_cols = 0 if small or by_rows else split.product_cols_work(n, c, m)
+                by_rows = split.product_work(n, c, m)
+                by_cols = 0 if by_rows else split.product_cols_work(n, c, m)
                 if by_cols:  # few rows, many weights: the two threads take half the outputs
                     split.rows(m, by_cols, lambda c0, c1: np.matmul(
                         x2, wmat[:, c0:c1], out=out[:, c0:c1]))
