@@ -373,13 +373,6 @@ class Dram:
             self._clock = clock = self._clock + 1
             off = addr - self.base
             self._line_clock[off >> LINE_SHIFT : ((off + n - 1) >> LINE_SHIFT) + 1] = clock
-            p0, p1 = off >> PAGE_SHIFT, ((off + n - 1) >> PAGE_SHIFT) + 1
-            if p1 - p0 == 1:
-                self._page_clock[p0] = clock
-            else:
-                self._page_clock[p0:p1] = [clock] * (p1 - p0)
-            s0, s1 = off >> SUB_SHIFT, ((off + n - 1) >> SUB_SHIFT) + 1
-            if s1 - s0 == 1:
-                self._sub_clock[s0] = clock
-            else:
-                self._sub_clock[s0:s1] = [clock] * (s1 - s0)
+            for shift, pages in ((PAGE_SHIFT, self._page_clock), (SUB_SHIFT, self._sub_clock)):
+                p0, p1 = off >> shift, ((off + n - 1) >> shift) + 1
+                pages[p0:p1] = [clock] * (p1 - p0)
