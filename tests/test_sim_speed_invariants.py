@@ -157,6 +157,29 @@ def test_release_writes_out_unless_the_dma_stores_every_byte():
     assert mem.read(BASE, a.size * 2).tobytes() == expect.tobytes()
 
 
+def test_a_tensor_range_read_raw_is_packed_at_its_next_stores():
+    """Lazy mode packs a store at once where a tensor of the same range was read raw (a
+    runtime's CPU step reads the same device output every run), and nowhere else."""
+    rng = np.random.default_rng(3)
+    mem = Dram(np.zeros(1 << 14, np.uint8), BASE, lazy=True)
+    a, b = tensor(rng, (4, 6, 16)), tensor(rng, (4, 6, 16))
+    nb = a.size * 2
+    mem.write_tensor(BASE, a)
+    mem.write_tensor(BASE, b)
+    mem.write_tensor(BASE + 4096, a)
+    assert not mem.array.any()  # never read: nothing packed
+    assert mem.read(BASE + 8, 2).tobytes() == packed_bytes(b)[8:10].tobytes()  # b written out
+    mem.write_tensor(BASE, a)
+    assert mem.array[:nb].tobytes() == packed_bytes(a).tobytes()  # at once, unread
+    assert mem.read_tensor(BASE, a.shape) is a  # and its values still serve the device
+    mem.write_tensor(BASE + 4096, b)
+    assert not mem.array[4096:].any()  # the range never read raw stays lazy
+    mem.write_tensor(BASE, round_f16(np.ones((2, 6, 16), np.float32)))  # another range
+    assert mem.array[:nb].tobytes() == packed_bytes(a).tobytes()  # lazy again
+    assert mem.read(BASE, nb // 2).tobytes() == packed_bytes(np.ones((2, 6, 16)))[:nb // 2
+                                                                            ].tobytes()
+
+
 def test_version_changes_with_writes_to_the_range_only():
     mem = Dram(np.zeros(1 << 16, np.uint8), BASE, lazy=True)
     assert Dram(np.zeros(256, np.uint8), BASE).version(BASE, 64) is None  # eager: unknown
@@ -234,10 +257,14 @@ def test_lazy_dram_equals_a_plain_byte_array_under_random_traffic(seed):
                 assert now != v, (a, n)
             watched[k] = (a, n, now, ref[a:a + n].copy())
         op = rng.integers(6)
-        if op <= 1:      # device stores a tensor
-            shape = tuple(int(v) for v in rng.integers(1, 9 if size < 1 << 16 else 48, 3))
+        if op <= 1:      # device stores a tensor: anywhere, or again where it stored one
+            if shapes and rng.integers(2):  # (the same layer run after run: once read
+                addr = list(shapes)[int(rng.integers(len(shapes)))]  # raw, packed at once)
+                shape = shapes[addr]
+            else:
+                shape = tuple(int(v) for v in rng.integers(1, 9 if size < 1 << 16 else 48, 3))
+                addr = int(rng.integers(0, size - 2 * int(np.prod(shape))) // 2 * 2)
             nb = 2 * int(np.prod(shape))
-            addr = int(rng.integers(0, size - nb) // 2 * 2)
             y = tensor(rng, shape)
             mem.write_tensor(BASE + addr, y)
             ref[addr:addr + nb] = packed_bytes(y)

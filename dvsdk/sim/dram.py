@@ -17,6 +17,9 @@ the device stored there.  This changes wall time only, never results:
   tensors that are overwritten before anyone looks are never packed at all.  They are
   packed straight into DRAM, and the values stay valid until a store over them takes
   them away (a write behind this class's back is outside the contract, and unseen).
+  A tensor range once read raw is packed at every later store of it, in the kick that
+  stores it as the device's own DRAM write would be, not in the next DMA sync (a
+  runtime's CPU step reads the same device output every run).
 
 An injected bit flip always writes the tensor at once, flipped, and keeps no values.
 """
@@ -150,6 +153,9 @@ class Dram:
         self._page_clock = [0] * ((array.size >> PAGE_SHIFT) + 1) if lazy else []
         self._sub_clock = [0] * ((array.size >> SUB_SHIFT) + 1) if lazy else []
         self._versions: dict[tuple[int, int], tuple] = {}  # version() memo
+        #: lazy mode: the (start, end) of the tensors packed for a raw read before; a
+        #: store of the same range packs at once from then on (:meth:`write_tensor`)
+        self._read_raw: set[tuple[int, int]] = set()
 
     # -- raw access ---------------------------------------------------------------------
     def _span(self, addr: int, n: int) -> int:
@@ -209,6 +215,8 @@ class Dram:
             if not flip:
                 self._keep(StoredTensor(addr, addr + n, values, packed, [(addr, addr + n)]))
             return
+        t = StoredTensor(addr, addr + n, values, self._pack_if_read(addr, n, values),
+                         [(addr, addr + n)])
         i, j = self._run(addr, addr + n)
         old = self._owners[i] if j == i + 1 else None
         if (old is not None and old.whole and old.addr == addr and old.end == addr + n
@@ -217,11 +225,10 @@ class Dram:
             # the common store: over the tensor of the same range and nothing else (the
             # same layer's output, run after run): swapped in place
             self._kept_bytes -= old.values.nbytes
-            self._owners[i] = self._register(
-                StoredTensor(addr, addr + n, values, None, [(addr, addr + n)]))
+            self._owners[i] = self._register(t)
         else:
             self._clip(addr, addr + n)
-            self._keep(StoredTensor(addr, addr + n, values, None, [(addr, addr + n)]))
+            self._keep(t)
         self._stamp(addr, n)
         if self.on_write:
             self.on_write(addr, n)
@@ -242,18 +249,32 @@ class Dram:
         self.materialize(addr, n)
         return layout.unpack(self.array[off : off + n], shape)
 
-    def materialize(self, addr: int, n: int) -> None:
+    def materialize(self, addr: int, n: int, read: bool = True) -> None:
         """Write out the stored tensors whose unwritten bytes overlap ``[addr, addr+n)``
-        (lazy mode); the simulated DMA calls it before the CPU reads DRAM."""
+        (lazy mode); the simulated DMA calls it before the CPU reads DRAM.  ``read``: for
+        a raw read, so later stores of a whole tensor written out here are packed at once
+        (a runtime's CPU step reads the same tensors every run)."""
         for t in [t for t in self._overlapping(addr, addr + n) if t.packed is None]:
             if t.whole:  # packed in place (lazy mode: eager ones are written at once)
                 t.packed = _packed(t.values, self.array[t.addr - self.base : t.end - self.base])
+                if read:
+                    if len(self._read_raw) > 4096:
+                        self._read_raw.clear()
+                    self._read_raw.add((t.addr, t.end))
                 continue
             packed = _packed(t.values)  # (a part: the rest was stored over)
             for s, e in t.live:
                 self.array[s - self.base : e - self.base] = packed[s - t.addr : e - t.addr]
             self._unlink(t)
             self._forget(t)
+
+    def _pack_if_read(self, addr: int, n: int, values: np.ndarray) -> np.ndarray | None:
+        """A lazy store's bytes packed into DRAM now (the DRAM view) when a tensor of
+        the same range was read raw before, else None (packed when first read)."""
+        if (addr, addr + n) not in self._read_raw:
+            return None
+        off = addr - self.base
+        return _packed(values, self.array[off : off + n])
 
     def release(self, addr: int, n: int, whole: bool = False) -> None:
         """Another writer (the simulated DMA for the CPU) is about to store into
@@ -306,7 +327,7 @@ class Dram:
         if t.end == t.addr:
             return  # (an empty tensor: nothing to keep)
         if self._kept_bytes + t.values.nbytes > self.tensor_limit:
-            self.materialize(self.base, self.array.size)
+            self.materialize(self.base, self.array.size, read=False)
             self.tensors.clear()
             self._starts, self._ends, self._owners = [], [], []
             self._kept_bytes = 0
