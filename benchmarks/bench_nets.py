@@ -15,7 +15,10 @@ the project's FP16 tolerance is 1e-3 + 1e-2 x range).
 
 Then the host overhead around one CPU segment: a 56x56x64 tensor leaves the device for a
 CPU op and comes back (sync + unpack of its input, pack + sync of its output, summed over
-the events of those two tensors; goal <= 0.2 ms).
+the events of those two tensors; goal <= 0.2 ms).  The simulated device's write of its
+output to DRAM is device time, as on a board: from the second run on, ``sim://`` packs a
+tensor the CPU reads when the device stores it (``dvsdk.sim.dram``), so a sync only moves
+the bytes between DRAM and the CPU's view.
 
 Goals (issue 14): EfficientNet-Lite0-like <= 2x, the nets with CPU steps <= 5x, digits-size
 nets <= 10x onnxruntime.  The machine's load average is printed first: time-based numbers
