@@ -33,31 +33,61 @@ NATIVE = native.NATIVE
 @pytest.fixture(autouse=True)
 def _other_core_free(monkeypatch):
     """No back-off from another test, and none from timing here (a tiny test loop's halves
-    are too short to time; the back-off has its own test)."""
+    are too short to time; the back-off has its own test); splits in the middle unless a
+    test asks for the main thread's larger part (``uneven``)."""
     monkeypatch.setattr(split, "_busy", [0])
     monkeypatch.setattr(split, "_lagged", [0])
     monkeypatch.setattr(split, "BACKOFF", 0)
+    monkeypatch.setattr(split, "_balance", split.Balance())
+    monkeypatch.setattr(split, "MAX_SHARE", 0.5)
+
+
+def uneven(monkeypatch, share: float = 0.8) -> None:
+    """Every split gives the main thread ``share`` of the loop, as far as the loop admits
+    (the worker keeps its ``least``): the most uneven split the balance can choose."""
+    monkeypatch.setattr(split, "MAX_SHARE", share)
+    monkeypatch.setattr(split.Balance, "share", lambda self, work: share)
 
 
 @pytest.fixture
 def always_split(monkeypatch):
-    """Every loop worth a split at all is split; returns the (rows, work) of each call."""
+    """Every loop worth a split at all is split; returns the (rows, work) of each call, and
+    in ``always_split.parts`` the (rows, work, first part's end) of each that split."""
     monkeypatch.setattr(split, "MIN_WORK", 0)
     monkeypatch.setattr(split, "THREADS", 2)
-    calls = []
+    calls = Calls()
     real = split.rows
 
-    def counting(n, work, fn):
+    def counting(n, work, fn, least=1):
         calls.append((n, work))
-        return real(n, work, fn)
+        ends = []
+
+        def part(r0, r1):
+            ends.append(r1 if r0 == 0 else None)
+            return fn(r0, r1)
+
+        real(n, work, part, least)
+        if len(ends) == 2:
+            calls.parts.append((n, work, max(e for e in ends if e is not None)))
 
     monkeypatch.setattr(split, "rows", counting)
     return calls
 
 
+class Calls(list):
+    """The (rows, work) of each ``split.rows`` call; ``parts``: the (rows, work, end of the
+    main thread's part) of each that split."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.parts: list[tuple[int, float, int]] = []
+
+
 @needs_native
+@pytest.mark.parametrize("share", [0.5, 0.8])
 @pytest.mark.parametrize("which", ["conv", "add", "multirun"])
-def test_split_loops_give_the_reference_bits(which, monkeypatch, always_split):
+def test_split_loops_give_the_reference_bits(which, share, monkeypatch, always_split):
+    uneven(monkeypatch, share)
     cases = {"conv": conv_cases, "add": lambda: list(add_cases()),
              "multirun": lambda: list(chain_cases())}[which]()
     shas = {}
@@ -72,10 +102,14 @@ def test_split_loops_give_the_reference_bits(which, monkeypatch, always_split):
 
 
 @needs_native
-def test_a_network_whose_products_split_gives_the_reference_bits(monkeypatch, always_split):
+@pytest.mark.parametrize("share", [0.5, 0.8])
+def test_a_network_whose_products_split_gives_the_reference_bits(share, monkeypatch,
+                                                                  always_split):
     """Convs big enough that their BLAS products split (3x3 im2col and 1x1), a depthwise
-    conv and a residual add, on sim:// compiled and split, against the numpy reference
-    path, bit for bit; and each product that split was one the rule admits."""
+    conv and a residual add, on sim:// compiled and split (in the middle, and as unevenly
+    as each loop admits), against the numpy reference path, bit for bit; and each product
+    that split was one the rule admits."""
+    uneven(monkeypatch, share)
     b = NetBuilder(21)
     h = b.node("Relu", [b.conv("x", 32, 64, k=3)])
     h = b.node("Relu", [b.conv(h, 64, 64, k=1)])
@@ -91,6 +125,10 @@ def test_a_network_whose_products_split_gives_the_reference_bits(monkeypatch, al
             outs[compiled] = next(iter(net.run(x).values()))
     assert np.array_equal(outs[True].view(np.uint32), outs[False].view(np.uint32))
     big = [(n, work) for n, work in always_split if work >= split.MATMUL * 48 * 48 * 64 * 64]
+    if share > 0.5:  # the 1x1 products' split leaves the worker just the rows it must
+        one_by_one = [h for n, work, h in always_split.parts
+                      if (n, work) == (48 * 48, split.product_work(48 * 48, 64, 64))]
+        assert one_by_one and set(one_by_one) == {48 * 48 - split.product_least(64, 64)}
     assert big  # 2304 x 288 @ 288 x 64 and 2304 x 64 @ 64 x 64 split
     assert (256, split.product_cols_work(36, 960, 256)) in always_split  # by columns
 
@@ -104,11 +142,18 @@ def test_a_products_rows_do_not_depend_on_the_other_rows(n, k, m, monkeypatch):
     rng = np.random.default_rng(n + k + m)
     a = rng.standard_normal((n, k)).astype(np.float32)
     b = rng.standard_normal((k, m)).astype(np.float32)
+    least = split.product_least(k, m)
+    assert least <= n // 2  # (so the middle is admitted too)
     with ops.blas_threads():
         whole = np.matmul(a, b)
         out = np.empty_like(whole)
         split.rows(n, 1, lambda r0, r1: np.matmul(a[r0:r1], b, out=out[r0:r1]))
+        # the most uneven split admitted: the worker's part has just ``least`` rows
+        lop = np.empty_like(whole)
+        for r0, r1 in ((0, n - least), (n - least, n)):
+            np.matmul(a[r0:r1], b, out=lop[r0:r1])
     assert np.array_equal(whole.view(np.uint32), out.view(np.uint32))
+    assert np.array_equal(whole.view(np.uint32), lop.view(np.uint32))
 
 
 @pytest.mark.parametrize("n,k,m", [(49, 192, 1152), (49, 1152, 192), (49, 320, 1280),
@@ -140,6 +185,36 @@ def test_rows_covers_every_row_once_and_raises_what_a_half_raised(monkeypatch):
 
     with pytest.raises(ValueError, match="second half"):
         split.rows(8, 1, bad)
+
+
+def test_the_main_thread_takes_the_larger_part_but_leaves_the_worker_its_least(
+        monkeypatch):
+    monkeypatch.setattr(split, "MIN_WORK", 0)
+    monkeypatch.setattr(split, "THREADS", 2)
+    uneven(monkeypatch, 0.8)
+    for n, least, main in [(100, 1, 80), (100, 30, 70), (100, 60, 50), (7, 1, 5), (2, 1, 1)]:
+        seen: list[tuple[int, int]] = []
+        split.rows(n, 1, lambda r0, r1, seen=seen: seen.append((r0, r1)), least=least)
+        assert sorted(seen) == [(0, main), (main, n)], (n, least)
+
+
+def test_the_balance_gives_the_main_thread_the_worker_s_start_delay(monkeypatch):
+    """Both threads end together: the main thread's part s of a loop of W units at r s per
+    unit takes s W r; the worker's, started d late, d + (1 - s) W r q (q: its time per unit
+    against the main thread's)."""
+    monkeypatch.setattr(split, "MAX_SHARE", 0.8)
+    b = split.Balance()
+    assert b.share(1e6) == 0.5  # nothing learnt yet: the middle
+    for _ in range(200):  # main: 100 us per half of 1e6 units; worker: 50 us late, as fast
+        b.learn(1e6, 0.5, 50e-6, 100e-6, 100e-6)
+    assert b.delay == pytest.approx(50e-6) and b.rate == pytest.approx(200e-6 / 1e6)
+    assert b.ratio == pytest.approx(1.0)
+    assert b.share(1e6) == pytest.approx((50 / 200 + 1) / 2)  # 0.625: both end at 125 us
+    assert b.share(1e9) == pytest.approx(0.5, abs=1e-3)  # a long loop: about the middle
+    assert b.share(1e4) == split.MAX_SHARE  # a short one: as much as allowed
+    for _ in range(200):  # a worker twice as slow per unit (the other core is shared)
+        b.learn(1e6, 0.5, 0.0, 100e-6, 200e-6)
+    assert b.ratio == pytest.approx(2.0) and b.share(1e9) == pytest.approx(2 / 3, abs=1e-3)
 
 
 def test_small_loops_other_threads_and_one_thread_run_whole(monkeypatch):

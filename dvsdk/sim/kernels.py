@@ -127,10 +127,11 @@ def make_step(run: dict, reference: Callable[..., np.ndarray]) -> Step:
                 by_cols = 0 if by_rows else split.product_cols_work(n, c, m)
                 if by_cols:  # few rows, many weights: the two threads take half the outputs
                     split.rows(m, by_cols, lambda c0, c1: np.matmul(
-                        x2, wmat[:, c0:c1], out=out[:, c0:c1]))
+                        x2, wmat[:, c0:c1], out=out[:, c0:c1]), least=m - m // 2)
                 elif by_rows:
                     split.rows(n, by_rows,
-                               lambda r0, r1: np.matmul(x2[r0:r1], wmat, out=out[r0:r1]))
+                               lambda r0, r1: np.matmul(x2[r0:r1], wmat, out=out[r0:r1]),
+                               least=split.product_least(c, m))
                 else:
                     np.matmul(x2, wmat, out=out)
             out = out.reshape(h, w, m)
@@ -249,5 +250,6 @@ def _correlate(x: np.ndarray, wb: tuple, k: tuple[int, int], stride: tuple[int, 
         # rule is checked on the smaller half, (oh // 2) * ow rows
         rows_half = (oh // 2) * ow
         split.rows(oh, split.product_work(2 * rows_half, kdim, m)
-                   if oh <= rows_per_block else 0, part)
+                   if oh <= rows_per_block else 0, part,
+                   least=-(-split.product_least(kdim, m) // ow))
     return out

@@ -23,6 +23,14 @@ from another thread leaves BLAS alone, and two more BLAS thread pools would over
 the cores).  When the other half keeps lagging (another process holds the second core)
 splitting backs off for a while (:data:`BACKOFF`).  ``DVSDK_SIM_THREADS=1`` turns
 splitting off.
+
+The split point is not the middle: the worker starts its part some 40-100 us after the
+hand-off (measured on this machine: the wake-up of a blocked thread, median 58 us in
+EfficientNet-Lite0, while the main thread's half took 212 us), so the main thread takes the
+larger part, by what :class:`Balance` learns from the splits before (the worker's start
+delay, each thread's time per unit of work); a part never gets fewer units than its loop
+admits (a matrix product's rows: :func:`product_least`).  Where the parts meet changes no
+bit, as above.
 """
 
 from __future__ import annotations
@@ -62,6 +70,48 @@ _lock = threading.Lock()
 _pool: ThreadPoolExecutor | None = None
 _busy = [0]  # splits still to skip (main thread only)
 _lagged = [0]  # splits in a row whose other half lagged
+
+#: the largest share of a loop the main thread takes, the rest being the worker's (a bound
+#: on what a wrong estimate can cost; a worker slower than that is the back-off's case)
+MAX_SHARE = 0.8
+
+
+class Balance:
+    """Where to split a loop so both threads end together, learnt from the splits so far
+    (main thread only): running means of the worker's start delay after the hand-off, of
+    the main thread's seconds per unit of work, and of the worker's time per unit against
+    the main thread's."""
+
+    WEIGHT = 0.2  # of the newest split in each mean
+
+    def __init__(self) -> None:
+        self.delay = 0.0  # s
+        self.rate = 0.0   # s per unit of work, main thread (0: not measured yet)
+        self.ratio = 1.0  # worker's time per unit / main's
+
+    def share(self, work: float) -> float:
+        """The main thread's part of a loop of ``work`` units: its time ``s W r`` equals
+        the worker's ``delay + (1 - s) W r ratio``."""
+        whole = work * self.rate
+        if whole <= 0:
+            return 0.5
+        s = (self.delay / whole + self.ratio) / (1.0 + self.ratio)
+        return min(max(s, 0.5), MAX_SHARE)
+
+    def learn(self, work: float, main_share: float, delay: float, main_s: float,
+              worker_s: float) -> None:
+        w = self.WEIGHT
+        self.delay += w * (delay - self.delay)
+        if main_share > 0 and main_s > 0:
+            rate = main_s / (work * main_share)
+            self.rate = rate if self.rate <= 0 else self.rate + w * (rate - self.rate)
+            if main_share < 1 and worker_s > 0:
+                ratio = worker_s / (work * (1 - main_share)) / rate
+                # (one split's hiccup moves the mean by a bounded step)
+                self.ratio += w * (min(ratio, 4.0) - self.ratio)
+
+
+_balance = Balance()
 
 
 def _worker() -> ThreadPoolExecutor:
@@ -104,6 +154,13 @@ def product_work(n: int, k: int, m: int) -> float:
     return MATMUL * n * k * m
 
 
+def product_least(k: int, m: int) -> int:
+    """The fewest rows a part of an (n, k) @ (k, m) product split by :func:`rows` may have:
+    32, and :data:`BLAS_HALF_MIN` multiply-adds (what :func:`product_work` asks of a half,
+    so its halves always qualify)."""
+    return max(32, -(-BLAS_HALF_MIN // max(1, k * m)))
+
+
 def product_cols_work(n: int, k: int, m: int) -> float:
     """The work of an (n, k) @ (k, m) product split by its columns (outputs) instead, for
     the few-row, weight-heavy products a row split does not admit (a 7x7 layer: 49 rows of
@@ -116,10 +173,11 @@ def product_cols_work(n: int, k: int, m: int) -> float:
     return MATMUL * n * k * m
 
 
-def rows(n: int, work: float, fn: Callable[[int, int], object]) -> None:
+def rows(n: int, work: float, fn: Callable[[int, int], object], least: int = 1) -> None:
     """``fn(0, n)``, or ``fn(0, h)`` here and ``fn(h, n)`` on the worker thread at once
-    (``h = n // 2``) when ``work`` is worth it; returns when both are done, raising what
-    either raised."""
+    when ``work`` is worth it; returns when both are done, raising what either raised.
+    ``h`` is at least ``n // 2`` (:class:`Balance`) and leaves the worker ``least``
+    units, or is ``n // 2`` where that leaves fewer."""
     if (THREADS < 2 or n < 2 or work <= 0 or work < MIN_WORK
             or threading.get_ident() != threading.main_thread().ident):
         fn(0, n)
@@ -128,17 +186,32 @@ def rows(n: int, work: float, fn: Callable[[int, int], object]) -> None:
         _busy[0] -= 1
         fn(0, n)
         return
-    half = n // 2
+    half = max(n // 2, min(int(_balance.share(work) * n), n - least))
+    worker: list[float] = []
+
+    def other(r0: int, r1: int) -> None:  # (its start and end, for the balance)
+        worker.append(time.perf_counter())
+        try:
+            fn(r0, r1)
+        finally:
+            worker.append(time.perf_counter())
+
     # in the caller's context: numpy's error state (np.errstate) lives in a context var
-    other = _worker().submit(contextvars.copy_context().run, fn, half, n)
+    handed = time.perf_counter()
+    later = _worker().submit(contextvars.copy_context().run, other, half, n)
     t0 = time.perf_counter()
     try:
         fn(0, half)
     finally:
         t1 = time.perf_counter()
-        other.result()
-        # its half took over twice as long as ours, twice in a row (once is a scheduling
-        # hiccup, ~4% of splits on an idle machine): another process holds the other core
-        _lagged[0] = _lagged[0] + 1 if time.perf_counter() - t1 > t1 - t0 else 0
+        later.result()
+        done = time.perf_counter()
+        if len(worker) == 2:
+            _balance.learn(work, half / n, worker[0] - handed, t1 - t0,
+                           worker[1] - worker[0])
+        # we waited for the worker's part longer than our own part took, twice in a row
+        # (once is a scheduling hiccup, ~4% of splits on an idle machine): another process
+        # holds the other core
+        _lagged[0] = _lagged[0] + 1 if done - t1 > t1 - t0 else 0
         if _lagged[0] >= 2:
             _busy[0], _lagged[0] = BACKOFF, 0
