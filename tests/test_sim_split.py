@@ -131,6 +131,31 @@ def test_a_network_whose_products_split_gives_the_reference_bits(share, monkeypa
         assert one_by_one and set(one_by_one) == {48 * 48 - split.product_least(64, 64)}
     assert big  # 2304 x 288 @ 288 x 64 and 2304 x 64 @ 64 x 64 split
     assert (256, split.product_cols_work(36, 960, 256)) in always_split  # by columns
+    # and a split by columns stays in the middle whatever the share
+    assert (256, split.product_cols_work(36, 960, 256), 128) in always_split.parts
+
+
+@needs_native
+def test_a_3x3_conv_leaves_the_worker_the_output_rows_its_product_needs(monkeypatch,
+                                                                         always_split):
+    """A 32x32 3x3 conv, 32 -> 32 channels, is one im2col product of 32 rows of 288 per
+    output row; a part needs product_least(288, 32) = 456 product rows, so 15 output rows:
+    the most uneven split gives the worker those 15 (the share alone would leave it 7),
+    and the result is the reference's, bit for bit."""
+    uneven(monkeypatch, 0.8)
+    b = NetBuilder(8)
+    y = b.conv("x", 32, 32, k=3)
+    netfile = compile_model(b.model([("x", (1, 32, 32, 32))], [y], "conv3x3"), golden=False)
+    x = np.random.default_rng(3).standard_normal((1, 32, 32, 32)).astype(np.float32)
+    outs = {}
+    for compiled in (True, False):
+        monkeypatch.setattr(native, "NATIVE", NATIVE if compiled else None)
+        with Net(netfile, "sim://") as net:
+            outs[compiled] = next(iter(net.run(x).values()))
+    assert np.array_equal(outs[True].view(np.uint32), outs[False].view(np.uint32))
+    least = -(-split.product_least(288, 32) // 32)
+    assert least == 15
+    assert [h for n, work, h in always_split.parts if n == 32] == [32 - least]
 
 
 @pytest.mark.parametrize("n,k,m", [(12544, 16, 96), (3137, 24, 144), (785, 288, 40),
@@ -283,9 +308,10 @@ def _split_in_child():
 
 
 def test_a_lagging_other_half_stops_splitting_for_a_while(monkeypatch):
-    """When the worker's half takes over twice as long as the caller's twice in a row
-    (another process holds the other core), the next BACKOFF splits run whole; then
-    splitting is tried again.  One lagging half alone (a hiccup) changes nothing."""
+    """When a split takes longer than the caller's thread alone would have taken for the
+    whole loop (at its rate: with halves, the worker's over twice the caller's), twice in
+    a row (another process holds the other core), the next BACKOFF splits run whole; then
+    splitting is tried again.  One lagging split alone (a hiccup) changes nothing."""
     import time
 
     monkeypatch.setattr(split, "MIN_WORK", 0)
@@ -312,6 +338,14 @@ def test_a_lagging_other_half_stops_splitting_for_a_while(monkeypatch):
     seen.clear()
     split.rows(4, 1, lambda r0, r1: seen.append((r0, r1)))
     assert sorted(seen) == [(0, 2), (2, 4)]
+    # with the main thread's larger part: our 8 rows take 20 ms, the worker's 2 rows 30 ms;
+    # the split (30 ms) loses to our thread alone (25 ms) though the worker lagged less
+    # than our part took
+    uneven(monkeypatch, 0.8)
+    split._lagged[0] = 0  # (the instant split above lagged its worker's start)
+    for _ in range(2):
+        split.rows(10, 1, lambda r0, r1: time.sleep(0.02 if r0 == 0 else 0.03))
+    assert split._busy == [3]
 
 
 def test_products_split_only_on_the_blas_whose_independence_was_measured(monkeypatch):

@@ -251,9 +251,9 @@ class Dram:
 
     def materialize(self, addr: int, n: int, read: bool = True) -> None:
         """Write out the stored tensors whose unwritten bytes overlap ``[addr, addr+n)``
-        (lazy mode); the simulated DMA calls it before the CPU reads DRAM.  ``read``: for
-        a raw read, so later stores of a whole tensor written out here are packed at once
-        (a runtime's CPU step reads the same tensors every run)."""
+        (lazy mode); the simulated DMA calls it before the CPU reads DRAM.  ``read`` (a raw
+        read): each whole tensor written out here is remembered, and its range packed at
+        once by later stores (a runtime's CPU step reads the same tensors every run)."""
         for t in [t for t in self._overlapping(addr, addr + n) if t.packed is None]:
             if t.whole:  # packed in place (lazy mode: eager ones are written at once)
                 t.packed = _packed(t.values, self.array[t.addr - self.base : t.end - self.base])
@@ -281,7 +281,7 @@ class Dram:
         ``[addr, addr+n)``: every byte of it (``whole``) or some.  Stored tensors there
         lose that part; with some bytes only, they are written out first."""
         if not whole:
-            self.materialize(addr, n)
+            self.materialize(addr, n, read=False)  # (a store, not a read)
         self._clip(addr, addr + n)
         self._stamp(addr, n)
 

@@ -126,6 +126,7 @@ def make_step(run: dict, reference: Callable[..., np.ndarray]) -> Step:
                 by_rows = split.product_work(n, c, m)
                 by_cols = 0 if by_rows else split.product_cols_work(n, c, m)
                 if by_cols:  # few rows, many weights: the two threads take half the outputs
+                    # (exactly half: least pins the split to the middle, split.py)
                     split.rows(m, by_cols, lambda c0, c1: np.matmul(
                         x2, wmat[:, c0:c1], out=out[:, c0:c1]), least=m - m // 2)
                 elif by_rows:

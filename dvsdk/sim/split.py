@@ -28,9 +28,10 @@ The split point is not the middle: the worker starts its part some 40-100 us aft
 hand-off (measured on this machine: the wake-up of a blocked thread, median 58 us in
 EfficientNet-Lite0, while the main thread's half took 212 us), so the main thread takes the
 larger part, by what :class:`Balance` learns from the splits before (the worker's start
-delay, each thread's time per unit of work); a part never gets fewer units than its loop
-admits (a matrix product's rows: :func:`product_least`).  Where the parts meet changes no
-bit, as above.
+delay, each thread's time per unit of work); the worker never gets fewer units than its
+loop admits (a product's rows: :func:`product_least`), and a product split by columns
+stays in the middle (uneven column parts were not measured; below ~1 M multiply-adds they
+do differ).  Where the parts meet changes no bit, as above.
 """
 
 from __future__ import annotations
@@ -72,7 +73,7 @@ _busy = [0]  # splits still to skip (main thread only)
 _lagged = [0]  # splits in a row whose other half lagged
 
 #: the largest share of a loop the main thread takes, the rest being the worker's (a bound
-#: on what a wrong estimate can cost; a worker slower than that is the back-off's case)
+#: on what a wrong estimate can cost; a split slower than no split is the back-off's case)
 MAX_SHARE = 0.8
 
 
@@ -83,6 +84,8 @@ class Balance:
     the main thread's."""
 
     WEIGHT = 0.2  # of the newest split in each mean
+    # (one rate for every kind of loop: their units are calibrated to break-even points,
+    # not to equal times, so a kind's share may be off; bounded by MAX_SHARE, never bits)
 
     def __init__(self) -> None:
         self.delay = 0.0  # s
@@ -177,7 +180,8 @@ def rows(n: int, work: float, fn: Callable[[int, int], object], least: int = 1) 
     """``fn(0, n)``, or ``fn(0, h)`` here and ``fn(h, n)`` on the worker thread at once
     when ``work`` is worth it; returns when both are done, raising what either raised.
     ``h`` is at least ``n // 2`` (:class:`Balance`) and leaves the worker ``least``
-    units, or is ``n // 2`` where that leaves fewer."""
+    units, or is ``n // 2`` where that leaves fewer (then the caller's rule for a split
+    in the middle must hold: :func:`product_work` checks the halves)."""
     if (THREADS < 2 or n < 2 or work <= 0 or work < MIN_WORK
             or threading.get_ident() != threading.main_thread().ident):
         fn(0, n)
@@ -200,18 +204,20 @@ def rows(n: int, work: float, fn: Callable[[int, int], object], least: int = 1) 
     handed = time.perf_counter()
     later = _worker().submit(contextvars.copy_context().run, other, half, n)
     t0 = time.perf_counter()
+    ran = False
     try:
         fn(0, half)
+        ran = True
     finally:
         t1 = time.perf_counter()
         later.result()
         done = time.perf_counter()
-        if len(worker) == 2:
+        if ran and len(worker) == 2:  # (a part that raised times nothing)
             _balance.learn(work, half / n, worker[0] - handed, t1 - t0,
                            worker[1] - worker[0])
-        # we waited for the worker's part longer than our own part took, twice in a row
-        # (once is a scheduling hiccup, ~4% of splits on an idle machine): another process
-        # holds the other core
-        _lagged[0] = _lagged[0] + 1 if done - t1 > t1 - t0 else 0
+        # the split took longer than our thread alone would have taken for the whole loop
+        # (at our rate), twice in a row (once is a scheduling hiccup, ~4% of splits on an
+        # idle machine): another process holds the other core
+        _lagged[0] = _lagged[0] + 1 if done - t0 > (t1 - t0) * n / half else 0
         if _lagged[0] >= 2:
             _busy[0], _lagged[0] = BACKOFF, 0
