@@ -49,6 +49,15 @@ def uneven(monkeypatch, share: float = 0.8) -> None:
     monkeypatch.setattr(split.Balance, "share", lambda self, work: share)
 
 
+class Calls(list):
+    """The (rows, work) of each ``split.rows`` call; ``parts``: the (rows, work, end of the
+    main thread's part) of each that split."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.parts: list[tuple[int, float, int]] = []
+
+
 @pytest.fixture
 def always_split(monkeypatch):
     """Every loop worth a split at all is split; returns the (rows, work) of each call, and
@@ -74,15 +83,6 @@ def always_split(monkeypatch):
     return calls
 
 
-class Calls(list):
-    """The (rows, work) of each ``split.rows`` call; ``parts``: the (rows, work, end of the
-    main thread's part) of each that split."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.parts: list[tuple[int, float, int]] = []
-
-
 @needs_native
 @pytest.mark.parametrize("share", [0.5, 0.8])
 @pytest.mark.parametrize("which", ["conv", "add", "multirun"])
@@ -99,6 +99,17 @@ def test_split_loops_give_the_reference_bits(which, share, monkeypatch, always_s
             sim.close()
     assert shas[True] == shas[False]
     assert any(n >= 2 and work > 0 for n, work in always_split)  # the compiled path split
+
+
+def assert_reference_bits(netfile, x: np.ndarray, monkeypatch) -> None:
+    """The net's output on sim:// with the compiled loops (and their splits) is the numpy
+    reference path's, bit for bit."""
+    outs = {}
+    for compiled in (True, False):
+        monkeypatch.setattr(native, "NATIVE", NATIVE if compiled else None)
+        with Net(netfile, "sim://") as net:
+            outs[compiled] = next(iter(net.run(x).values()))
+    assert np.array_equal(outs[True].view(np.uint32), outs[False].view(np.uint32))
 
 
 @needs_native
@@ -118,12 +129,7 @@ def test_a_network_whose_products_split_gives_the_reference_bits(share, monkeypa
     y = b.conv(b.conv(y, 64, 960, k=3, s=8), 960, 256, k=1)  # 6x6: 36 rows, by columns
     netfile = compile_model(b.model([("x", (1, 32, 48, 48))], [y], "split_net"), golden=False)
     x = np.random.default_rng(2).standard_normal((1, 32, 48, 48)).astype(np.float32)
-    outs = {}
-    for compiled in (True, False):
-        monkeypatch.setattr(native, "NATIVE", NATIVE if compiled else None)
-        with Net(netfile, "sim://") as net:
-            outs[compiled] = next(iter(net.run(x).values()))
-    assert np.array_equal(outs[True].view(np.uint32), outs[False].view(np.uint32))
+    assert_reference_bits(netfile, x, monkeypatch)
     big = [(n, work) for n, work in always_split if work >= split.MATMUL * 48 * 48 * 64 * 64]
     if share > 0.5:  # the 1x1 products' split leaves the worker just the rows it must
         one_by_one = [h for n, work, h in always_split.parts
@@ -147,12 +153,7 @@ def test_a_3x3_conv_leaves_the_worker_the_output_rows_its_product_needs(monkeypa
     y = b.conv("x", 32, 32, k=3)
     netfile = compile_model(b.model([("x", (1, 32, 32, 32))], [y], "conv3x3"), golden=False)
     x = np.random.default_rng(3).standard_normal((1, 32, 32, 32)).astype(np.float32)
-    outs = {}
-    for compiled in (True, False):
-        monkeypatch.setattr(native, "NATIVE", NATIVE if compiled else None)
-        with Net(netfile, "sim://") as net:
-            outs[compiled] = next(iter(net.run(x).values()))
-    assert np.array_equal(outs[True].view(np.uint32), outs[False].view(np.uint32))
+    assert_reference_bits(netfile, x, monkeypatch)
     least = -(-split.product_least(288, 32) // 32)
     assert least == 15
     assert [h for n, work, h in always_split.parts if n == 32] == [32 - least]
