@@ -341,6 +341,9 @@ def test_branches_into_a_concat_become_one_multi_run_command():
                   if r["type"] == "Concat")
     assert "multi-run topo 0x55" in concat["detail"]
     assert cyc_m < 0.7 * cyc_s and arena_m < arena_s
+    with Net(compile(model, golden=False), SIM) as n:  # the profile row: branches appended
+        row = next(r for r in n.profile(feeds) if r["kind"].startswith("multi-run"))
+    assert row["output"][2] == ref.shape[1] and row["runs"] == 7
 
 
 def test_concat_falls_back_to_zero_copy_placement():
