@@ -103,6 +103,15 @@ def hw_commands(net) -> list[list[str]]:
     return cmds
 
 
+def hw_stage_count(net) -> int:
+    """Hardware commands as lowered, before chaining: a chained command counts each command
+    it was made of (``dvsdk.compiler.chain``)."""
+    from dvsdk.compiler.chain import chain_kinds
+
+    return sum(len(chain_kinds(k)) for s in net.meta["program"] if s["kind"] == "hw"
+               for k in s["runs"])
+
+
 def program_ops(net) -> list[str]:
     """Op types of every CPU step plus every op fused into a hardware command."""
     ops = [s["op"] for s in net.meta["program"] if s["kind"] == "cpu"]

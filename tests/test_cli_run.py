@@ -263,7 +263,8 @@ def test_two_input_network_by_name_and_by_npz(nets, tmp_path, capsys):
 # -- profile and trace --------------------------------------------------------------------------
 def test_profile_rows_tell_torch_ops_apart(tmp_path, capsys):
     net = tmp_path / "t.bin"
-    dvsdk.compile(str(DATA / "torch_mbv2_tiny.onnx"), net, golden=False)
+    # (a command per layer, each a row: chained, a row names its first op)
+    dvsdk.compile(str(DATA / "torch_mbv2_tiny.onnx"), net, golden=False, chain=False)
     rc, out, _ = call([net, "--profile", "-q"], capsys)   # no input: the profile runs zeros
     assert rc == 0
     shown = {int(m.group(1)): m.group(2) for m in

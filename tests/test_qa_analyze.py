@@ -37,11 +37,16 @@ def chain(perturb: float = 0.0):
     return b.model([("x", (1, 3, 12, 12))], [x], "chain")
 
 
-def test_digits_every_layer_within_fp16_error():
-    with dvsdk.load(MODELS / "digits.bin") as net:
+@pytest.mark.parametrize("chain", [True, False], ids=["shipped", "no_chain"])
+def test_digits_every_layer_within_fp16_error(chain):
+    # the shipped net chains its convs and pools into one command (one tensor compared);
+    # compiled with --no-chain, every layer's output is compared
+    net = MODELS / "digits.bin" if chain else dvsdk.compile(MODELS / "digits.onnx",
+                                                             golden=False, chain=False)
+    with dvsdk.load(net) as n:
         x = np.random.default_rng(1).uniform(0, 1, (1, 1, 16, 16)).astype(np.float32)
-        rows = analyze(net, MODELS / "digits.onnx", x)
-    assert len(rows) >= 4
+        rows = analyze(n, MODELS / "digits.onnx", x)
+    assert len(rows) >= (3 if chain else 4)
     assert rows[-1].tensor == "probs" and rows[-1].where == "cpu"
     assert {r.where for r in rows} == {"hw", "cpu"}
     for r in rows:
@@ -50,7 +55,8 @@ def test_digits_every_layer_within_fp16_error():
 
 def test_the_damaged_layer_is_blamed_first():
     good, bad = chain(), chain(perturb=0.3)
-    net = dvsdk.compile(bad.SerializeToString(), golden=False)
+    # (a command per layer: chained, the four convs would be one command and one tensor)
+    net = dvsdk.compile(bad.SerializeToString(), golden=False, chain=False)
     x = np.random.default_rng(2).uniform(0, 1, (1, 3, 12, 12)).astype(np.float32)
     with dvsdk.load(net) as n:
         rows = analyze(n, good.SerializeToString(), x)
@@ -120,11 +126,13 @@ def test_quantize_skip_keeps_the_named_layers_fp16():
     full = dvsdk.compile(model, quantize=True, golden=False)
     layers = [r["op"] for r in full.meta["quantization"]]
     assert len(layers) == 4
-    skip = dvsdk.compile(model, quantize=True, quantize_skip=layers[1:3], golden=False)
+    skip = dvsdk.compile(model, quantize=True, quantize_skip=layers[1:3], golden=False,
+                         chain=False)  # (_weight_formats: one weighted layer a command)
     assert [r["op"] for r in skip.meta["quantization"]] == [layers[0], layers[3]]
     fmts = _weight_formats(skip)
     assert [fmts[n] for n in layers] == [3, 1, 1, 3]          # 8-bit table = 3, FP16 = 1
-    assert set(_weight_formats(full)[n] for n in layers) == {3}
+    assert set(_weight_formats(dvsdk.compile(model, quantize=True, golden=False,
+                                             chain=False))[n] for n in layers) == {3}
     assert full.meta["weights"]["size"] < skip.meta["weights"]["size"]
 
 
@@ -140,7 +148,7 @@ def test_the_one_quantized_layer_is_found_first():
     model = chain().SerializeToString()
     layers = [r["op"] for r in dvsdk.compile(model, quantize=True,
                                              golden=False).meta["quantization"]]
-    net = dvsdk.compile(model, quantize=True, golden=False,
+    net = dvsdk.compile(model, quantize=True, golden=False, chain=False,
                         quantize_skip=[n for i, n in enumerate(layers) if i != 2])
     x = np.random.default_rng(3).uniform(0, 1, (1, 3, 12, 12)).astype(np.float32)
     with dvsdk.load(net) as n:

@@ -151,7 +151,7 @@ def test_per_command_predicted_times_add_up(tmp_path):
     for i in range(3):
         x = b.node("Relu", [b.conv(x, 8 if i else 3, 8)])
     net = dvsdk.compile(b.model([("x", (1, 3, 12, 12))], [x], "three").SerializeToString(),
-                        golden=False)
+                        golden=False, chain=False)
     dev = dvsdk.open_device("sim://")
     rec = Recorder().attach(dev)
     with dvsdk.load(net, dev) as n:

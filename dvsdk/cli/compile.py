@@ -53,6 +53,9 @@ def build_parser() -> Parser:
     p.add_argument("--ub-size", type=positive_int, default=524288, help="unified buffer bytes")
     p.add_argument("--report", action="store_true", help="print where every op runs")
     p.add_argument("--no-golden", action="store_true", help="skip the self-test pair")
+    p.add_argument("--no-chain", action="store_true",
+                   help="one command per layer: keep every layer's output in DRAM instead of "
+                        "chaining commands through the unified buffer (for dvsdk analyze)")
     p.add_argument("-q", "--quiet", action="store_true")
     p.add_argument("--debug", action="store_true", help="show tracebacks")
     p.add_version()
@@ -152,7 +155,7 @@ def main(argv: list[str]) -> int:
             mean=mean, scale=args.scale if args.scale is not None else 1.0, std=std,
             channel_order=args.channel_order, resize=args.resize, labels=labels,
             ub_size=args.ub_size, golden=not args.no_golden, format=args.format,
-            progress=progress)
+            chain=not args.no_chain, progress=progress)
         meta = net.meta
         k = classes(meta)
         if labels is not None and k is not None and len(labels) != k:

@@ -48,6 +48,8 @@ class Options:
     ub_size: int = 524288
     golden: bool = True
     multirun: bool = True
+    #: consecutive commands chained through the unified buffer (:mod:`.chain`)
+    chain: bool = True
     format: str | None = None  # the model format; None: from the file
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -197,7 +199,8 @@ def compile_graph(graph: Graph, options: Options, source: str = "") -> NetFile:
         from .transpose import transpose_spatial
 
         graph = transpose_spatial(graph)
-    program = lower(graph, info, quantize=quantized, multirun=options.multirun)
+    program = lower(graph, info, quantize=quantized, multirun=options.multirun,
+                    chain=options.chain)
     mplan = plan(program)
     steps, cmds, weights, constants, const_index = _encode_program(program, mplan, options)
     tensors = {}

@@ -14,17 +14,17 @@ from dataclasses import replace
 
 import numpy as np
 
-from ..driver.commands import BufferRef, ConvRun
+from ..driver.commands import ConvRun
 from ..driver.device import DeviceInfo
-from ..driver.validate import validate_conv
 from ..errors import InvalidCommand, WeightError
 from ..hw.weights import pack_conv_weights, pack_dilated_weights, quantize_weights
 from . import hwmap
+from .chain import chain_commands
 from .hwmap import Act, NoMapping, hwc
 from .ir import Graph, Op
 from .lower_ops import OpLowerings
 from .multirun import MultiRunLowerings
-from .program import CpuStep, HwCmd, HwStep, Program, out_hwc
+from .program import CpuStep, HwCmd, HwStep, Program, out_hwc, validate_cmd
 from .schedule import schedule
 
 #: Op attribute a graph builder may set (``dvsdk.vx`` does): ``"cpu"`` keeps the op out of
@@ -40,16 +40,6 @@ def _entry(op: Op, where: str, detail: str) -> dict:
     if op.origin:
         e["source"] = op.origin
     return e
-
-
-class _FakeBuffer:
-    """A huge, aligned stand-in so validation checks shapes before the memory plan."""
-
-    def __init__(self, phys: int) -> None:
-        self.phys, self.size, self.freed, self.name = phys, 1 << 28, False, "plan"
-
-
-_FAKE = BufferRef(_FakeBuffer(0x1000_0000), 0)
 
 
 class Lowering(OpLowerings, MultiRunLowerings):
@@ -126,12 +116,8 @@ class Lowering(OpLowerings, MultiRunLowerings):
 
     def check(self, cmd: HwCmd) -> None:
         """The driver's own validation (§6) with stand-in buffers."""
-        place = {cmd.input: _FAKE, cmd.output: _FAKE}
-        if cmd.eltwise:
-            place[cmd.eltwise] = _FAKE
-        weights = [_FAKE if b else None for b in cmd.blobs]
         try:
-            validate_conv(cmd.command(place, weights), self.info)
+            validate_cmd(cmd, self.info)
         except InvalidCommand as e:
             raise NoMapping(f"rejected by DV700 validation: {e}") from None
 
@@ -442,7 +428,9 @@ class Lowering(OpLowerings, MultiRunLowerings):
 
 
 def lower(graph: Graph, info: DeviceInfo, quantize: bool | frozenset = False,
-          multirun: bool = True) -> Program:
+          multirun: bool = True, chain: bool = True) -> Program:
     """Lower an optimized, shape-inferred graph for a device with ``info``; the steps in an
-    order with few device <-> CPU transitions (:mod:`.schedule`)."""
-    return schedule(Lowering(graph, info, quantize, multirun).run())
+    order with few device <-> CPU transitions (:mod:`.schedule`), chained commands merged
+    into one (``chain``, :mod:`.chain`)."""
+    program = schedule(Lowering(graph, info, quantize, multirun).run())
+    return chain_commands(program, info) if chain else program

@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 from ..driver.commands import BufferRef, ConvCommand, ConvRun
+from ..driver.device import DeviceInfo
+from ..driver.validate import validate_conv
 from ..hw import dims
 from .hwmap import NoMapping
 from .ir import Graph, Op
@@ -37,6 +39,25 @@ class HwCmd:
                            eltwise_buf=place[self.eltwise] if self.eltwise else BufferRef(),
                            w=self.w, h=self.h, c=self.c, runs=runs, topo=self.topo,
                            output_mode=1 if self.eltwise else 0)
+
+
+class _FakeBuffer:
+    """A huge, aligned stand-in so validation checks shapes before the memory plan."""
+
+    def __init__(self, phys: int) -> None:
+        self.phys, self.size, self.freed, self.name = phys, 1 << 28, False, "plan"
+
+
+_FAKE = BufferRef(_FakeBuffer(0x1000_0000), 0)
+
+
+def validate_cmd(cmd: HwCmd, info: DeviceInfo) -> None:
+    """The driver's own validation (§6) of ``cmd`` with stand-in buffers (InvalidCommand
+    when the device described by ``info`` would reject it)."""
+    place = {cmd.input: _FAKE, cmd.output: _FAKE}
+    if cmd.eltwise:
+        place[cmd.eltwise] = _FAKE
+    validate_conv(cmd.command(place, [_FAKE if b else None for b in cmd.blobs]), info)
 
 
 @dataclass

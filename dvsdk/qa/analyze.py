@@ -17,7 +17,9 @@ Each tensor present in both is compared:
   this layer adds, by which :func:`worst` ranks.
 
 Tensors computed inside one fused command (a conv's output before its fused activation)
-do not exist on the device and are not compared.
+or between the runs of a chained one (``dvsdk.compiler.chain``) do not exist on the device
+and are not compared: ``dvsdk-compile --no-chain`` makes a net.bin with a command, and a
+compared tensor, per layer.
 """
 
 from __future__ import annotations
