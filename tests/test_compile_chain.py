@@ -15,6 +15,7 @@ from dvsdk.compiler.chain import chain_kinds
 from dvsdk.driver.commands import BufferRef, ConvCommand
 from dvsdk.driver.device import DeviceInfo
 from dvsdk.driver.validate import validate_conv
+from dvsdk.errors import InvalidCommand
 from dvsdk.runtime.net import Net
 
 from . import realistic_nets as R
@@ -67,6 +68,7 @@ def test_chained_networks_give_the_unchained_bits(name):
             assert cmd.topo == 1 << (cmd.num_runs - 1) and cmd.num_runs == len(
                 chain_kinds(kind))
             assert validate_conv(cmd, info).tiles == 1
+    _fits(chained)
 
 
 def test_a_squeeze_excitation_tail_is_one_command():
@@ -173,3 +175,71 @@ def test_chain_kinds():
         ["conv 1x1", "depthwise conv 3x3 +relu6"]
     assert chain_kinds("conv 1x1") == ["conv 1x1"]
     assert chain_kinds("multi-run topo 0x55 [a | b]") == ["multi-run topo 0x55 [a | b]"]
+
+
+def _fits(net) -> None:
+    """Every kept run of every command holds its whole input and output in the UBUF."""
+    from dvsdk.hw import dims
+
+    ub = net.meta["hardware"]["ub_size_min"]
+    for cmd in _commands(net):
+        assert dims.ubuf_kept_bytes(cmd, cmd.runs) <= ub
+
+
+@pytest.mark.parametrize("case", ["deconv", "avgpool_1x7"])
+def test_no_chain_that_the_ubuf_peak_undercounts(case):
+    """§7.3's peak, as the C computes it, takes a stride-2 deconv's output for a conv's
+    (1/4 of it) and a 1x7 average pool for a 7x7 one: these chains would pass it with
+    intermediates of 921,600 and 380,928 bytes that do not fit next to their inputs in
+    512 KiB.  The whole tensors are checked too (dims.ubuf_kept_bytes): two commands."""
+    b = NetBuilder(1)
+    if case == "deconv":
+        t = b.node("Relu", [b.node("ConvTranspose", [
+            "x", b.const(np.random.default_rng(3).normal(0, .3, (8, 8, 2, 2))
+                         .astype(np.float32)),
+            b.const(np.zeros(8, np.float32))], kernel_shape=[2, 2], strides=[2, 2])])
+        shape, y = (1, 8, 120, 120), b.conv(t, 8, 8)
+    else:
+        t = b.node("AveragePool", ["x"], kernel_shape=[1, 7], strides=[1, 1])
+        shape, y = (1, 64, 8, 380), b.conv(t, 64, 8, k=1)
+    model = b.model([("x", shape)], [y], case)
+    net = compile(model, golden=False)
+    assert net.meta["stats"]["commands"] == 2
+    _fits(net)
+    merged = compile(model, golden=False, chain=False)  # the same commands, then joined:
+    cmds = _commands(merged)                              # the driver refuses the join
+    joined = ConvCommand(input_buf=cmds[0].input_buf, output_buf=cmds[1].output_buf,
+                         w=cmds[0].w, h=cmds[0].h, c=cmds[0].c,
+                         runs=cmds[0].runs + cmds[1].runs, topo=2)
+    info = DeviceInfo(ub_size=524288, mac_num=576, max_kernel_size=7, svn_version=93)
+    with pytest.raises(InvalidCommand, match="kept in the unified buffer"):
+        validate_conv(joined, info)
+
+
+def test_a_long_chain_splits_at_32_runs():
+    """40 1x1 convs in a row: a 32-run command, then the other 8 (§4.1 MAX_NUM_RUNS)."""
+    b = NetBuilder(19)
+    x = "x"
+    for _ in range(40):
+        x = b.conv(x, 8, 8, k=1)
+    model = b.model([("x", (1, 8, 6, 6))], [x], "long")
+    net = compile(model, golden=False)
+    assert [len(chain_kinds(k)) for st in net.meta["program"] if st["kind"] == "hw"
+            for k in st["runs"]] == [32, 8]
+    feeds = {"x": np.random.default_rng(2).uniform(-1, 1, (1, 8, 6, 6)).astype(np.float32)}
+    (y_c, _), (y_p, _) = _run(net, feeds), _run(compile(model, golden=False, chain=False),
+                                                   feeds)
+    assert all(np.array_equal(y_c[k], y_p[k]) for k in y_p)
+
+
+@pytest.mark.parametrize("opts", [dict(quantize=True), dict(transpose=True)],
+                         ids=["quantized", "transposed"])
+def test_chains_in_quantized_and_transposed_nets_give_the_unchained_bits(opts):
+    model = NETS["mobilenetv3_small"]()
+    x = R.calibration_image((96, 96), 4)
+    chained, plain = compile(model, golden=False, **opts), compile(model, golden=False,
+                                                                   chain=False, **opts)
+    assert chained.meta["stats"]["commands"] < plain.meta["stats"]["commands"]
+    _fits(chained)
+    (y_c, _), (y_p, _) = _run(chained, x), _run(plain, x)
+    assert all(np.isfinite(y_p[k]).all() and np.array_equal(y_c[k], y_p[k]) for k in y_p)

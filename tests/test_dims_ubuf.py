@@ -295,3 +295,35 @@ def test_public_names():
     for name in dims.__all__:
         assert hasattr(dims, name)
 
+
+
+# --------------------------------------------------------------------------
+# runs walked by topo, and the whole tensors of a kept run
+# --------------------------------------------------------------------------
+
+
+def test_run_shapes_and_output_of_inception_3b():
+    """Branch runs read the command input again after an output run; a kept run feeds the
+    next; the outputs (pooled 3x3/2, pad 1: 14x14) are appended: 128+192+96+64 channels."""
+    shapes = dims.run_shapes(GOOGLENET_CMD, GOOGLENET_RUNS)
+    ins = [i for i, _ in shapes]
+    assert ins == [(28, 28, 1, 256), (28, 28, 1, 256), (28, 28, 1, 128), (28, 28, 1, 256),
+                   (28, 28, 1, 32), (28, 28, 1, 256), (28, 28, 1, 256)]
+    assert dims.command_output_shape(GOOGLENET_CMD, GOOGLENET_RUNS) == (14, 14, 480)
+    # kept runs: 3x3_reduce (256 in, 128 out), 5x5_reduce (256, 32), the pool (256, 256)
+    assert dims.ubuf_kept_bytes(GOOGLENET_CMD, GOOGLENET_RUNS) == 28 * 28 * (256 + 256) * 2
+
+
+def test_kept_bytes_of_a_chain_counts_what_the_peak_misses():
+    """A stride-2 2x2 deconv kept in the UBUF: 120x120x8 in, 240x240x8 out = 1,152,000
+    bytes, where §7.3's peak (the deconv taken for a strided conv) stays under 512 KiB."""
+    deconv = conv_run(8, 2, 1, conv_enable=5, conv_stride=0x0202)  # FPGA pads k-1-0 = 1
+    cmd = dict(w=120, h=120, z=1, c=8, topo=0x2)
+    runs = [deconv, conv_run(8, 3, 1)]
+    assert dims.run_shapes(cmd, runs)[1][0] == (240, 240, 1, 8)
+    assert dims.ubuf_kept_bytes(cmd, runs) == (120 * 120 + 240 * 240) * 8 * 2
+    assert ubuf_single_tile_usage(cmd, runs, 524288) < 524288 < 1_152_000
+    # channels count in 8-channel blocks; a single run keeps nothing
+    assert dims.ubuf_kept_bytes(dict(w=4, h=4, z=1, c=3, topo=0x2),
+                                [conv_run(5, 1), conv_run(8, 1)]) == 2 * 4 * 4 * 8 * 2
+    assert dims.ubuf_kept_bytes(dict(w=4, h=4, z=1, c=3, topo=0x1), [conv_run(5, 1)]) == 0

@@ -6,16 +6,16 @@ over in the unified buffer instead of DRAM: one command whose runs each feed the
 its runs between the two ends of the UBUF).  A squeeze-excitation block is such a chain:
 its global average pool stages, the 1x1 reduce conv and the 1x1 expand conv are four
 commands on tensors of a few KB each, and one command after this pass (MobileNetV3-small:
-71 commands -> 46).  The values are the same: a run's output is rounded to FP16 whether
-it goes to DRAM or stays in the UBUF (§4.1), and the next run reads it as it is.
+71 commands -> 43).  The values are the same: a run's output is FP16 whether it goes to
+DRAM or stays in the UBUF (our numerics choice, ``firmware_spec/README.md``; §7.3 counts
+2 bytes an element there), and the next run reads it as it is.
 
-A chain is taken only where it stays exactly as valid as its parts: the driver's own
-validation (§6, with the multi-run rules: every run single-tile, no dilation, no 3-D input,
-the UBUF peak of §7.3 within the target's UBUF) accepts the merged command, the
-intermediate tensor has no other reader (no other command, CPU step or graph output, no
-view or concat slot on it), and neither command adds an element-wise addend (dvsdk
-supports the add on single-run commands only, §4.4 [AMBIG]).  The intermediate then no
-longer exists in DRAM: it leaves the arena, and ``command_outputs`` name the chain's last
+A chain is taken only where it stays exactly as valid as its parts (:func:`_chains`): the
+intermediate has no other reader, and the driver's own validation (§6, with the
+multi-run rules: every run single-tile, no dilation, no 3-D input, the UBUF peak of §7.3
+and the whole tensors of every kept run within the target's UBUF,
+:func:`dvsdk.hw.dims.ubuf_kept_bytes`) accepts the merged command.  The intermediate then
+no longer exists in DRAM: it leaves the arena, ``command_outputs`` name the chain's last
 tensor only, and ``dvsdk analyze`` compares what the chain writes (``dvsdk-compile
 --no-chain``, ``Options.chain = False``: a command per layer, for per-layer analysis).  DMP's
 converter fuses branches that meet at a concat (:mod:`.multirun`), not chains.
@@ -77,9 +77,12 @@ def chain_commands(program: Program, info: DeviceInfo) -> Program:
 
 
 def _chains(prev: HwCmd, cmd: HwCmd, readers: Counter[str], pinned: set[str]) -> bool:
-    """Whether ``cmd`` reads exactly what ``prev`` writes and nothing else does.  (The
-    shapes are compared as well: a fully-connected command reads a conv's output bytes as
-    a 1x1xN vector, which is no UBUF hand-over.)"""
+    """Whether ``cmd`` may take ``prev``'s output in the UBUF: it reads exactly that tensor,
+    with the shape ``prev`` writes (an FC reads a conv's bytes as a 1x1xN vector: no
+    hand-over); nothing else reads it (no other command, CPU step or graph output) and no
+    view, concat slot or alias lives on it (``pinned``); both are pure chains; and neither
+    adds an element-wise operand (dvsdk supports it on single-run commands only, §4.4
+    [AMBIG]).  Whether the merged command fits is :func:`validate_cmd`'s to say."""
     return (cmd.input == prev.output and readers[prev.output] == 1
             and prev.output not in pinned and prev.eltwise is None and cmd.eltwise is None
             and _pure_chain(prev) and _pure_chain(cmd)
@@ -98,6 +101,8 @@ def chain_kinds(kind: str) -> list[str]:
 def _join(prev: HwCmd, cmd: HwCmd) -> HwCmd:
     """``prev`` then ``cmd`` as one command: ``prev``'s input, ``cmd``'s output."""
     kinds = chain_kinds(prev.kind) + chain_kinds(cmd.kind)
-    return HwCmd(prev.input, cmd.output, prev.w, prev.h, prev.c, prev.runs + cmd.runs,
-                 prev.blobs + cmd.blobs, None, 1 << (len(prev.runs) + len(cmd.runs) - 1),
-                 prev.sources + cmd.sources, "chain [" + " -> ".join(kinds) + "]")
+    runs = prev.runs + cmd.runs
+    return HwCmd(input=prev.input, output=cmd.output, w=prev.w, h=prev.h, c=prev.c,
+                 runs=runs, blobs=prev.blobs + cmd.blobs, eltwise=None,
+                 topo=1 << (len(runs) - 1), sources=prev.sources + cmd.sources,
+                 kind="chain [" + " -> ".join(kinds) + "]")

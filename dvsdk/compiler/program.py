@@ -81,15 +81,8 @@ class Program:
 
 def out_hwc(cmd: HwCmd) -> tuple[int, int, int]:
     """(H, W, C) of a command's output: runs with topo bit 1 are appended (§4.1)."""
-    shape = (cmd.w, cmd.h, 1, cmd.c)
-    out_hw, channels = None, 0
-    for i, run in enumerate(cmd.runs):
-        (ow, oh, _, oc), _ = dims.run_output_shape(run, shape)
-        if cmd.topo >> i & 1:
-            if out_hw not in (None, (oh, ow)):
-                raise NoMapping("branch outputs differ in size")
-            out_hw, channels = (oh, ow), channels + oc
-            shape = (cmd.w, cmd.h, 1, cmd.c)
-        else:
-            shape = (ow, oh, 1, oc)
-    return out_hw[0], out_hw[1], channels
+    shapes = dims.run_shapes(cmd, cmd.runs)
+    outs = {(oh, ow) for k, (_, (ow, oh, _, _)) in enumerate(shapes) if cmd.topo >> k & 1}
+    if len(outs) > 1:
+        raise NoMapping("branch outputs differ in size")
+    return dims.command_output_shape(cmd, cmd.runs)

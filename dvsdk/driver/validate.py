@@ -149,6 +149,11 @@ def validate_conv(cmd: ConvCommand, info: DeviceInfo) -> ConvPlan:
         if usage > ub:
             _fail(f"unified buffer should be at least {usage} bytes", field="ub_size", value=ub,
                   limit=usage)
+        kept = dims.ubuf_kept_bytes(cmd, cmd.runs)
+        if kept > ub:  # (what §7.3's peak can miss: deconv and non-square avg-pool runs)
+            _fail(f"a run kept in the unified buffer holds {kept} bytes of input and output",
+                  field="ub_size", value=ub, limit=kept)
+        usage = max(usage, kept)
         plan.ubuf_usage = usage
         plan.tiles = 1
     else:

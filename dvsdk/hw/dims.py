@@ -55,8 +55,8 @@ from .fields import (
 __all__ = [
     "MAX_KERNEL_SIZE", "MAX_NUM_RUNS", "DEFAULT_UB_SIZE", "cdiv", "divup", "ceil8", "popcount",
     "topo_num_runs", "conv_out_size", "deconv_out_size", "pool_out_size", "upsample_out_size",
-    "run_output_shape", "run_weight_size", "conv_tiles", "lrn_tiles", "pool_tiles",
-    "command_tiles", "ubuf_single_tile_usage",
+    "run_output_shape", "run_shapes", "command_output_shape", "run_weight_size", "conv_tiles",
+    "lrn_tiles", "pool_tiles", "command_tiles", "ubuf_single_tile_usage", "ubuf_kept_bytes",
 ]  # fmt: skip
 
 #: Runs per CONV command (§4.1 ``MAX_NUM_RUNS``).
@@ -170,6 +170,55 @@ def run_output_shape(
     else:
         ow, oh = tw, th
     return (ow, oh, tz, tc), u32(ow * oh * tz * tc * 2)
+
+
+def run_shapes(cmd_fields: Any, runs: Sequence[Any] | None = None
+               ) -> list[tuple[tuple[int, int, int, int], tuple[int, int, int, int]]]:
+    """Per run of a command, its input and output ``(w, h, z, c)`` (§4.1): run 0 and every
+    run after one whose ``topo`` bit is 1 read the command's input; a run whose bit is 0
+    feeds its output to the next one through the unified buffer."""
+    topo = int_field(cmd_fields, "topo", U32)
+    first = (int_field(cmd_fields, "w"), int_field(cmd_fields, "h"),
+             int_field(cmd_fields, "z") or 1, int_field(cmd_fields, "c"))
+    shape, out = first, []
+    for i, run in enumerate(_runs_of(cmd_fields, runs, topo_num_runs(topo))[
+            : topo_num_runs(topo)]):
+        o, _ = run_output_shape(run, shape)
+        out.append((shape, o))
+        shape = first if topo >> i & 1 else o
+    return out
+
+
+def command_output_shape(cmd_fields: Any, runs: Sequence[Any] | None = None
+                         ) -> tuple[int, int, int]:
+    """``(h, w, c)`` a command writes: the outputs of its runs with ``topo`` bit 1, appended
+    along channels (§4.1; a concat when the branches agree on ``w`` and ``h``, the last
+    run's ``w`` and ``h`` otherwise)."""
+    topo = int_field(cmd_fields, "topo", U32)
+    hw, channels = (0, 0), 0
+    for i, (_, (ow, oh, _, oc)) in enumerate(run_shapes(cmd_fields, runs)):
+        if topo >> i & 1:
+            hw, channels = (oh, ow), channels + oc
+    return hw[0], hw[1], channels
+
+
+def _fp16_blocks_bytes(shape: tuple[int, int, int, int]) -> int:
+    w, h, z, c = shape
+    return max(w, 0) * max(h, 0) * max(z, 1) * 8 * ceil8(max(c, 0)) * 2
+
+
+def ubuf_kept_bytes(cmd_fields: Any, runs: Sequence[Any] | None = None) -> int:
+    """The most unified-buffer bytes a run whose output stays there holds at once: its whole
+    input and its whole output, FP16 in 8-channel blocks (0 for a single run).
+
+    A floor :func:`ubuf_single_tile_usage` does not always reach: as the C computes it, a
+    deconvolution run (``ce = conv_enable & 1``) gets a strided conv's output size, 1/4 of
+    a stride-2 deconv's, and an average pool only ``pool_size & 0xFF`` as its window, so a
+    1x7 pool counts a 7x7 one's output.  dvsdk requires both (:func:`validate_conv`)."""
+    topo = int_field(cmd_fields, "topo", U32)
+    return max((_fp16_blocks_bytes(i) + _fp16_blocks_bytes(o)
+                for k, (i, o) in enumerate(run_shapes(cmd_fields, runs))
+                if not topo >> k & 1), default=0)
 
 
 def run_weight_size(run_fields: Any, in_c: int) -> int:

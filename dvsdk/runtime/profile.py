@@ -35,17 +35,8 @@ def command_macs(cmd: ConvCommand) -> int:
 
 
 def _describe(cmd: ConvCommand) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
-    """(H, W, C) in and out: a run kept in the unified buffer feeds the next, the outputs
-    of runs written to DRAM are appended along channels (§4.1)."""
-    first = (cmd.w, cmd.h, cmd.z, cmd.c)
-    shape, out_hw, channels = first, (0, 0), 0
-    for i, run in enumerate(cmd.runs[: cmd.num_runs]):
-        (ow, oh, _, oc), _ = dims.run_output_shape(run, shape)
-        if cmd.topo >> i & 1:
-            out_hw, channels, shape = (oh, ow), channels + oc, first
-        else:
-            shape = (ow, oh, 1, oc)
-    return (cmd.h, cmd.w, cmd.c), (*out_hw, channels)
+    """(H, W, C) in and out (``dims.command_output_shape``: runs walked as §4.1 says)."""
+    return (cmd.h, cmd.w, cmd.c), dims.command_output_shape(cmd, cmd.runs)
 
 
 def profile_net(net: Any, x: Any | None = None) -> list[dict[str, Any]]:
