@@ -28,7 +28,7 @@ from collections import Counter
 from ..driver.device import DeviceInfo
 from ..errors import InvalidCommand
 from ..hw.spec import SPEC
-from .program import CpuStep, HwCmd, HwStep, Program, out_hwc, validate_cmd
+from .program import CpuStep, HwCmd, HwStep, Program, out_hwc, unit_io, validate_cmd
 
 #: runs one command may hold (§4.1)
 MAX_RUNS = SPEC.limits["max_runs"]
@@ -44,11 +44,8 @@ def chain_commands(program: Program, info: DeviceInfo) -> Program:
     docstring); the steps, their order and every other tensor unchanged."""
     readers: Counter[str] = Counter()
     for step in program.steps:
-        if isinstance(step, HwStep):
-            for cmd in step.commands:
-                readers.update([cmd.input] + ([cmd.eltwise] if cmd.eltwise else []))
-        elif isinstance(step, CpuStep):
-            readers.update(i for i in step.op.inputs if i)
+        for unit in step.commands if isinstance(step, HwStep) else [step]:
+            readers.update(unit_io(unit)[0])
     pinned = set(program.graph.outputs) | set(program.aliases)
     pinned |= {base for base, _ in program.aliases.values()}
     dropped: set[str] = set()

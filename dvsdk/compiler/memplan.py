@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .program import CpuStep, HwStep, Program
+from .program import HwStep, Program, unit_io
 
 ALIGN = 64
 
@@ -54,12 +54,9 @@ def plan(program: Program) -> Plan:
     graph = program.graph
     units: list[tuple[set[str], set[str]]] = []  # (reads, writes) per command / CPU op
     for step in program.steps:
-        if isinstance(step, HwStep):
-            for cmd in step.commands:
-                reads = {cmd.input} | ({cmd.eltwise} if cmd.eltwise else set())
-                units.append((reads, {cmd.output}))
-        elif isinstance(step, CpuStep):
-            units.append(({i for i in step.op.inputs if i}, set(step.op.outputs)))
+        for unit in step.commands if isinstance(step, HwStep) else [step]:
+            reads, writes = unit_io(unit)
+            units.append((set(reads), set(writes)))
     end = len(units)
     aliases = dict(program.aliases)
     roots: dict[str, str] = {}

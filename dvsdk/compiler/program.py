@@ -70,6 +70,14 @@ class HwStep:
     commands: list[HwCmd] = field(default_factory=list)
 
 
+def unit_io(unit: HwCmd | CpuStep) -> tuple[list[str], list[str]]:
+    """(tensors read, tensors written) of one command or CPU step: a command reads its
+    input and element-wise operand and writes its output."""
+    if isinstance(unit, HwCmd):
+        return [unit.input] + ([unit.eltwise] if unit.eltwise else []), [unit.output]
+    return [i for i in unit.op.inputs if i], [o for o in unit.op.outputs if o]
+
+
 @dataclass
 class Program:
     graph: Graph

@@ -21,15 +21,9 @@ from __future__ import annotations
 import heapq
 
 from .memplan import nbytes, resolve
-from .program import CpuStep, HwCmd, HwStep, Program
+from .program import CpuStep, HwCmd, HwStep, Program, unit_io
 
 Unit = HwCmd | CpuStep
-
-
-def _io(unit: Unit) -> tuple[list[str], list[str]]:
-    if isinstance(unit, HwCmd):
-        return [unit.input] + ([unit.eltwise] if unit.eltwise else []), [unit.output]
-    return [i for i in unit.op.inputs if i], [o for o in unit.op.outputs if o]
 
 
 def transitions(kinds: list[bool]) -> int:
@@ -55,13 +49,13 @@ def schedule(program: Program) -> Program:
 
     writers: dict[str, list[tuple[int, int, int]]] = {}  # root -> (start, end, unit)
     for i, u in enumerate(units):
-        for name in _io(u)[1]:
+        for name in unit_io(u)[1]:
             root, a, b = region(name)
             writers.setdefault(root, []).append((a, b, i))
     succ: list[set[int]] = [set() for _ in units]
     indeg = [0] * len(units)
     for i, u in enumerate(units):
-        for name in _io(u)[0]:
+        for name in unit_io(u)[0]:
             root, a, b = region(name)
             for wa, wb, j in writers.get(root, []):
                 if wa < b and a < wb and j != i and i not in succ[j]:
