@@ -7,6 +7,8 @@ driver's own validation."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -14,12 +16,14 @@ from dvsdk.compiler.build import compile
 from dvsdk.compiler.chain import chain_kinds
 from dvsdk.driver.commands import BufferRef, ConvCommand
 from dvsdk.driver.device import DeviceInfo
+from dvsdk.driver.stream import build_stream, conv_words
 from dvsdk.driver.validate import validate_conv
 from dvsdk.errors import InvalidCommand
 from dvsdk.runtime.net import Net
 
 from . import realistic_nets as R
 from .compile_harness import SIM, hw_stage_count, ort_reference
+from .hw import kick_stream, wait_stream
 from .onnx_models import NetBuilder
 
 #: (at 96x96: at 64x64 the MobileNetV3 and DBNet stand-ins leave the FP16 range, NaN)
@@ -214,6 +218,16 @@ def test_no_chain_that_the_ubuf_peak_undercounts(case):
     info = DeviceInfo(ub_size=524288, mac_num=576, max_kernel_size=7, svn_version=93)
     with pytest.raises(InvalidCommand, match="kept in the unified buffer"):
         validate_conv(joined, info)
+    # kicked past the driver, the simulator refuses it as the hardware could not run it
+    with Net(merged, SIM) as n:
+        a, b = n._contexts[0].commands
+        raw = replace(a, topo=2, runs=a.runs + b.runs, output_buf=b.output_buf)
+        stream = build_stream(n.device, [conv_words(raw, 1)])
+        kick_stream(n.device, stream.address, stream.length8)
+        wait_stream(n.device, 1.0)
+        assert n.device.read32("conv", 0x308) == 4  # SIM_STATUS bad_config
+        assert "multi-run command needs" in n.device.errors[-1]
+        stream.free()
 
 
 def test_a_long_chain_splits_at_32_runs():

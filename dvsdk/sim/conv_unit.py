@@ -214,7 +214,9 @@ def _check_ubuf(core: CoreState, hdr: dict, runs: list[dict]) -> None:
         raise HardwareError("bad_config", CFG_ADDR, f"tiles field {hdr['tiles']} disagrees "
                             f"with the tile math ({expected} for a {ub}-byte unified buffer)")
     if len(runs) > 1:
-        usage = dims.ubuf_single_tile_usage(hdr, runs, ub)
+        # (§7.3's peak, and the whole tensors of each run kept in the UBUF, which the peak
+        # under-counts for deconv and non-square average-pool runs: firmware_spec/README.md)
+        usage = max(dims.ubuf_single_tile_usage(hdr, runs, ub), dims.ubuf_kept_bytes(hdr, runs))
         if usage > ub:
             raise HardwareError("bad_config", CFG_ADDR, f"the multi-run command needs {usage} "
                                 f"bytes of unified buffer, the device has {ub}")
