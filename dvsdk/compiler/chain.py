@@ -27,11 +27,8 @@ from collections import Counter
 
 from ..driver.device import DeviceInfo
 from ..errors import InvalidCommand
-from ..hw.spec import SPEC
+from ..hw.dims import MAX_NUM_RUNS
 from .program import CpuStep, HwCmd, HwStep, Program, out_hwc, unit_io, validate_cmd
-
-#: runs one command may hold (§4.1)
-MAX_RUNS = SPEC.limits["max_runs"]
 
 
 def _pure_chain(cmd: HwCmd) -> bool:
@@ -83,7 +80,7 @@ def _chains(prev: HwCmd, cmd: HwCmd, readers: Counter[str], pinned: set[str]) ->
     return (cmd.input == prev.output and readers[prev.output] == 1
             and prev.output not in pinned and prev.eltwise is None and cmd.eltwise is None
             and _pure_chain(prev) and _pure_chain(cmd)
-            and len(prev.runs) + len(cmd.runs) <= MAX_RUNS
+            and len(prev.runs) + len(cmd.runs) <= MAX_NUM_RUNS
             and out_hwc(prev) == (cmd.h, cmd.w, cmd.c))
 
 

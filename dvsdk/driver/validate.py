@@ -153,7 +153,6 @@ def validate_conv(cmd: ConvCommand, info: DeviceInfo) -> ConvPlan:
         if kept > ub:  # (what §7.3's peak can miss: deconv and non-square avg-pool runs)
             _fail(f"a run kept in the unified buffer holds {kept} bytes of input and output",
                   field="ub_size", value=ub, limit=kept)
-        usage = max(usage, kept)
         plan.ubuf_usage = usage
         plan.tiles = 1
     else:
