@@ -188,10 +188,8 @@ def _describe(commands: list, unit: str, k: int, what: str, byte: int, want: np.
               got: np.ndarray, count: int) -> Difference:
     """Where the first differing byte of write range ``k`` lies, in tensor terms."""
     if unit == "conv" and k < len(commands) and isinstance(commands[k], ConvCommand):
-        cmd = commands[k]
-        shape, base = (cmd.w, cmd.h, cmd.z, cmd.c), 0
-        for i, run in enumerate(cmd.runs[: cmd.num_runs]):
-            (ow, oh, _, oc), _ = dims.run_output_shape(run, shape)
+        cmd, base = commands[k], 0
+        for i, (_, (ow, oh, _, oc)) in enumerate(dims.run_shapes(cmd, cmd.runs)):
             size = ow * oh * oc * 2
             if cmd.topo >> i & 1:
                 if byte < base + size:
@@ -204,9 +202,6 @@ def _describe(commands: list, unit: str, k: int, what: str, byte: int, want: np.
                     return Difference(what, k, byte, f"run {i} output (H {oh}, W {ow}, C {oc}):"
                                       f" channel {ch}, y {y}, x {x}", rec, rep, count)
                 base += size
-                shape = (cmd.w, cmd.h, cmd.z, cmd.c)
-            else:
-                shape = (ow, oh, 1, oc)
     if unit == "maximizer" and k < len(commands) and isinstance(commands[k], MaximizerCommand):
         w = commands[k].width
         return Difference(what, k, byte, f"class map pixel y {byte // w}, x {byte % w}",

@@ -22,15 +22,12 @@ from .handle import RunHandle
 
 def command_macs(cmd: ConvCommand) -> int:
     """Multiply-accumulates the command's conv runs perform (per sample)."""
-    total, shape = 0, (cmd.w, cmd.h, cmd.z, cmd.c)
-    for i, run in enumerate(cmd.runs[: cmd.num_runs]):
-        (ow, oh, _, m), _ = dims.run_output_shape(run, shape)
+    total = 0
+    for run, (shape, _) in zip(cmd.runs, dims.run_shapes(cmd, cmd.runs)):
         if run.conv_enable:
-            pre = replace(run, pool_enable=0)
-            (tw, th, _, _), _ = dims.run_output_shape(pre, shape)
+            (tw, th, _, _), _ = dims.run_output_shape(replace(run, pool_enable=0), shape)
             cin = 1 if run.depthwise else shape[3]
             total += tw * th * run.m * cin * run.kx * run.ky
-        shape = (cmd.w, cmd.h, cmd.z, cmd.c) if cmd.topo >> i & 1 else (ow, oh, 1, m)
     return total * cmd.batch
 
 
