@@ -464,9 +464,11 @@ static PyMethodDef methods[] = {
     {"im2col", dv_im2col, METH_VARARGS, dv_im2col_doc},
     {"avgpool", dv_avgpool, METH_VARARGS, dv_avgpool_doc},
     {"maxpool", dv_maxpool, METH_VARARGS, dv_maxpool_doc},
-    {"act_exp", dv_act_exp, METH_VARARGS, dv_act_exp_doc},
+    {"act_elem", dv_act_elem, METH_VARARGS, dv_act_elem_doc},
     {"unpack", dv_unpack, METH_VARARGS, dv_unpack_doc},
     {"ew_f16", dv_ew_f16, METH_VARARGS, dv_ew_f16_doc},
+    {"gemm", dv_gemm, METH_VARARGS, dv_gemm_doc},
+    {"gemm_isa", dv_gemm_isa, METH_NOARGS, dv_gemm_isa_doc},
     {NULL, NULL, 0, NULL},
 };
 

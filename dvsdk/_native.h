@@ -30,19 +30,16 @@ typedef uint32_t __attribute__((may_alias)) u32a;
 typedef uint32_t u32a;
 #endif
 
-/* float32 -> nearest binary16 (ties to even), as binary16 bits; numpy's
- * npy_floatbits_to_halfbits semantics: overflow -> inf, NaN keeps its top payload bits
- * (0x7c01 if they are all zero), subnormal results rounded at 2**-24. */
+/* float32 -> nearest binary16 (ties to even), as binary16 bits: overflow -> inf, every
+ * NaN -> the canonical quiet NaN 0x7e00 (firmware_spec/arithmetic.md: a NaN's sign and
+ * payload depend on the machine that made it), subnormal results rounded at 2**-24. */
+#define F16_NAN 0x7e00u
 static inline uint16_t f32_to_f16_bits(uint32_t f)
 {
     uint16_t sign = (uint16_t)((f >> 16) & 0x8000u);
     uint32_t a = f & 0x7fffffffu;
-    if (a >= 0x7f800000u) {                     /* inf or NaN */
-        if (a == 0x7f800000u)
-            return sign | 0x7c00u;
-        uint16_t r = (uint16_t)(0x7c00u + ((a & 0x007fffffu) >> 13));
-        return sign | (r == 0x7c00u ? 0x7c01u : r);
-    }
+    if (a >= 0x7f800000u)                       /* inf or NaN */
+        return a == 0x7f800000u ? (uint16_t)(sign | 0x7c00u) : (uint16_t)F16_NAN;
     if (a >= 0x477ff000u)                       /* rounds to 65536 and beyond: inf */
         return sign | 0x7c00u;
     if (a >= 0x38800000u) {                     /* normal binary16 */
@@ -198,7 +195,11 @@ extern const char dv_f16_to_f32_doc[], dv_f32_to_f16_doc[], dv_pack_doc[], dv_un
 PyObject *dv_im2col(PyObject *self, PyObject *args);
 PyObject *dv_avgpool(PyObject *self, PyObject *args);
 PyObject *dv_maxpool(PyObject *self, PyObject *args);
-PyObject *dv_act_exp(PyObject *self, PyObject *args);
-extern const char dv_im2col_doc[], dv_avgpool_doc[], dv_maxpool_doc[], dv_act_exp_doc[];
+PyObject *dv_act_elem(PyObject *self, PyObject *args);
+extern const char dv_im2col_doc[], dv_avgpool_doc[], dv_maxpool_doc[], dv_act_elem_doc[];
+/* the fixed-order matrix product of _native_gemm.c */
+PyObject *dv_gemm(PyObject *self, PyObject *args);
+PyObject *dv_gemm_isa(PyObject *self, PyObject *args);
+extern const char dv_gemm_doc[], dv_gemm_isa_doc[];
 
 #endif

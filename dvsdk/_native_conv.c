@@ -7,11 +7,11 @@
  * so numpy's matrix product on it is the same call with the same sums.
  * avgpool: ops.avg_pool's sum over the window taps in row-major order (padded positions
  * add 0), then the multiplication by the parameter.
- * act_exp: the part of ops.activation's sigmoid and ELU after numpy's exp / expm1, and the
- * rounding, in one pass (numpy computes the transcendental function, so its bits stay).
+ * act_elem: ops.activation's tanh, sigmoid and ELU (the float64 functions of
+ * dvsdk/hw/elementary.py, _native_elem.h) and the rounding, in one pass.
  */
 #include "_native.h"
-#include <math.h>
+#include "_native_elem.h"
 
 static int buf_f32(PyObject *obj, Py_buffer *b, int writable, int ndim, const char *name)
 {
@@ -123,28 +123,43 @@ PyObject *dv_im2col(PyObject *self, PyObject *args)
     Py_RETURN_NONE;
 }
 
-/* np.maximum(a, b) on float32, as numpy 2 computes it (measured, contiguous and strided
- * alike): a NaN first operand is returned, else the larger, else (equal, or b a NaN) the
- * second operand -- so maximum(-0, +0) is +0, maximum(+0, -0) is -0 */
-static inline float np_maximum(float a, float b)
+/* Max pooling's order (firmware_spec/arithmetic.md; ops.max_pool): float32 values ordered
+ * as signed integers after flipping the magnitude bits of negative ones, so -0 < +0 and a
+ * NaN (made the canonical quiet NaN first) above +inf: the maximum of keys, mapped back,
+ * is the window's maximum with +0 over -0 and NaN winning. */
+static inline int32_t total_key(float f)
 {
-    return a != a ? a : (a > b ? a : b);
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    if ((u & 0x7fffffffu) > 0x7f800000u)
+        u = 0x7fc00000u;
+    int32_t i = (int32_t)u;
+    return i ^ (int32_t)((uint32_t)(i >> 31) & 0x7fffffffu);
+}
+
+static inline float total_value(int32_t k)
+{
+    int32_t i = k ^ (int32_t)((uint32_t)(k >> 31) & 0x7fffffffu);
+    float f;
+    memcpy(&f, &i, 4);
+    return f;
 }
 
 /* Pooling over each output pixel's window, taps in row-major order (ops.avg_pool /
  * ops.max_pool): average, acc = 0 + every tap (padded positions 0), times ``param``;
- * max, the first tap (padded: -inf), then np.maximum with each further one. */
+ * max, the largest key (total_key) of the taps (padded: -inf). */
 HOT static void pool_all(const float *restrict x, Py_ssize_t h, Py_ssize_t w, Py_ssize_t c,
                          float *restrict out, Py_ssize_t oh, Py_ssize_t ow, int kx, int ky,
                          int sx, int sy, int pl, int pt, int is_max, float param,
-                         float *restrict acc)
+                         float *restrict acc, int32_t *restrict keys)
 {
-    const float pad = is_max ? -INFINITY : 0.0f;
+    const int32_t pad_key = total_key(-INFINITY);
     if (kx == 1 && ky == 1 && sx == 1 && sy == 1 && pl == 0 && pt == 0 && oh == h
         && ow == w) {  /* one tap per output (the compiler's copy and add commands): flat */
         Py_ssize_t n = h * w * c;
         if (is_max)
-            memcpy(out, x, (size_t)n * sizeof(float));
+            for (Py_ssize_t i = 0; i < n; i++)
+                out[i] = total_value(total_key(x[i]));
         else
             for (Py_ssize_t i = 0; i < n; i++)
                 out[i] = (0.0f + x[i]) * param;
@@ -153,36 +168,33 @@ HOT static void pool_all(const float *restrict x, Py_ssize_t h, Py_ssize_t w, Py
     for (Py_ssize_t oy = 0; oy < oh; oy++) {
         for (Py_ssize_t ox = 0; ox < ow; ox++) {
             float *o = out + (oy * ow + ox) * c;
-            float *a = is_max ? o : acc;
             for (int i = 0; i < ky; i++) {
                 Py_ssize_t iy = oy * sy + i - pt;
                 for (int j = 0; j < kx; j++) {
                     Py_ssize_t ix = ox * sx + j - pl;
                     int in = iy >= 0 && iy < h && ix >= 0 && ix < w;
                     const float *px = in ? x + (iy * w + ix) * c : NULL;
-                    if (i == 0 && j == 0 && is_max) {  /* the first tap, copied */
-                        for (Py_ssize_t ch = 0; ch < c; ch++)
-                            a[ch] = in ? px[ch] : pad;
-                        continue;
-                    }
-                    if (i == 0 && j == 0)
-                        for (Py_ssize_t ch = 0; ch < c; ch++)
-                            a[ch] = 0.0f;
+                    int first = i == 0 && j == 0;
                     if (is_max && in)
-                        for (Py_ssize_t ch = 0; ch < c; ch++)
-                            a[ch] = np_maximum(a[ch], px[ch]);
+                        for (Py_ssize_t ch = 0; ch < c; ch++) {
+                            int32_t k = total_key(px[ch]);
+                            keys[ch] = first || k > keys[ch] ? k : keys[ch];
+                        }
                     else if (is_max)
                         for (Py_ssize_t ch = 0; ch < c; ch++)
-                            a[ch] = np_maximum(a[ch], pad);
+                            keys[ch] = first || pad_key > keys[ch] ? pad_key : keys[ch];
                     else if (in)
                         for (Py_ssize_t ch = 0; ch < c; ch++)
-                            a[ch] = a[ch] + px[ch];
+                            acc[ch] = (first ? 0.0f : acc[ch]) + px[ch];
                     else
                         for (Py_ssize_t ch = 0; ch < c; ch++)
-                            a[ch] = a[ch] + pad;
+                            acc[ch] = (first ? 0.0f : acc[ch]) + 0.0f;
                 }
             }
-            if (!is_max)
+            if (is_max)
+                for (Py_ssize_t ch = 0; ch < c; ch++)
+                    o[ch] = total_value(keys[ch]);
+            else
                 for (Py_ssize_t ch = 0; ch < c; ch++)
                     o[ch] = acc[ch] * param;
         }
@@ -214,12 +226,13 @@ static PyObject *pool_entry(PyObject *args, int is_max)
         || x.buf == o.buf) {
         PyErr_Format(PyExc_ValueError, "%s: inconsistent shapes or steps",
                      is_max ? "maxpool" : "avgpool");
-    } else if (!(acc = PyMem_Malloc((size_t)(c ? c : 1) * sizeof(float)))) {
+    } else if (!(acc = PyMem_Malloc((size_t)(c ? c : 1) * 2 * sizeof(float)))) {
         PyErr_NoMemory();
     } else {
         Py_BEGIN_ALLOW_THREADS
         pool_all((const float *)x.buf, x.shape[0], x.shape[1], c, (float *)o.buf,
-                 o.shape[0], o.shape[1], kx, ky, sx, sy, pl, pt, is_max, param, acc);
+                 o.shape[0], o.shape[1], kx, ky, sx, sy, pl, pt, is_max, param, acc,
+                 (int32_t *)(acc + (c ? c : 1)));
         Py_END_ALLOW_THREADS
     }
     PyMem_Free(acc);
@@ -243,8 +256,9 @@ PyObject *dv_avgpool(PyObject *self, PyObject *args)
 
 const char dv_maxpool_doc[] =
     "maxpool(x, out, kx, ky, sx, sy, pad_left, pad_top)\n\n"
-    "Max pooling as ops.max_pool: out (OH, OW, C) = the first tap, then np.maximum with "
-    "each further tap in row-major order, padded positions -inf.";
+    "Max pooling as ops.max_pool: out (OH, OW, C) = the window's maximum in the total "
+    "order of firmware_spec/arithmetic.md (+0 over -0, a NaN above all: the canonical NaN), "
+    "padded positions -inf.";
 
 PyObject *dv_maxpool(PyObject *self, PyObject *args)
 {
@@ -252,63 +266,56 @@ PyObject *dv_maxpool(PyObject *self, PyObject *args)
     return pool_entry(args, 1);
 }
 
-/* sigmoid from e = exp(-|a|): where(a >= 0, 1/(1+e), e/(1+e)); ELU from m = expm1(min(a,
- * 0)): where(a > 0, a, alpha*m); each a float32 operation as numpy does it */
-HOT static void act_exp_all(float *restrict y, const float *restrict e, Py_ssize_t n,
-                            int act, float alpha)
+/* tanh, sigmoid and ELU as ops.activation computes them (dvsdk/hw/elementary.py: the
+ * function in float64, rounded to float32), then the rounding to binary16 values */
+HOT static void act_elem_all(float *restrict y, Py_ssize_t n, int act, double alpha)
 {
     float tmp[FINISH_BLOCK];
     for (Py_ssize_t b0 = 0; b0 < n; b0 += FINISH_BLOCK) {
         Py_ssize_t m = n - b0 < FINISH_BLOCK ? n - b0 : FINISH_BLOCK;
         float *blk = y + b0;
-        const float *eb = e + b0;
-        if (act == 3) {
-            for (Py_ssize_t i = 0; i < m; i++) {
-                float d = 1.0f + eb[i];
-                tmp[i] = blk[i] >= 0.0f ? 1.0f / d : eb[i] / d;
-            }
-        } else {
+        if (act == 1) {
             for (Py_ssize_t i = 0; i < m; i++)
-                tmp[i] = blk[i] > 0.0f ? blk[i] : alpha * eb[i];
+                tmp[i] = (float)el_tanh((double)blk[i]);
+        } else if (act == 3) {
+            for (Py_ssize_t i = 0; i < m; i++)
+                tmp[i] = (float)el_sigmoid((double)blk[i]);
+        } else {
+            for (Py_ssize_t i = 0; i < m; i++) {
+                double v = blk[i];
+                tmp[i] = v > 0.0 ? (float)v : (float)(alpha * el_expm1(v));
+            }
         }
         round_block((const u32a *)tmp, (u32a *)blk, m);
     }
 }
 
-const char dv_act_exp_doc[] =
-    "act_exp(y, e, act, alpha)\n\nIn place on float32 ``y``: the sigmoid (``act`` 3, ``e`` = "
-    "numpy's exp(-|y|)) or ELU (``act`` 5, ``e`` = numpy's expm1(minimum(y, 0)), ``alpha``) "
-    "of ops.activation, then rounding to binary16 values.";
+const char dv_act_elem_doc[] =
+    "act_elem(y, act, alpha)\n\nIn place on float32 ``y``: tanh (``act`` 1), sigmoid (3) "
+    "or ELU (5, with ``alpha``) as ops.activation computes them, then rounding to binary16 "
+    "values.";
 
-PyObject *dv_act_exp(PyObject *self, PyObject *args)
+PyObject *dv_act_elem(PyObject *self, PyObject *args)
 {
     (void)self;
-    PyObject *yo, *eo;
+    PyObject *yo;
     int act;
-    float alpha;
-    Py_buffer y, e;
-    if (!PyArg_ParseTuple(args, "OOif", &yo, &eo, &act, &alpha))
+    double alpha;
+    Py_buffer y;
+    if (!PyArg_ParseTuple(args, "Oid", &yo, &act, &alpha))
         return NULL;
-    if (act != 3 && act != 5) {
-        PyErr_Format(PyExc_ValueError, "act_exp: activation %d has no exp", act);
+    if (act != 1 && act != 3 && act != 5) {
+        PyErr_Format(PyExc_ValueError, "act_elem: activation %d is not tanh, sigmoid or ELU",
+                     act);
         return NULL;
     }
     if (buf_f32(yo, &y, 1, 0, "y") < 0)
         return NULL;
-    if (buf_f32(eo, &e, 0, 0, "e") < 0) {
-        PyBuffer_Release(&y);
-        return NULL;
-    }
-    if (y.len != e.len || y.buf == e.buf) {
-        PyErr_SetString(PyExc_ValueError, "act_exp: y and e must be distinct, of one size");
-    } else {
+    {
         Py_BEGIN_ALLOW_THREADS
-        act_exp_all((float *)y.buf, (const float *)e.buf, y.len / 4, act, alpha);
+        act_elem_all((float *)y.buf, y.len / 4, act, alpha);
         Py_END_ALLOW_THREADS
     }
     PyBuffer_Release(&y);
-    PyBuffer_Release(&e);
-    if (PyErr_Occurred())
-        return NULL;
     Py_RETURN_NONE;
 }

@@ -7,89 +7,37 @@
 
 /* Element-wise ops of the runtime's CPU steps (runtime/cpusteps.py) on binary16 tensors
  * in the chunked layout (section 1): each value widened to float32, the op computed in
- * float32 as numpy computes it (dvsdk/cpu/ops.py: the same operations in the same order,
- * built without contraction), and rounded back to binary16 as numpy's cast does. */
+ * float32 as dvsdk/cpu/ops.py computes it (the same operations in the same order, built
+ * without contraction; HardSwish's clamp the comparisons of arith.clip), and rounded back
+ * to binary16 (a NaN, whatever its payload, to the canonical one). */
 enum { EW_HARDSWISH = 0, EW_MUL = 1, EW_ADD = 2 };
 #define EW_BLOCK 512
 
-/* Where an operand is a NaN, numpy's result (x86 and Arm alike) is the first NaN operand,
- * quieted; written out, because a compiler may swap the operands of a commutative op. */
-static inline float ew_quiet(float v)
-{
-    uint32_t u;
-    memcpy(&u, &v, 4);
-    u |= 0x00400000u;
-    memcpy(&v, &u, 4);
-    return v;
-}
-
-static inline float ew_mul(float a, float b)
-{
-    return a != a ? ew_quiet(a) : b != b ? ew_quiet(b) : a * b;
-}
-
-static inline float ew_add(float a, float b)
-{
-    return a != a ? ew_quiet(a) : b != b ? ew_quiet(b) : a + b;
-}
-
-/* The op on a block, vectorized, into r; returns nonzero if an operand held a NaN (the
- * block is then done again by ew_exact, for numpy's NaN payload).  Built assuming no
- * floating-point trap is enabled (none is): only so may the compiler turn HardSwish's
- * clamps into selects and vectorize them for AVX2 and SSE too; the values are the same.
- * (Only here: the same attribute on every hot loop made the depthwise loop, whose
- * helpers are inlined, 3-4x slower.) */
-HOT __attribute__((optimize("no-trapping-math"))) static int ew_fast(
+/* The op on a block, vectorized, into r.  Built assuming no floating-point trap is
+ * enabled (none is): only so may the compiler turn HardSwish's clamps into selects and
+ * vectorize them for AVX2 and SSE too; the values are the same.  (Only here: the same
+ * attribute on every hot loop made the depthwise loop, whose helpers are inlined, 3-4x
+ * slower.) */
+HOT __attribute__((optimize("no-trapping-math"))) static void ew_apply(
     int op, const float *restrict x, const float *restrict y, float *restrict r,
     Py_ssize_t n, int y_first)
 {
-    int nan = 0;
     if (op == EW_HARDSWISH) {
         const float sixth = (float)(1.0 / 6.0);
         for (Py_ssize_t i = 0; i < n; i++) {
             float v = x[i], t = v * sixth;
             t = t + 0.5f;
-            t = t < 0.0f ? 0.0f : t;       /* np.clip(t, 0, 1) */
+            t = t < 0.0f ? 0.0f : t;       /* arith.clip(t, 0, 1) */
             t = t > 1.0f ? 1.0f : t;
             r[i] = v * t;
-            nan |= v != v;
         }
     } else if (op == EW_MUL) {
-        for (Py_ssize_t i = 0; i < n; i++) {
+        for (Py_ssize_t i = 0; i < n; i++)
             r[i] = y_first ? y[i] * x[i] : x[i] * y[i];
-            nan |= (x[i] != x[i]) | (y[i] != y[i]);
-        }
     } else {
-        for (Py_ssize_t i = 0; i < n; i++) {
+        for (Py_ssize_t i = 0; i < n; i++)
             r[i] = y_first ? y[i] + x[i] : x[i] + y[i];
-            nan |= (x[i] != x[i]) | (y[i] != y[i]);
-        }
     }
-    return nan;
-}
-
-static void ew_exact(int op, const float *x, const float *y, float *r, Py_ssize_t n,
-                     int y_first)
-{
-    for (Py_ssize_t i = 0; i < n; i++) {
-        if (op == EW_HARDSWISH) {
-            float t = ew_add(ew_mul(x[i], (float)(1.0 / 6.0)), 0.5f);
-            t = t < 0.0f ? 0.0f : t;
-            t = t > 1.0f ? 1.0f : t;
-            r[i] = ew_mul(x[i], t);
-        } else if (op == EW_MUL) {
-            r[i] = y_first ? ew_mul(y[i], x[i]) : ew_mul(x[i], y[i]);
-        } else {
-            r[i] = y_first ? ew_add(y[i], x[i]) : ew_add(x[i], y[i]);
-        }
-    }
-}
-
-static void ew_apply(int op, const float *x, const float *y, float *r, Py_ssize_t n,
-                     int y_first)
-{
-    if (ew_fast(op, x, y, r, n, y_first))
-        ew_exact(op, x, y, r, n, y_first);
 }
 
 /* y: NULL, n binary16 values (yh), or c float32 values by channel (yc; chunked geometry) */
@@ -129,7 +77,7 @@ const char dv_ew_f16_doc[] =
     "0 HardSwish, 1 Mul, 2 Add; the second operand ``y`` is binary16 like ``x``, or float32 "
     "with one value per channel of a chunked (section 1) tensor of ``c`` channels and "
     "``wh`` positions; ``y_first``: y is the op's first operand.  Computed in float32 as "
-    "numpy's kernels compute it, rounded to binary16 as numpy's cast.";
+    "dvsdk.cpu.ops computes it, rounded to binary16 (every NaN the canonical one).";
 
 PyObject *dv_ew_f16(PyObject *self, PyObject *args)
 {

@@ -2,12 +2,11 @@
  * dvsdk._native: binary16 <-> float32 conversions and the DV700's chunked tensor layout
  * (dv700-interface.md section 1; dvsdk/hw/layout.py is the reference).
  *
- * The conversions have numpy's semantics exactly, NaN payloads included: float32 ->
- * binary16 rounds to nearest even (magnitudes from 65520 become inf, a NaN keeps its top
- * payload bits, 0x7c01 if they are all zero), binary16 -> float32 is exact.  Where the
- * CPU converts eight values at a time in hardware (x86-64 F16C), that is used for every
- * group of eight holding no NaN (the instructions quiet a signalling NaN, numpy does not);
- * such a group, and every other element, goes through the bit routines of _native.h.
+ * The conversions of dvsdk/hw/fp16.py exactly: float32 -> binary16 rounds to nearest
+ * even (magnitudes from 65520 become inf, every NaN the canonical 0x7e00), binary16 ->
+ * float32 is exact (NaN payloads kept).  Where the CPU converts eight values at a time in
+ * hardware (x86-64 F16C), that is used for every group of eight holding no NaN; such a
+ * group, and every other element, goes through the bit routines of _native.h.
  */
 #include "_native.h"
 

@@ -32,6 +32,15 @@ F16 = np.dtype("<f2")
 PURE_INTS = np.array([-2.0, -1.0, 1.0, 2.0])  # §12 generate_data.py "pure_ints"
 
 
+def f16_cast(x) -> np.ndarray:
+    """numpy's cast to binary16, with every NaN made the canonical quiet NaN 0x7E00: the
+    one NaN dvsdk stores (firmware_spec/arithmetic.md; numpy keeps a NaN's payload)."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        h = np.array(x, dtype=F16)
+    h[np.isnan(h)] = np.uint16(0x7E00).view(F16)
+    return h
+
+
 def fp16(x) -> np.ndarray:
     """Round to binary16 (nearest even) and back, as float64."""
     with np.errstate(over="ignore"):

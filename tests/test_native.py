@@ -17,6 +17,8 @@ from dvsdk import native
 from dvsdk.hw.fp16 import round_f16
 from dvsdk.sim import ops
 
+from .refs import f16_cast
+
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")  # NaN/inf on purpose
 NATIVE = native.NATIVE
 needs_native = pytest.mark.skipif(NATIVE is None, reason="dvsdk._native not built")
@@ -254,18 +256,18 @@ def test_pack_unpack_runs_against_the_formula(c, n, h, w, transpose):
     channels through a staging run): every channel count, more outer positions than one
     block (a staging run over 1 MB is cut in blocks too), batches, both orientations, a
     contiguous source and an NCHW one seen as HWC (the strided gather), special values
-    included, against numpy's cast placed by the
-    §1 formula; unpack inverts it exactly."""
+    included, against numpy's cast (NaNs canonical) placed by the §1 formula; unpack
+    inverts it exactly."""
     rng = np.random.default_rng(c * 1000 + h * 10 + w)
     nchw = special_mix(rng, (n, c, h, w))
-    ref = _chunked_reference(nchw.transpose(0, 2, 3, 1).astype(np.float16), transpose)
+    ref = _chunked_reference(f16_cast(nchw.transpose(0, 2, 3, 1)), transpose)
     for src in (nchw.transpose(0, 2, 3, 1), np.ascontiguousarray(nchw.transpose(0, 2, 3, 1))):
         out = np.empty(src.size, np.float16)
         NATIVE.pack(src, out, transpose)
         assert out.view(np.uint16).tobytes() == ref.tobytes()
     back = np.empty((n, h, w, c), np.float32)
     NATIVE.unpack(ref.view(np.float16), back, transpose)
-    expect = nchw.transpose(0, 2, 3, 1).astype(np.float16).astype(np.float32)
+    expect = f16_cast(nchw.transpose(0, 2, 3, 1)).astype(np.float32)
     assert same_bits(back, expect)
 
 

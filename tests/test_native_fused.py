@@ -1,6 +1,7 @@
 """The compiled conversions, layout moves and fused epilogues against numpy, bit for bit.
 
-References: numpy's own float16 casts (every binary16 pattern, a sweep of float32 ones),
+References: numpy's own float16 casts (every binary16 pattern, a sweep of float32 ones;
+every NaN the canonical 0x7E00, firmware_spec/arithmetic.md),
 ``hw.layout``'s numpy paths (themselves tested against ``layout.offsets`` in
 test_layout), and the simulator's stage-by-stage numpy ops (``ops._add_per_channel``,
 the element-wise add, ``ops.activation``, ``hw.fp16.round_f16``) for the fused epilogue.
@@ -14,6 +15,7 @@ from dvsdk.hw import layout
 from dvsdk.hw.fp16 import f32_to_f16, round_f16, to_f16, to_f32
 from dvsdk.sim import ops
 
+from .refs import f16_cast
 from .test_native import NATIVE, needs_native, same_bits, same_values, special_mix
 
 pytestmark = [needs_native, pytest.mark.filterwarnings("ignore::RuntimeWarning")]
@@ -39,11 +41,10 @@ def test_float32_to_binary16_rounds_as_numpy_on_a_sweep_and_specials():
     u = np.concatenate([u, ((around[:, None] + steps) % (1 << 32)).astype(np.uint32)
                         .reshape(-1)])
     x = u.view(np.float32)
-    with np.errstate(over="ignore", invalid="ignore"):
-        ref = x.astype(np.float16)
+    ref = f16_cast(x)
     assert same_bits(to_f16(x), ref)                         # signalling NaNs included
     halves = ALL_HALVES.astype(np.float32)
-    assert same_bits(f32_to_f16(halves), ALL_HALVES)
+    assert same_bits(f32_to_f16(halves), f16_cast(halves))  # (NaNs canonical)
     dma = np.zeros(2 * x.size + 6, np.uint8)   # into a view of other memory, as the runtime
     into = dma[2 : 2 + 2 * x.size].view(np.float16)
     assert to_f16(x, into) is into and same_bits(into, ref) and not dma[:2].any()
@@ -55,8 +56,7 @@ def test_to_f16_into_a_view_on_the_numpy_path(monkeypatch):
     monkeypatch.setattr(native, "NATIVE", None)
     x = np.array([1.0, 65520.0, -3e-8, np.nan, 0.1], np.float32)
     out = np.empty(5, np.float16)
-    with np.errstate(over="ignore", invalid="ignore"):
-        assert same_bits(to_f16(x, out), x.astype(np.float16))
+    assert same_bits(to_f16(x, out), f16_cast(x))
 
 
 @pytest.mark.parametrize("shape", [(56, 56, 64), (7, 9, 13), (1, 1, 20), (5, 3, 8),
@@ -189,8 +189,7 @@ def test_avgpool_equals_numpy(size, stride, pads, param, monkeypatch):
 def test_maxpool_equals_numpy_bit_for_bit(seed):
     """Random windows, steps and pads (windows wholly in the padding included) over
     values with both zeros, NaNs with payloads (signalling ones too) and infinities: the
-    same bits as ops.max_pool, whose np.maximum returns the second operand for equal
-    values (maximum(-0, +0) is +0) and a NaN operand's own bits."""
+    same bits as ops.max_pool (the total order: +0 over -0, any NaN the canonical one)."""
     rng = np.random.default_rng(seed)
     for trial in range(60):
         h, w, c = (int(v) for v in rng.integers(1, 12, 3))
@@ -214,17 +213,17 @@ def test_maxpool_equals_numpy_bit_for_bit(seed):
         NATIVE.maxpool(x, np.empty((1, 1, c + 1), np.float32), 1, 1, 1, 1, 0, 0)
 
 
-@pytest.mark.parametrize("act,param", [(3, 0.0), (5, 0.0), (5, 0.25)])
-def test_sigmoid_and_elu_tails_after_numpys_exp(act, param):
+@pytest.mark.parametrize("act,param", [(1, 0.0), (3, 0.0), (5, 0.0), (5, 0.25)])
+def test_tanh_sigmoid_and_elu_equal_the_numpy_activation(act, param):
+    """act_elem (the float64 functions of _native_elem.h) against ops.activation's numpy
+    ones (dvsdk.hw.elementary), special values included, bit for bit."""
     t = special_mix(np.random.default_rng(act), (40, 130))
+    t.reshape(-1)[:12] = [88.7, -88.7, 103.9, -103.9, 3e38, -3e38, 1e-40, -1e-40, 20.0,
+                          -20.0, 0.5, -0.5]
     ref = round_f16(ops.activation(t, act, param))
-    if act == 3:
-        e, alpha = np.exp(-np.abs(t)), 0.0
-    else:
-        e, alpha = np.expm1(np.minimum(t, 0)), param or 1.0
     got = t.copy()
-    NATIVE.act_exp(got, e, act, alpha)
-    assert same_values(got, ref)
+    NATIVE.act_elem(got, act, ops.elu_alpha(param))
+    assert same_bits(got, ref)
 
 
 # -- ew_f16: one CPU step from FP16 bytes to FP16 bytes (runtime/cpusteps.py) ---------------
@@ -232,10 +231,11 @@ ALL_F16 = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16)  # every binary1
 
 
 def _numpy_step(op: str, args: list) -> np.ndarray:
-    """The reference: the CPU kernel on float32 operands, then numpy's cast to binary16."""
+    """The reference: the CPU kernel on float32 operands, then numpy's cast to binary16
+    (NaNs canonical)."""
     from dvsdk.cpu import ops as cpu_ops
 
-    return cpu_ops.run_op(op, args, {})[0].astype(np.float16).view(np.uint16)
+    return f16_cast(cpu_ops.run_op(op, args, {})[0]).view(np.uint16)
 
 
 def test_ew_hardswish_equals_the_cpu_kernel_on_every_binary16():
@@ -246,7 +246,7 @@ def test_ew_hardswish_equals_the_cpu_kernel_on_every_binary16():
 
 @pytest.mark.parametrize("op,code", [("Mul", 1), ("Add", 2)])
 @pytest.mark.parametrize("y_first", [False, True])
-def test_ew_binary_ops_equal_the_cpu_kernel_with_numpys_nan_payloads(op, code, y_first):
+def test_ew_binary_ops_equal_the_cpu_kernel_with_nans(op, code, y_first):
     """Every pattern against a shuffled every pattern: NaN meets NaN (signalling and quiet,
     both orders), inf meets 0, overflow to inf, subnormals."""
     rng = np.random.default_rng(code + 2 * y_first)

@@ -3,9 +3,11 @@
 With the work threshold at zero every depthwise loop, epilogue and matrix product the
 compiled path runs is split over two threads; the outputs of test_sim_fastpath's conv,
 element-wise add and multi-run cases must hash the same as the numpy reference path's
-(``DVSDK_NATIVE=0``).  The matrix-product claim the module rests on (a row's sums do not
-depend on the other rows) is checked on its own over shapes of real networks, odd row
-counts included, against a product computed by the test in one call.
+(``DVSDK_NATIVE=0``), split in the middle and as unevenly as the balance may choose.  The
+fixed-order product (firmware_spec/arithmetic.md) is split by rows or by 16-column panels
+at every point, and each part must fill its outputs with the whole product's bits.  The
+balance and the back-off are checked as arithmetic on given times: no verdict here
+depends on how fast this machine is.
 """
 
 from __future__ import annotations
@@ -17,8 +19,9 @@ import pytest
 
 from dvsdk import native
 from dvsdk.compiler.build import compile as compile_model
+from dvsdk.hw import arith
 from dvsdk.runtime.net import Net
-from dvsdk.sim import ops, split
+from dvsdk.sim import split
 from dvsdk.sim.device import SimDevice
 
 from .onnx_models import NetBuilder
@@ -116,86 +119,51 @@ def assert_reference_bits(netfile, x: np.ndarray, monkeypatch) -> None:
 @pytest.mark.parametrize("share", [0.5, 0.8])
 def test_a_network_whose_products_split_gives_the_reference_bits(share, monkeypatch,
                                                                   always_split):
-    """Convs big enough that their BLAS products split (3x3 im2col and 1x1), a depthwise
-    conv and a residual add, on sim:// compiled and split (in the middle, and as unevenly
-    as each loop admits), against the numpy reference path, bit for bit; and each product
-    that split was one the rule admits."""
+    """Convs big enough that their products split (3x3 im2col and 1x1 by rows; a 6x6
+    layer of 36 rows by 16-column panels), a depthwise conv and a residual add, on sim://
+    compiled and split (in the middle, and as unevenly as each loop admits), against the
+    numpy reference path, bit for bit."""
     uneven(monkeypatch, share)
     b = NetBuilder(21)
     h = b.node("Relu", [b.conv("x", 32, 64, k=3)])
     h = b.node("Relu", [b.conv(h, 64, 64, k=1)])
     d = b.conv(h, 64, 64, k=3, group=64)
     y = b.node("Add", [b.conv(d, 64, 64, k=1), h])
-    y = b.conv(b.conv(y, 64, 960, k=3, s=8), 960, 256, k=1)  # 6x6: 36 rows, by columns
+    y = b.conv(b.conv(y, 64, 960, k=3, s=8), 960, 256, k=1)  # 6x6: 36 rows, by panels
     netfile = compile_model(b.model([("x", (1, 32, 48, 48))], [y], "split_net"), golden=False)
     x = np.random.default_rng(2).standard_normal((1, 32, 48, 48)).astype(np.float32)
     assert_reference_bits(netfile, x, monkeypatch)
-    big = [(n, work) for n, work in always_split if work >= split.MATMUL * 48 * 48 * 64 * 64]
-    if share > 0.5:  # the 1x1 products' split leaves the worker just the rows it must
-        one_by_one = [h for n, work, h in always_split.parts
-                      if (n, work) == (48 * 48, split.product_work(48 * 48, 64, 64))]
-        assert one_by_one and set(one_by_one) == {48 * 48 - split.product_least(64, 64)}
-    assert big  # 2304 x 288 @ 288 x 64 and 2304 x 64 @ 64 x 64 split
-    assert (256, split.product_cols_work(36, 960, 256)) in always_split  # by columns
-    # and a split by columns stays in the middle whatever the share
-    assert (256, split.product_cols_work(36, 960, 256), 128) in always_split.parts
-
-
-@needs_native
-def test_a_3x3_conv_leaves_the_worker_the_output_rows_its_product_needs(monkeypatch,
-                                                                         always_split):
-    """A 32x32 3x3 conv, 32 -> 32 channels, is one im2col product of 32 rows of 288 per
-    output row; a part needs product_least(288, 32) = 456 product rows, so 15 output rows:
-    the most uneven split gives the worker those 15 (the share alone would leave it 7),
-    and the result is the reference's, bit for bit."""
-    uneven(monkeypatch, 0.8)
-    b = NetBuilder(8)
-    y = b.conv("x", 32, 32, k=3)
-    netfile = compile_model(b.model([("x", (1, 32, 32, 32))], [y], "conv3x3"), golden=False)
-    x = np.random.default_rng(3).standard_normal((1, 32, 32, 32)).astype(np.float32)
-    assert_reference_bits(netfile, x, monkeypatch)
-    least = -(-split.product_least(288, 32) // 32)
-    assert least == 15
-    assert [h for n, work, h in always_split.parts if n == 32] == [32 - least]
+    products = {n for n, work, _ in always_split.parts if work >= split.MATMUL * 36 * 64 * 64}
+    assert 48 * 48 in products          # 2304-row products split by rows
+    assert 256 // arith.PANEL in products  # the 36-row one by its 16 panels
 
 
 @pytest.mark.parametrize("n,k,m", [(12544, 16, 96), (3137, 24, 144), (785, 288, 40),
-                                   (197, 480, 112), (12544, 27, 32), (401, 1152, 192)])
-def test_a_products_rows_do_not_depend_on_the_other_rows(n, k, m, monkeypatch):
-    monkeypatch.setattr(split, "MIN_WORK", 0)
-    monkeypatch.setattr(split, "THREADS", 2)
-    assert split.product_work(n, k, m) > 0  # shapes the rule admits
+                                   (197, 480, 112), (49, 1152, 192), (1, 1280, 1000),
+                                   (7, 513, 47)])
+def test_a_products_parts_give_the_whole_products_bits(n, k, m, monkeypatch):
+    """Any rows and any 16-column panels of the fixed-order product, computed alone, are
+    the whole product's bits: split in two by rows and by panels at several points (the
+    ends of tiles and between them), with the compiled build and with numpy."""
     rng = np.random.default_rng(n + k + m)
-    a = rng.standard_normal((n, k)).astype(np.float32)
-    b = rng.standard_normal((k, m)).astype(np.float32)
-    least = split.product_least(k, m)
-    assert least <= n // 2  # (so the middle is admitted too)
-    with ops.blas_threads():
-        whole = np.matmul(a, b)
-        out = np.empty_like(whole)
-        split.rows(n, 1, lambda r0, r1: np.matmul(a[r0:r1], b, out=out[r0:r1]))
-        # the most uneven split admitted: the worker's part has just ``least`` rows
-        lop = np.empty_like(whole)
-        for r0, r1 in ((0, n - least), (n - least, n)):
-            np.matmul(a[r0:r1], b, out=lop[r0:r1])
-    assert np.array_equal(whole.view(np.uint32), out.view(np.uint32))
-    assert np.array_equal(whole.view(np.uint32), lop.view(np.uint32))
-
-
-@pytest.mark.parametrize("n,k,m", [(49, 192, 1152), (49, 1152, 192), (49, 320, 1280),
-                                   (49, 1152, 320), (16, 960, 1280), (63, 672, 200)])
-def test_a_products_columns_do_not_depend_on_the_other_columns(n, k, m, monkeypatch):
-    monkeypatch.setattr(split, "MIN_WORK", 0)
-    monkeypatch.setattr(split, "THREADS", 2)
-    assert split.product_cols_work(n, k, m) > 0 and split.product_work(n, k, m) == 0
-    rng = np.random.default_rng(n * k + m)
-    a = rng.standard_normal((n, k)).astype(np.float32)
-    b = rng.standard_normal((k, m)).astype(np.float32)
-    with ops.blas_threads():
-        whole = np.matmul(a, b)
-        out = np.empty_like(whole)
-        split.rows(m, 1, lambda c0, c1: np.matmul(a, b[:, c0:c1], out=out[:, c0:c1]))
-    assert np.array_equal(whole.view(np.uint32), out.view(np.uint32))
+    a = rng.standard_normal((n, k)).astype(np.float16).astype(np.float32)
+    b = rng.standard_normal((k, m)).astype(np.float16).astype(np.float32)
+    packed = arith.pack_b(b)
+    panels = packed.shape[0]
+    for compiled in (True, False) if NATIVE is not None else (False,):
+        monkeypatch.setattr(native, "NATIVE", NATIVE if compiled else None)
+        whole = arith.matmul(a[:64] if not compiled else a, b, exact_products=True)
+        rows = whole.shape[0]
+        for cut in sorted({1, rows // 2, rows - 1, 8, 13} & set(range(1, rows))):
+            out = np.full_like(whole, np.nan)
+            for r in ((0, cut), (cut, rows)):
+                arith.matmul(a[:rows], b, out, packed=packed, exact_products=True, rows=r)
+            assert np.array_equal(out.view(np.uint32), whole.view(np.uint32)), (compiled, cut)
+        for cut in range(1, panels):
+            out = np.full_like(whole, np.nan)
+            for p in ((0, cut), (cut, panels)):
+                arith.matmul(a[:rows], b, out, packed=packed, exact_products=True, panels=p)
+            assert np.array_equal(out.view(np.uint32), whole.view(np.uint32)), (compiled, cut)
 
 
 def test_rows_covers_every_row_once_and_raises_what_a_half_raised(monkeypatch):
@@ -310,47 +278,41 @@ def _split_in_child():
 
 def test_a_lagging_other_half_stops_splitting_for_a_while(monkeypatch):
     """When a split takes longer than the caller's thread alone would have taken for the
-    whole loop (at its rate: with halves, the worker's over twice the caller's), twice in
-    a row (another process holds the other core), the next BACKOFF splits run whole; then
-    splitting is tried again.  One lagging split alone (a hiccup) changes nothing."""
-    import time
-
+    whole loop (at its rate), twice in a row (another process holds the other core), the
+    next BACKOFF splits run whole; then splitting is tried again.  One lagging split alone
+    (a hiccup) changes nothing.  The times are given to ``note_split``, as ``rows`` reports
+    them: no sleeping, no clock."""
     monkeypatch.setattr(split, "MIN_WORK", 0)
     monkeypatch.setattr(split, "THREADS", 2)
     monkeypatch.setattr(split, "BACKOFF", 3)
+    split.note_split(0.030, 0.010, 0.5)   # 30 ms against our 20 ms for the whole: lagged
+    assert split._busy == [0] and split._lagged == [1]  # once: a hiccup
+    split.note_split(0.015, 0.010, 0.5)   # in time: the count starts again
+    assert split._lagged == [0]
+    split.note_split(0.030, 0.010, 0.5)
+    split.note_split(0.030, 0.010, 0.5)   # twice in a row
+    assert split._busy == [3] and split._lagged == [0]
     seen = []
-
-    def slow_second_half(r0, r1):
-        seen.append((r0, r1))
-        if r0:
-            time.sleep(0.02)
-
-    split.rows(4, 1, slow_second_half)
-    assert sorted(seen) == [(0, 2), (2, 4)] and split._busy == [0]  # once: a hiccup
-    split.rows(4, 1, lambda r0, r1: time.sleep(0.02 if r0 == 0 else 0))  # ours is slower
-    split.rows(4, 1, slow_second_half)
-    assert split._busy == [0]
-    split.rows(4, 1, slow_second_half)                                  # twice in a row
-    assert split._busy == [3]
-    seen.clear()
     for _ in range(3):
         split.rows(4, 1, lambda r0, r1: seen.append((r0, r1)))
     assert seen == [(0, 4)] * 3 and split._busy == [0]
     seen.clear()
     split.rows(4, 1, lambda r0, r1: seen.append((r0, r1)))
     assert sorted(seen) == [(0, 2), (2, 4)]
-    # with the main thread's larger part: our 8 rows take 20 ms, the worker's 2 rows 30 ms;
-    # the split (30 ms) loses to our thread alone (25 ms) though the worker lagged less
-    # than our part took
-    uneven(monkeypatch, 0.8)
-    split._lagged[0] = 0  # (the instant split above lagged its worker's start)
+    # with the main thread's larger part: our 80% takes 20 ms, so the whole loop 25 ms; a
+    # split of 30 ms loses to that though the worker lagged less than our part took
+    split._lagged[0] = 0
     for _ in range(2):
-        split.rows(10, 1, lambda r0, r1: time.sleep(0.02 if r0 == 0 else 0.03))
+        split.note_split(0.030, 0.020, 0.8)
     assert split._busy == [3]
 
 
-def test_products_split_only_on_the_blas_whose_independence_was_measured(monkeypatch):
-    monkeypatch.setattr(split, "_OPENBLAS", [False])
-    assert split.product_work(12544, 16, 96) == 0 and split.product_cols_work(49, 192, 1152) == 0
-    monkeypatch.setattr(split, "_OPENBLAS", [True])
-    assert split.product_work(12544, 16, 96) > 0 and split.product_cols_work(49, 192, 1152) > 0
+def test_rows_reports_its_parts_times_to_the_back_off(monkeypatch):
+    """``rows`` hands ``note_split`` the split's time, the main part's and its share."""
+    monkeypatch.setattr(split, "MIN_WORK", 0)
+    monkeypatch.setattr(split, "THREADS", 2)
+    got = []
+    monkeypatch.setattr(split, "note_split", lambda *a: got.append(a))
+    split.rows(10, 1, lambda r0, r1: None)
+    (total, main, share), = got
+    assert share == 0.5 and total >= main >= 0

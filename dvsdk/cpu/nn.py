@@ -21,6 +21,7 @@ import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
 from ..errors import ModelError
+from ..hw import arith, elementary
 
 Arr = np.ndarray
 Attrs = dict[str, Any]
@@ -216,7 +217,7 @@ def conv(inputs: list, attrs: Attrs) -> list[Arr]:
     perm = (0, 1, *range(3, 3 + n_sp), 2, *range(3 + n_sp, 3 + 2 * n_sp))
     cols = win.transpose(perm).reshape(N, g, P, cg * K)
     wm = w.reshape(g, mg, cg * K).transpose(0, 2, 1)  # (G, Cg*K, Mg)
-    y = np.matmul(cols, wm)  # (N, G, P, Mg)
+    y = arith.matmul_nd(cols, wm)  # (N, G, P, Mg)
     y = y.transpose(0, 1, 3, 2).reshape(out_shape)
     if b is not None:
         y = y + b.reshape((1, M) + (1,) * n_sp)
@@ -238,7 +239,7 @@ def conv_transpose(inputs: list, attrs: Attrs) -> list[Arr]:
     P = int(np.prod(in_sp))
     xg = x.reshape(N, g, cg, P)
     wg = w.reshape(g, cg, mg * K).transpose(0, 2, 1)  # (G, Mg*K, Cg)
-    cols = np.matmul(wg, xg).reshape(N, g * mg, *k, *in_sp)
+    cols = arith.matmul_nd(wg, xg).reshape(N, g * mg, *k, *in_sp)
     full = [a["strides"][i] * (in_sp[i] - 1) + (k[i] - 1) * a["dilations"][i] + 1
             + a["output_padding"][i] for i in range(n_sp)]
     out = np.zeros((N, g * mg, *full), dtype=np.result_type(x.dtype, np.float32))
@@ -277,7 +278,8 @@ def max_pool(inputs: list, attrs: Attrs) -> list[Arr]:
     xp, out_shape, _ = _pool_prepare(x, a, low)
     win = _windows(xp, out_shape[2:], a["kernel_shape"], a["strides"], a["dilations"])
     n = x.ndim - 2
-    return [win.max(axis=tuple(range(2 + n, 2 + 2 * n))).astype(x.dtype, copy=False)]
+    return [arith.reduce_max(win, axis=tuple(range(2 + n, 2 + 2 * n))).astype(x.dtype,
+                                                                        copy=False)]
 
 
 def average_pool(inputs: list, attrs: Attrs) -> list[Arr]:
@@ -310,7 +312,7 @@ def global_average_pool(inputs: list, attrs: Attrs) -> list[Arr]:
 
 def global_max_pool(inputs: list, attrs: Attrs) -> list[Arr]:
     x = inputs[0]
-    return [x.max(axis=tuple(range(2, x.ndim)), keepdims=True)]
+    return [arith.reduce_max(x, axis=tuple(range(2, x.ndim)), keepdims=True)]
 
 
 # --------------------------------------------------------------------------- resize
@@ -463,8 +465,13 @@ def lrn(inputs: list, attrs: Attrs) -> list[Arr]:
     cs = np.cumsum(np.pad(sq, width), axis=1)
     C = x.shape[1]
     win = cs[:, size: size + C] - cs[:, 0:C]
-    y = x / np.power(bias + alpha / size * win, beta)
+    y = x / elementary.power(bias + alpha / size * win, beta)
     return [y.astype(x.dtype)]
+
+
+def _exp(x: Arr) -> Arr:
+    """e**x in x's float type (:mod:`dvsdk.hw.elementary`: the same bits on every machine)."""
+    return elementary.exp(x).astype(x.dtype) if x.dtype.kind == "f" else np.exp(x)
 
 
 def _softmax_2d(x: Arr, axis: int, opset: int) -> tuple[Arr, tuple]:
@@ -480,7 +487,7 @@ def softmax(inputs: list, attrs: Attrs) -> list[Arr]:
     x = inputs[0]
     opset = int(attrs.get("opset", 13))
     xv, axes = _softmax_2d(x, int(attrs.get("axis", -1 if opset >= 13 else 1)), opset)
-    e = np.exp(xv - xv.max(axis=axes, keepdims=True))
+    e = _exp(xv - arith.reduce_max(xv, axis=axes, keepdims=True))
     return [(e / e.sum(axis=axes, keepdims=True)).reshape(x.shape).astype(x.dtype)]
 
 
@@ -488,8 +495,9 @@ def log_softmax(inputs: list, attrs: Attrs) -> list[Arr]:
     x = inputs[0]
     opset = int(attrs.get("opset", 13))
     xv, axes = _softmax_2d(x, int(attrs.get("axis", -1 if opset >= 13 else 1)), opset)
-    z = xv - xv.max(axis=axes, keepdims=True)
-    y = z - np.log(np.exp(z).sum(axis=axes, keepdims=True))
+    z = xv - arith.reduce_max(xv, axis=axes, keepdims=True)
+    s = _exp(z).sum(axis=axes, keepdims=True)
+    y = z - (elementary.log(s).astype(s.dtype) if s.dtype.kind == "f" else np.log(s))
     return [y.reshape(x.shape).astype(x.dtype)]
 
 
@@ -501,7 +509,7 @@ def gemm(inputs: list, attrs: Attrs) -> list[Arr]:
         a = a.T
     if attrs.get("transB", 0):
         b = b.T
-    y = np.matmul(a, b)
+    y = arith.matmul_nd(a, b)
     alpha = float(attrs.get("alpha", 1.0))
     if alpha != 1.0:
         y = y * np.float32(alpha)

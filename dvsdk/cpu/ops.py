@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import ModelError
+from ..hw import arith, elementary
 from .dtypes import onnx_dtype, refusal
 from .nn import NN_KERNELS
 from .roi import max_roi_pool
@@ -70,12 +71,15 @@ def _div(a: Arr, b: Arr) -> Arr:
 
 def _pow(a: Arr, b: Arr) -> Arr:
     """x ** y in x's type; an integer to a negative integer power truncates toward zero
-    (1 and -1 stay +-1, everything else is 0) instead of numpy's ValueError."""
+    (1 and -1 stay +-1, everything else is 0) instead of numpy's ValueError; a float base
+    by :func:`dvsdk.hw.elementary.power` (the same bits on every machine)."""
     if a.dtype.kind in "iu" and b.dtype.kind in "iu":
         neg = b < 0
         if np.any(neg):
             small = np.where(a == 1, 1, np.where(a == -1, np.where(b % 2 == 0, 1, -1), 0))
             return np.where(neg, small, np.power(a, np.where(neg, 0, b)))
+    if a.dtype.kind == "f":
+        return elementary.power(a, b).astype(a.dtype)
     return np.power(a, b)
 
 
@@ -86,9 +90,21 @@ def _mod(inputs: list, attrs: Attrs) -> list[Arr]:
     return _binary(fn)(inputs, attrs)
 
 
-def _sigmoid(x: Arr) -> Arr:
-    e = np.exp(-np.abs(x))
-    return np.where(x >= 0, 1.0 / (1.0 + e), e / (1.0 + e))
+def _elementary(fn: Callable[[Arr], Arr]) -> Callable[[Arr], Arr]:
+    """A float function of :mod:`dvsdk.hw.elementary` (float64, the same bits on every
+    machine) in the input's float type; numpy's own for other types."""
+    def apply(x: Arr) -> Arr:
+        if x.dtype.kind != "f":
+            return getattr(np, fn.__name__)(x)
+        return fn(x).astype(x.dtype)
+    return apply
+
+
+def _softplus(x: Arr) -> Arr:
+    """log(1 + e**x) = max(x, 0) + log1p(e**-|x|), in float64."""
+    xd = x.astype(np.float64)
+    return (np.where(xd > 0, xd, 0.0) + elementary.log1p(elementary.exp(-np.abs(xd)))
+            ).astype(x.dtype)
 
 
 def _axes(arr: Arr | None, attrs: Attrs, rank: int) -> list[int] | None:
@@ -120,26 +136,25 @@ def _prelu(inputs: list, attrs: Attrs) -> list[Arr]:
 def _elu(inputs: list, attrs: Attrs) -> list[Arr]:
     x = inputs[0]
     alpha = float(attrs.get("alpha", 1.0))
-    return [np.where(x > 0, x, alpha * np.expm1(np.minimum(x, 0))).astype(x.dtype)]
+    return [elementary.elu(x, alpha).astype(x.dtype)]
 
 
 def _selu(inputs: list, attrs: Attrs) -> list[Arr]:
     x = inputs[0]
     alpha = float(attrs.get("alpha", 1.67326319217681884765625))
     gamma = float(attrs.get("gamma", 1.05070102214813232421875))
-    y = gamma * np.where(x > 0, x, alpha * np.expm1(np.minimum(x, 0)))
-    return [y.astype(x.dtype)]
+    return [(gamma * elementary.elu(x, alpha)).astype(x.dtype)]
 
 
 def _hard_sigmoid(inputs: list, attrs: Attrs) -> list[Arr]:
     x = inputs[0]
     alpha, beta = float(attrs.get("alpha", 0.2)), float(attrs.get("beta", 0.5))
-    return [np.clip(x * np.float32(alpha) + np.float32(beta), 0, 1).astype(x.dtype)]
+    return [arith.clip(x * np.float32(alpha) + np.float32(beta), 0, 1).astype(x.dtype)]
 
 
 def _hard_swish(inputs: list, attrs: Attrs) -> list[Arr]:
     x = inputs[0]
-    return [(x * np.clip(x * np.float32(1 / 6) + np.float32(0.5), 0, 1)).astype(x.dtype)]
+    return [(x * arith.clip(x * np.float32(1 / 6) + np.float32(0.5), 0, 1)).astype(x.dtype)]
 
 
 def _clip(inputs: list, attrs: Attrs) -> list[Arr]:
@@ -149,7 +164,7 @@ def _clip(inputs: list, attrs: Attrs) -> list[Arr]:
     lo = lo if lo is not None else attrs.get("min")
     hi = hi if hi is not None else attrs.get("max")
     y = x
-    for bound, fn in ((lo, np.maximum), (hi, np.minimum)):
+    for bound, fn in ((lo, arith.maximum), (hi, arith.minimum)):
         if bound is None or np.asarray(bound).size == 0:
             continue
         b = np.asarray(bound).reshape(-1)[0]
@@ -380,26 +395,26 @@ def _arg(fn: Callable[..., Arr]) -> Kernel:
 
 
 def _matmul(inputs: list, attrs: Attrs) -> list[Arr]:
-    return [np.matmul(inputs[0], inputs[1])]
+    return [arith.matmul_nd(inputs[0], inputs[1])]
 
 
 KERNELS: dict[str, Kernel] = {
     # activations / unary math
-    "Relu": _unary(lambda x: np.maximum(x, 0)),
+    "Relu": _unary(lambda x: arith.maximum(x, np.zeros((), x.dtype))),
     "LeakyRelu": _leaky_relu,
     "PRelu": _prelu,
-    "Sigmoid": _unary(_sigmoid),
-    "Tanh": _unary(np.tanh),
+    "Sigmoid": _unary(_elementary(elementary.sigmoid)),
+    "Tanh": _unary(_elementary(elementary.tanh)),
     "Elu": _elu,
     "Selu": _selu,
     "Clip": _clip,
     "HardSigmoid": _hard_sigmoid,
     "HardSwish": _hard_swish,
-    "Softplus": _unary(lambda x: np.logaddexp(0, x)),
+    "Softplus": _unary(_softplus),
     "Softsign": _unary(lambda x: x / (1 + np.abs(x))),
     "Sqrt": _unary(np.sqrt),
-    "Exp": _unary(np.exp),
-    "Log": _unary(np.log),
+    "Exp": _unary(_elementary(elementary.exp)),
+    "Log": _unary(_elementary(elementary.log)),
     "Neg": _unary(np.negative),
     "Abs": _unary(np.abs),
     "Reciprocal": _unary(lambda x: 1 / x),
@@ -417,8 +432,8 @@ KERNELS: dict[str, Kernel] = {
     "Div": _binary(_div),
     "Pow": _binary(_pow),
     "Mod": _mod,
-    "Max": _variadic(np.maximum),
-    "Min": _variadic(np.minimum),
+    "Max": _variadic(arith.maximum),
+    "Min": _variadic(arith.minimum),
     "Sum": _variadic(np.add),
     "Mean": _variadic(np.add, mean=True),
     "Equal": _binary(np.equal, keep_dtype=False),
@@ -453,8 +468,8 @@ KERNELS: dict[str, Kernel] = {
     # reductions
     "ReduceSum": _reduce(np.sum),
     "ReduceMean": _reduce(np.mean),
-    "ReduceMax": _reduce(np.max),
-    "ReduceMin": _reduce(np.min),
+    "ReduceMax": _reduce(arith.reduce_max),
+    "ReduceMin": _reduce(arith.reduce_min),
     "ReduceProd": _reduce(np.prod),
     "ReduceL2": _reduce(lambda x, axis, keepdims: np.sqrt(np.sum(
         np.square(x), axis=axis, keepdims=keepdims))),

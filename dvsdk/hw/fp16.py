@@ -26,6 +26,9 @@ _U16LE = np.dtype("<u2")
 _TWICE_MIN_NORMAL = _U32(0x38800000 << 1)   # 2**-14: below it binary16 is subnormal
 _TWICE_OVERFLOW = _U32(0x477FF000 << 1)     # 65520: from it a float32 rounds to inf
 _HALF_MAX_SAFE = np.float32(65520.0)
+#: the one NaN dvsdk stores (firmware_spec/arithmetic.md): binary16 0x7E00, float32 0x7FC00000
+NAN_F16 = np.uint16(0x7E00).view(np.float16)
+NAN_F32 = np.uint32(0x7FC00000).view(np.float32)
 
 
 def fp16_bits(value: float) -> int:
@@ -118,8 +121,9 @@ def f16_to_f32(h: np.ndarray) -> np.ndarray:
 def round_f16(x: np.ndarray) -> np.ndarray:
     """Round float32 to the nearest binary16 value (ties to even), as a new float32 array.
 
-    The same bits as ``x.astype(np.float16).astype(np.float32)`` for every float32 (NaN
-    payloads included; magnitudes from 65520 become inf).  Normal results come from
+    The same bits as ``x.astype(np.float16).astype(np.float32)`` for every float32 but a
+    NaN, which becomes the canonical one (:data:`NAN_F32`; magnitudes from 65520 become
+    inf).  Normal results come from
     integer rounding of the float32 pattern at mantissa bit 13; the few elements outside
     that range (subnormal results below 2**-14, overflow, inf, NaN) are found with
     reductions and converted by numpy, so the common case costs five integer passes.
@@ -148,7 +152,9 @@ def round_f16(x: np.ndarray) -> np.ndarray:
     if fix.any():
         idx = np.flatnonzero(fix)
         with np.errstate(over="ignore", invalid="ignore"):
-            out.reshape(-1)[idx] = x.reshape(-1)[idx].astype(np.float16).astype(np.float32)
+            v = x.reshape(-1)[idx]
+            out.reshape(-1)[idx] = np.where(np.isnan(v), NAN_F32,
+                                            v.astype(np.float16).astype(np.float32))
     return out
 
 
@@ -168,12 +174,14 @@ def f32_to_f16(v: np.ndarray) -> np.ndarray:
         native.NATIVE.f32_to_f16(v, out)
         return out.view(np.float16)
     if not denormals_work():
-        return v.astype(np.float16)
+        h = v.astype(np.float16)
+        canonical_nans(h)
+        return h
     with np.errstate(invalid="ignore"):  # a signalling NaN; replaced below
         w = np.multiply(v, np.float32(2.0**-112)).view(_U32)
     if v.size and not (v.max() <= np.float32(65504.0) and v.min() >= np.float32(-65504.0)):
-        special = ~np.isfinite(v)  # inf, NaN: the pattern itself (a product quiets NaNs)
-        np.copyto(w, v.view(_U32), where=special)
+        special = ~np.isfinite(v)  # inf, NaN: the pattern itself (a NaN made canonical)
+        np.copyto(w, np.where(np.isnan(v), NAN_F32, v).view(_U32), where=special)
         np.bitwise_and(w, _U32(0x807FFFFF), out=w, where=special)
         np.bitwise_or(w, _U32(0x0F800000), out=w, where=special)  # >> 13: exponent 31
     h = np.right_shift(w, _U32(13))
@@ -185,10 +193,10 @@ def f32_to_f16(v: np.ndarray) -> np.ndarray:
 
 
 def to_f16(x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
-    """float32 rounded to binary16 (nearest even; inf from 65520; NaN keeps its top payload
-    bits), as a new float16 array, or into ``out`` (contiguous float16, as many elements,
-    e.g. a view of DMA memory; returned): the bits of ``x.astype(np.float16)``, in one
-    pass with the compiled module (:mod:`dvsdk.native`)."""
+    """float32 rounded to binary16 (nearest even; inf from 65520; every NaN the canonical
+    one), as a new float16 array, or into ``out`` (contiguous float16, as many elements,
+    e.g. a view of DMA memory; returned): the bits of ``x.astype(np.float16)`` but for NaN
+    payloads, in one pass with the compiled module (:mod:`dvsdk.native`)."""
     v = np.ascontiguousarray(x, dtype=np.float32)
     if out is not None and (out.dtype != np.float16 or out.size != v.size
                             or not out.flags.c_contiguous):
@@ -199,9 +207,19 @@ def to_f16(x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
         return dst.view(np.float16) if out is None else out
     with np.errstate(over="ignore", invalid="ignore"):
         if out is None:
-            return v.astype(np.float16)
-        out.reshape(v.shape)[...] = v
-        return out
+            out = v.astype(np.float16)
+        else:
+            out.reshape(v.shape)[...] = v
+    canonical_nans(out)
+    return out
+
+
+def canonical_nans(h: np.ndarray) -> None:
+    """Every NaN of the float16 array ``h`` (in place) made the canonical quiet NaN
+    0x7E00: a NaN's sign and payload depend on the machine that computed it (x86 makes
+    negative ones, Arm positive), so dvsdk stores only this one (arithmetic.md)."""
+    if h.size and np.isnan(h.max()):
+        h[np.isnan(h)] = NAN_F16
 
 
 def to_f32(h: np.ndarray) -> np.ndarray:

@@ -26,7 +26,7 @@ import numpy as np
 
 from .. import native
 from ..errors import LayoutError
-from .fp16 import f16_to_f32
+from .fp16 import canonical_nans, f16_to_f32
 
 __all__ = ["pack", "unpack", "to_chunks", "from_chunks", "offset", "offsets", "nbytes"]
 
@@ -155,7 +155,8 @@ def pack(x: Any, transpose: bool = False, out: np.ndarray | None = None) -> np.n
     Returns a new 1-D little-endian float16 array of ``N*H*W*C`` elements, or fills
     ``out``, such an array given by the caller (a DMA buffer's view: packed in place, with
     no copy after).  Any float or integer dtype is accepted; values are rounded to FP16
-    (IEEE nearest-even, magnitudes above 65504 become +-inf, NaN passes through).
+    (IEEE nearest-even, magnitudes from 65520 become +-inf, every NaN the canonical
+    0x7E00: :func:`~dvsdk.hw.fp16.to_f16`).
     ``transpose=True`` selects the DHWC orientation (formats.md §1.3).
     """
     arr = _as_tensor(x)
@@ -180,6 +181,7 @@ def pack(x: Any, transpose: bool = False, out: np.ndarray | None = None) -> np.n
         if identity:
             # One chunk and an order-preserving spatial walk: a plain cast copy.
             out.reshape(n, h, w, c)[...] = arr
+            canonical_nans(out)
             return out
         if arr.dtype == _F16 and arr.flags.c_contiguous:
             src = arr  # already FP16 (the simulator's stored tensors): no staging copy
@@ -187,6 +189,7 @@ def pack(x: Any, transpose: bool = False, out: np.ndarray | None = None) -> np.n
             src = _scratch_f16((n, h, w, c))
             src[...] = arr
     _to_chunked(src, out, transpose)
+    canonical_nans(out)
     return out
 
 

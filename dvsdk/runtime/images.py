@@ -93,8 +93,9 @@ def preprocess(image: Any, shape: tuple[int, ...], spec: dict[str, Any],
     x = rgb.astype(np.float32)
     if spec.get("channel_order", "RGB") == "BGR":
         x = x[..., ::-1]
-    if c == 1:
-        x = x @ np.array([0.299, 0.587, 0.114], np.float32)[:, None]
+    if c == 1:  # (three float32 products added in order: no BLAS, the same bits anywhere)
+        x = (x[..., :1] * np.float32(0.299) + x[..., 1:2] * np.float32(0.587)
+             + x[..., 2:3] * np.float32(0.114))
     mean = np.asarray(spec.get("mean") or [0.0], np.float32)[:c]
     x = (x - mean) * float(spec.get("scale", 1.0) or 1.0)
     std = spec.get("std")

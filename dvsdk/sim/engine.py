@@ -29,7 +29,6 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import DvsdkError
-from . import ops
 from .conv_unit import ConvTotals, run_configuration
 from .core import (
     CFG_MEM_BYTES,
@@ -102,9 +101,9 @@ class Dv700Core(CoreState):
                 self.faults.bitflip -= 1
                 self.mem.flip_next_write = True
             if unit == "conv":
-                # once per kick, not per matmul or command; inf and NaN are values to
-                # the hardware, not errors
-                with ops.blas_threads(), np.errstate(all="ignore"):
+                # once per kick, not per command: inf and NaN are values to the
+                # hardware, not errors
+                with np.errstate(all="ignore"):
                     cycles = self._run_stream()
             else:
                 cycles = self._run_unit(unit)

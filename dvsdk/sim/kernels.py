@@ -9,14 +9,13 @@ itself.  The operations and their order stay those of the reference, so the resu
 the same bits; the tests run both on random configurations.
 
 What is compiled: the conv stage's data movement (im2col without a padded copy, the
-zero-inserted input of a deconvolution), depthwise convolutions, average and max pooling
-(numpy's maximum, NaN and signed-zero cases included), and after them bias, addend, the
-activations (the tails of sigmoid and ELU after numpy's exp and expm1, which keep numpy's
-bits) and the rounding.  Around a max-pool or upsample only the bias and addend are
-fused (the pool comes between them and the activation).
-The matrix products are numpy's, called exactly as :func:`.ops.conv2d` calls them (BLAS
-sums in its own order: same call, same matrices, same bits).  LRN, rectify and PReLU
-without weights take the reference path.
+zero-inserted input of a deconvolution) and its fixed-order matrix product
+(:func:`dvsdk.hw.arith.matmul`), depthwise convolutions, average and max pooling (max in
+the total order of firmware_spec/arithmetic.md), and after them bias, addend, the
+activations (tanh, sigmoid and ELU as :mod:`dvsdk.hw.elementary` computes them) and the
+rounding.  Around a max-pool or upsample only the bias and addend are fused (the pool
+comes between them and the activation).  LRN, rectify and PReLU without weights take the
+reference path.
 """
 
 from __future__ import annotations
@@ -27,6 +26,7 @@ from functools import partial
 import numpy as np
 
 from .. import native
+from ..hw import arith
 from ..hw.fp16 import fp16_value
 from ..hw.spec import SPEC
 from . import ops, split
@@ -34,8 +34,6 @@ from . import ops, split
 POOL = SPEC.enum("pool_enable")
 #: activation codes the compiled epilogue applies (ops.activation's numbering)
 FUSED_ACTS = (ops.ACT_NONE, ops.ACT_LEAKY_RELU, ops.ACT_PRELU, ops.ACT_RELU6)
-#: activations whose transcendental part numpy computes, the rest compiled
-EXP_ACTS = (ops.ACT_SIGMOID, ops.ACT_ELU)
 
 Step = Callable[[np.ndarray, tuple | None, np.ndarray | None], np.ndarray]
 
@@ -114,28 +112,10 @@ def make_step(run: dict, reference: Callable[..., np.ndarray]) -> Step:
                 r0, r1))
             return out if fused else tail(out, None, prelu, addend)
         if pointwise:
-            wmat = derived.get("wmat")
-            if wmat is None:
-                m, c = wts.shape[:2]
-                wmat = derived["wmat"] = np.ascontiguousarray(wts.reshape(m, c).T)
             h, w, c = x.shape
-            n, m = h * w, wmat.shape[1]
-            x2 = x.reshape(n, c)
-            out = np.empty((n, m), np.float32)
-            with ops.blas_threads():  # the reference's BLAS threads: the same bits
-                by_rows = split.product_work(n, c, m)
-                by_cols = 0 if by_rows else split.product_cols_work(n, c, m)
-                if by_cols:  # few rows, many weights: the two threads take half the outputs
-                    # (exactly half: least pins the split to the middle, split.py)
-                    split.rows(m, by_cols, lambda c0, c1: np.matmul(
-                        x2, wmat[:, c0:c1], out=out[:, c0:c1]), least=m - m // 2)
-                elif by_rows:
-                    split.rows(n, by_rows,
-                               lambda r0, r1: np.matmul(x2[r0:r1], wmat, out=out[r0:r1]),
-                               least=split.product_least(c, m))
-                else:
-                    np.matmul(x2, wmat, out=out)
-            out = out.reshape(h, w, m)
+            out = np.empty((h * w, wts.shape[0]), np.float32)
+            _product(x.reshape(h * w, c), _packed(wts, derived), out)
+            out = out.reshape(h, w, -1)
         else:
             out = _correlate(x, wb, (kx, ky), stride, pads, dil, up)
         return tail(out, bias, prelu, addend)
@@ -164,16 +144,6 @@ def _make_tail(run: dict) -> Callable[..., np.ndarray]:
             t = _pool(t, *pool)
         elif pe == POOL.upsample:
             t = ops.upsample2x(t)
-        if act in EXP_ACTS:  # numpy's exp / expm1, as ops.activation calls them
-            t = np.ascontiguousarray(t)
-            if act == ops.ACT_SIGMOID:
-                e = np.exp(-np.abs(t))
-                alpha = 0.0
-            else:
-                e = np.expm1(np.minimum(t, 0)).astype(np.float32)
-                alpha = float(np.float32(param) if param != 0 else np.float32(1.0))
-            native.NATIVE.act_exp(t, e, act, alpha)
-            return t
         return ops.finish(t, act, param, prelu, False, owned=True)
     return tail
 
@@ -214,13 +184,40 @@ def _pool(x: np.ndarray, size: tuple[int, int], stride: tuple[int, int],
     return out
 
 
+def _packed(w: np.ndarray, derived: dict) -> np.ndarray:
+    """The run's weights as the (ky*kx*C, M) matrix of :func:`.ops.conv2d` (taps in row-major
+    order, C fastest), packed for the compiled product (:func:`~dvsdk.hw.arith.pack_b`);
+    worked out once per decoded weight block."""
+    bp = derived.get("bp")
+    if bp is None:
+        m, c, ky, kx = w.shape
+        bp = derived["bp"] = arith.pack_b(w.transpose(2, 3, 1, 0).reshape(ky * kx * c, m))
+    return bp
+
+
+def _product(a: np.ndarray, bp: np.ndarray, out: np.ndarray) -> None:
+    """``out = a @ b`` in the fixed order (:func:`~dvsdk.hw.arith.matmul`, binary16
+    operands), split over the threads by rows, or for a few rows by 16-column panels: each
+    output's sum is the same whichever part computes it."""
+    n, k = a.shape
+    panels = bp.shape[0]
+    work = split.MATMUL * n * k * out.shape[1]
+    gemm = native.NATIVE.gemm
+    if n >= split.PRODUCT_ROWS:
+        split.rows(n, work, lambda r0, r1: gemm(a, bp, out, True, r0, r1))
+    elif panels > 1:
+        split.rows(panels, work, lambda p0, p1: gemm(a, bp, out, True, 0, n, p0, p1))
+    else:
+        gemm(a, bp, out, True)
+
+
 def _correlate(x: np.ndarray, wb: tuple, k: tuple[int, int], stride: tuple[int, int],
                pads: tuple[int, int, int, int], dil: tuple[int, ...],
                up: tuple[int, int] = (1, 1)) -> np.ndarray:
     """The conv stage of :func:`.ops.conv2d` (general case) without its bias, on ``x``
     with ``up - 1`` zeros inserted between its columns and rows (a deconvolution's input):
-    the same im2col blocks (built in one pass, without the padded or zero-inserted copy)
-    and matrix products."""
+    the same im2col matrix (built without the padded or zero-inserted copy, in blocks of
+    output rows to bound memory) and the same fixed-order product."""
     w, derived = wb[0], wb[4]
     (kx, ky), (sx, sy), (pl, pr, pt, pb), (dx, dy) = k, stride, pads, dil
     h_in, w_in, c = x.shape
@@ -229,28 +226,14 @@ def _correlate(x: np.ndarray, wb: tuple, k: tuple[int, int], stride: tuple[int, 
     ow = ops.conv_out_size(w_in, (kx - 1) * dx + 1, pl, pr, sx, "width")
     oh = ops.conv_out_size(h_in, (ky - 1) * dy + 1, pt, pb, sy, "height")
     kdim = ky * kx * c
-    wmat = derived.get("wmat")
-    if wmat is None:
-        wmat = derived["wmat"] = np.ascontiguousarray(w.transpose(2, 3, 1, 0).reshape(kdim, m))
+    bp = _packed(w, derived)
     out = np.empty((oh, ow, m), np.float32)
     x = np.ascontiguousarray(x)
-
     rows_per_block = max(1, ops._IM2COL_BUDGET // max(1, ow * kdim * 4))
-
-    def part(r0: int, r1: int) -> None:  # output rows [r0, r1), im2col block by block
-        cols = np.empty((min(rows_per_block, r1 - r0), ow, kdim), np.float32)
-        for r in range(r0, r1, rows_per_block):
-            blk = cols[: min(rows_per_block, r1 - r)]
-            native.NATIVE.im2col(x, blk, r, kx, ky, sx, sy, dx, dy, pl, pt, up[0], up[1])
-            n = blk.shape[0] * ow
-            np.matmul(blk.reshape(n, kdim), wmat, out=out[r:r + blk.shape[0]].reshape(n, m))
-
-    with ops.blas_threads():  # the reference's BLAS threads: the same bits
-        # split only a conv that is one block of the reference's: each half is then one
-        # product, and BLAS sums each row alike in the whole and in a half (split.py); the
-        # rule is checked on the smaller half, (oh // 2) * ow rows
-        rows_half = (oh // 2) * ow
-        split.rows(oh, split.product_work(2 * rows_half, kdim, m)
-                   if oh <= rows_per_block else 0, part,
-                   least=-(-split.product_least(kdim, m) // ow))
+    cols = np.empty((min(rows_per_block, oh), ow, kdim), np.float32)
+    for r in range(0, oh, rows_per_block):
+        blk = cols[: min(rows_per_block, oh - r)]
+        native.NATIVE.im2col(x, blk, r, kx, ky, sx, sy, dx, dy, pl, pt, up[0], up[1])
+        n = blk.shape[0] * ow
+        _product(blk.reshape(n, kdim), bp, out[r:r + blk.shape[0]].reshape(n, m))
     return out

@@ -20,15 +20,14 @@ extent is ``(pad_a + in + pad_b - k_eff) // stride + 1``; a negative numerator
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Sequence
 
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
 from .. import native
 from ..errors import InvalidArgument
+from ..hw import arith, elementary
 from ..hw.fp16 import round_f16
 
 __all__ = [
@@ -75,98 +74,6 @@ _IM2COL_BUDGET = 32 << 20
 # depthwise: float32 elements per block of output rows (the block and one product of it
 # stay in L2 while the taps accumulate)
 _DW_BLOCK = 16384
-
-
-#: BLAS threads inside the simulator's matmuls.  One, fixed, for two measured reasons:
-#: OpenBLAS's sums depend on its thread count (1 vs 2 threads: different bits in 0.5-10% of
-#: a conv's outputs), so a fixed count gives the same results on every machine whatever the
-#: user set; and on a loaded 2-core machine its default of one thread per core made the
-#: same matmuls up to 10x slower (its threads spin while the other core is busy:
-#: EfficientNet-Lite0-like 213 ms with two threads, 27 ms with one), against at best 1.25x
-#: faster with two when a core is idle (15.5 vs 19.3 ms).  Splitting a matmul's rows over
-#: two Python threads gains nothing: OpenBLAS serializes concurrent calls.  The user's own
-#: setting is restored after every call.
-BLAS_THREADS = 1
-
-
-class _BlasThreads:
-    """The context manager :func:`blas_threads` returns (one object, re-entrant)."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._depth = 0
-        self._libs: list | None = None  # threadpoolctl's per-library controllers
-        self._calls: list[tuple[Callable[[], int], Callable[[int], object]]] = []
-        self._saved: list[int] = []
-
-    def libraries(self) -> list:
-        """threadpoolctl's controllers of numpy's BLAS libraries (found once, ~10 ms)."""
-        if self._libs is None:
-            from threadpoolctl import ThreadpoolController
-
-            libs = ThreadpoolController().select(user_api="blas").lib_controllers
-            self._calls = [_get_set(lib) for lib in libs]
-            self._libs = libs
-        return self._libs
-
-    def __enter__(self) -> None:
-        if threading.get_ident() != threading.main_thread().ident:
-            return
-        if self._depth:  # nested in the main thread (only it changes the depth): a counter
-            self._depth += 1
-            return
-        with self._lock:
-            if self._libs is None:
-                self.libraries()
-            # per library, its own get and set: ~0.2 us each through the library's own
-            # functions, against ~3.5 us per kick through threadpoolctl's wrappers
-            self._saved = saved = [get() for get, _ in self._calls]
-            for (_, set_), n in zip(self._calls, saved):
-                if n != BLAS_THREADS:
-                    set_(BLAS_THREADS)
-            self._depth = 1
-
-    def __exit__(self, *exc: object) -> None:
-        if threading.get_ident() != threading.main_thread().ident:
-            return
-        if self._depth > 1:
-            self._depth -= 1
-            return
-        with self._lock:
-            self._depth = 0
-            for (_, set_), n in zip(self._calls, self._saved):
-                if n != BLAS_THREADS:
-                    set_(n)
-
-
-def _get_set(lib: Any) -> tuple[Callable[[], int], Callable[[int], object]]:
-    """A BLAS library's (get, set) of its thread count: OpenBLAS's own
-    ``openblas_get_num_threads`` / ``openblas_set_num_threads`` (with the library's symbol
-    affixes) where threadpoolctl found them, else threadpoolctl's methods."""
-    symbol = getattr(lib, "_get_symbol", None)
-    if lib.internal_api == "openblas" and getattr(lib, "threading_layer", "") != "openmp" \
-            and symbol is not None:
-        get, set_ = symbol("openblas_get_num_threads"), symbol("openblas_set_num_threads")
-        if get is not None and set_ is not None:
-            return get, set_
-    return lib.get_num_threads, lib.set_num_threads
-
-
-_BLAS = _BlasThreads()
-
-
-def blas_threads() -> _BlasThreads:
-    """Pin the BLAS libraries to :data:`BLAS_THREADS` threads for a ``with`` block
-    (threadpoolctl's per-library controllers); re-entrant: the first block in saves the
-    user's setting, the last one out restores it, so numpy outside the simulator keeps its
-    own threading.  The engine holds it for a whole kick, so the matmuls inside pay only a
-    counter.
-
-    Only in the main thread: OpenBLAS (0.3.31, measured) ignores a setting made in another
-    thread once the main thread has made one, and in some interleavings keeps a worker's
-    value after the worker restored its own, which would change the user's setting for
-    good; a simulator driven from another thread leaves BLAS threads alone."""
-    return _BLAS
 
 
 # ---------------------------------------------------------------------------
@@ -313,8 +220,7 @@ def conv2d(
         # pointwise: the input itself is the im2col matrix; the weights as the same (C, M)
         # matrix as below (the conv unit keeps them in that memory order: no copy)
         wmat = np.ascontiguousarray(w.reshape(m, c).T)
-        with blas_threads():
-            out = np.matmul(x.reshape(-1, c), wmat).reshape(oh, ow, m)
+        out = arith.matmul(x.reshape(-1, c), wmat, exact_products=True).reshape(oh, ow, m)
         return _add_per_channel(out, b)
 
     xp = np.pad(x, ((pt, pb), (pl, pr), (0, 0))) if pl or pr or pt or pb else x
@@ -324,14 +230,14 @@ def conv2d(
     win = win.transpose(0, 1, 3, 4, 2)  # (OH, OW, ky, kx, C): C innermost for the copy
     kdim = ky * kx * c
     wmat = np.ascontiguousarray(w.transpose(2, 3, 1, 0).reshape(kdim, m))
+    packed = arith.pack_b(wmat)
     out = np.empty((oh, ow, m), np.float32)
     rows_per_block = max(1, _IM2COL_BUDGET // max(1, ow * kdim * 4))
-    with blas_threads():
-        for r in range(0, oh, rows_per_block):
-            blk = win[r:r + rows_per_block]
-            n = blk.shape[0] * ow
-            np.matmul(blk.reshape(n, kdim), wmat,
-                      out=out[r:r + rows_per_block].reshape(n, m))
+    for r in range(0, oh, rows_per_block):
+        blk = win[r:r + rows_per_block]
+        n = blk.shape[0] * ow
+        arith.matmul(blk.reshape(n, kdim), wmat, out[r:r + rows_per_block].reshape(n, m),
+                     packed=packed, exact_products=True)
     return _add_per_channel(out, b)
 
 
@@ -448,19 +354,22 @@ def max_pool(
 
     ``size = (kx, ky)``, ``stride = (sx, sy)``, ``pads = (l, r, t, b)``.  Padded
     positions behave as −∞, so a window lying entirely in the padding yields −∞.
-    Output extent ``(pad_l + W + pad_r - kx) // sx + 1`` (C semantics).  NaN
-    propagates ([AMBIG] the hardware's NaN behaviour is unknown).  The driver's
+    Output extent ``(pad_l + W + pad_r - kx) // sx + 1`` (C semantics).  The maximum is
+    taken in a total order (firmware_spec/arithmetic.md: [AMBIG] the hardware's is
+    unknown): ``+0`` is above ``-0`` and a NaN above everything (the result is then the
+    canonical NaN), so no machine's ``max`` instruction decides a tie.  The driver's
     limits on the window (width 2..3, height 1..3) are not enforced here.
     """
     x = _hwc(x)
     xp, kx, ky, sx, sy, ow, oh = _pool_windows(x, size, stride, pads, -np.inf)
+    keys = arith.total_keys(xp)
     out: np.ndarray | None = None
     for i in range(ky):
         for j in range(kx):
-            tap = xp[i:i + (oh - 1) * sy + 1:sy, j:j + (ow - 1) * sx + 1:sx, :]
+            tap = keys[i:i + (oh - 1) * sy + 1:sy, j:j + (ow - 1) * sx + 1:sx, :]
             out = tap.copy() if out is None else np.maximum(out, tap, out=out)
     assert out is not None
-    return out
+    return arith.total_values(out)
 
 
 def avg_pool(
@@ -500,12 +409,6 @@ def upsample2x(x: np.ndarray) -> np.ndarray:
 # activation
 
 
-def _sigmoid(x: np.ndarray) -> np.ndarray:
-    with np.errstate(under="ignore"):
-        e = np.exp(-np.abs(x))  # in (0, 1]: never overflows
-    return np.where(x >= 0, 1.0 / (1.0 + e), e / (1.0 + e)).astype(np.float32)
-
-
 def activation(
     x: np.ndarray,
     code: int,
@@ -516,24 +419,26 @@ def activation(
 
     Codes: 0 none; 1 tanh; 2 leaky ReLU ``x > 0 ? x : x * param`` (param 0 ⇒
     ReLU); 3 sigmoid; 4 PReLU with per-channel slopes ``prelu`` (length =
-    channels, last axis); 5 ELU; 6 ReLU6 ``min(max(x, 0), 6)``.
+    channels, last axis); 5 ELU; 6 ReLU6: ``+0`` for ``x <= 0`` (``-0`` too), ``x`` up
+    to 6, then 6; a NaN stays NaN.
 
-    [AMBIG] The hardware's tanh/sigmoid/ELU curves are unspecified (tests allow
-    1e-3): we use the exact float32 functions.  [AMBIG] ELU's ``param``: the
-    tests pass 0 and compare against alpha = 1, so ``param == 0`` means alpha =
-    1 and any other value is used as alpha.  ReLU6 ignores ``param``.  Unknown
-    codes raise :class:`InvalidArgument`.
+    [AMBIG] The hardware's tanh/sigmoid/ELU curves are unspecified (tests allow 1e-3):
+    ours are the functions of :mod:`dvsdk.hw.elementary` (float64 operations in a fixed
+    order, the same bits on every machine), rounded to float32.  [AMBIG] ELU's ``param``:
+    the tests pass 0 and compare against alpha = 1, so ``param == 0`` means alpha = 1 and
+    any other value is used as alpha.  ReLU6 ignores ``param``.  Unknown codes raise
+    :class:`InvalidArgument`.
     """
     a = np.asarray(x, dtype=np.float32)
     code = int(code)
     if code == ACT_NONE:
         return a.copy()
     if code == ACT_TANH:
-        return np.tanh(a)
+        return elementary.tanh(a).astype(np.float32)
     if code == ACT_LEAKY_RELU:
         return np.where(a > 0, a, a * np.float32(param))
     if code == ACT_SIGMOID:
-        return _sigmoid(a)
+        return elementary.sigmoid(a).astype(np.float32)
     if code == ACT_PRELU:
         if prelu is None:
             raise InvalidArgument("PReLU needs per-channel slopes", field="prelu", value=None)
@@ -543,12 +448,17 @@ def activation(
                                   value=s.shape[0], limit=a.shape[-1] if a.ndim else None)
         return np.where(a > 0, a, a * s)
     if code == ACT_ELU:
-        alpha = np.float32(param) if param != 0 else np.float32(1.0)
-        return np.where(a > 0, a, alpha * np.expm1(np.minimum(a, 0))).astype(np.float32)
+        return elementary.elu(a, elu_alpha(param)).astype(np.float32)
     if code == ACT_RELU6:
-        t = np.maximum(a, np.float32(0))
-        return np.minimum(t, np.float32(6), out=t)
+        six = np.float32(6)
+        return np.where(a > 0, np.where(a < six, a, six), np.where(np.isnan(a), a,
+                                                                   np.float32(0)))
     raise InvalidArgument("unknown activation code", field="actfunc", value=code, limit="0..6")
+
+
+def elu_alpha(param: float) -> float:
+    """ELU's alpha from ``actfunc_param`` ([AMBIG] §4.5: 0 means 1, as DMP's tests)."""
+    return float(np.float32(param)) if param != 0 else 1.0
 
 
 def finish(t: np.ndarray, code: int, param: float = 0.0, prelu: np.ndarray | None = None,
@@ -557,12 +467,15 @@ def finish(t: np.ndarray, code: int, param: float = 0.0, prelu: np.ndarray | Non
     :func:`fp16` rounding as the hardware stores the result (§4.1, §4.5).
 
     ``owned``: ``t`` is the caller's scratch and may be overwritten.  With the compiled
-    loops (:mod:`dvsdk.native`), no activation, leaky ReLU and ReLU6 run fused with the
-    rounding in one pass, with the same bits (NaN payloads aside: a NaN stays a NaN)."""
-    if native.NATIVE is not None and code in (ACT_NONE, ACT_LEAKY_RELU, ACT_RELU6) and not rect:
+    loops (:mod:`dvsdk.native`), every activation but PReLU runs fused with the rounding in
+    one pass, with the same bits."""
+    if native.NATIVE is not None and code != ACT_PRELU and not rect:
         y = t if owned and t.dtype == np.float32 and t.flags.c_contiguous \
             and t.flags.writeable else np.array(t, np.float32, order="C")
-        native.NATIVE.finish(y, int(code), float(param))
+        if code in (ACT_TANH, ACT_SIGMOID, ACT_ELU):
+            native.NATIVE.act_elem(y, int(code), elu_alpha(param))
+        else:
+            native.NATIVE.finish(y, int(code), float(param))
         return y
     if code:
         t = activation(t, code, param, prelu)

@@ -1,37 +1,29 @@
 """The simulator's second core: a big loop split in two over its output rows (or, for a
-few-row matrix product, its output columns).
+few-row matrix product, its 16-column output panels).
 
-The compiled loops release the GIL and so do numpy's matrix products, so two threads run
-two halves of one conv stage at once.  Each output is computed by exactly the same
-operations whichever half it falls in: a depthwise tap loop or an epilogue works element
-by element, and a BLAS product's row depends only on that row and the weights (OpenBLAS
-keeps the order of its sums along K whatever the number of rows, as long as both halves
-stay on its large-matrix kernels: measured bit-equal over 1176 shapes of 128-25088 rows,
-K 3-1152, M 8-1280; see :data:`BLAS_HALF_MIN`; pinned by ``tests/test_sim_split.py``).
-So a split changes wall time, never a bit.  With another BLAS than OpenBLAS (where that
-was not measured) products run whole; depthwise loops and epilogues still split.
+The compiled loops release the GIL, so two threads run two parts of one conv stage at
+once.  A split changes no bit, by construction: every output is a fixed sequence of
+operations on its own operands (firmware_spec/arithmetic.md): a depthwise tap loop or an
+epilogue works element by element, and the matrix product (``dvsdk._native.gemm``) sums
+each output in the order k = 0..K-1 whichever rows or columns share its call.  Nothing here
+calls BLAS.
 
-Measured on this project's 2-core machine, BLAS pinned to one thread (minimum of 30):
-a 12544x16 @ 16x96 product 0.53 -> 0.36 ms, a 112x112x32 3x3 depthwise 0.48 -> 0.28 ms,
-a 12544x96 epilogue 0.62 -> 0.33 ms; the whole-network effect is in
-``benchmarks/bench_nets.py``.  Small loops stay whole: below :data:`MIN_WORK` the
-hand-off (tens of microseconds) costs more than it saves, and the halves of a split
-product stay above the sizes where OpenBLAS switches to its small-matrix kernels.
+Measured on this project's 2-core machine (minimum of 30): a 12544x16 @ 16x96 product
+0.49 -> 0.30 ms, a 112x112x32 3x3 depthwise 0.48 -> 0.28 ms, a 12544x96 epilogue 0.62 ->
+0.33 ms; the whole-network effect is in ``benchmarks/bench_nets.py``.  Small loops stay
+whole: below :data:`MIN_WORK` the hand-off (tens of microseconds) costs more than it
+saves.
 
-Only the main thread splits, where :func:`.ops.blas_threads` pins BLAS (a simulator driven
-from another thread leaves BLAS alone, and two more BLAS thread pools would oversubscribe
-the cores).  When the other half keeps lagging (another process holds the second core)
+Only the main thread splits (a simulator driven from other threads leaves the cores to
+them).  When the other half keeps lagging (another process holds the second core)
 splitting backs off for a while (:data:`BACKOFF`).  ``DVSDK_SIM_THREADS=1`` turns
-splitting off.
+splitting off; the bits are the same either way.
 
 The split point is not the middle: the worker starts its part some 40-100 us after the
 hand-off (measured on this machine: the wake-up of a blocked thread, median 58 us in
 EfficientNet-Lite0, while the main thread's half took 212 us), so the main thread takes the
 larger part, by what :class:`Balance` learns from the splits before (the worker's start
-delay, each thread's time per unit of work); the worker never gets fewer units than its
-loop admits (a product's rows: :func:`product_least`), and a product split by columns
-stays in the middle (uneven column parts were not measured; below ~1 M multiply-adds they
-do differ).  Where the parts meet changes no bit, as above.
+delay, each thread's time per unit of work).
 """
 
 from __future__ import annotations
@@ -43,8 +35,6 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
-from . import ops
-
 #: work below which a loop runs whole, in depthwise multiply-adds: where a split began to
 #: pay on this machine (a 28x28x240 3x3 depthwise, 1.7 M, 148 -> 129 us; below ~1 M the
 #: hand-off of about 30-50 us costs more than it saves)
@@ -55,12 +45,9 @@ DEPTHWISE, MATMUL, EPILOGUE = 1.0, 0.25, 5.0
 #: threads the simulator's loops use: two where there are two cores, else one
 THREADS = 1 if os.environ.get("DVSDK_SIM_THREADS", "") == "1" else min(2, os.cpu_count() or 1)
 
-#: a matrix product is split only when each half keeps at least this many multiply-adds
-#: and 32 rows: far from the sizes where a BLAS library switches to other kernels with
-#: another order of sums (OpenBLAS SkylakeX's small-matrix kernels up to M*N*K = 100^3:
-#: measured, halves of 0.55-0.92 M differed from the whole product in 116 of 1260 shapes;
-#: numpy's gemv for a single row)
-BLAS_HALF_MIN = 1 << 22
+#: a matrix product with at least this many rows is split by rows, one with fewer by its
+#: 16-column panels (a 7x7 layer: 49 rows of 1152 x 192)
+PRODUCT_ROWS = 64
 
 #: splits skipped after two in a row whose other half lagged (the other core is taken by
 #: another process: measured on a loaded 2-core machine, splitting then made a network
@@ -136,52 +123,11 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_forget_pool)
 
 
-_OPENBLAS: list[bool] = []  # [whether numpy's BLAS is OpenBLAS], found on first use
-
-
-def _openblas() -> bool:
-    """Whether numpy's BLAS is OpenBLAS, whose row and column independence was measured;
-    with another BLAS (MKL, Accelerate) products run whole.  (The libraries are those
-    :func:`.ops.blas_threads` pins.)"""
-    if not _OPENBLAS:
-        apis = {lib.internal_api for lib in ops.blas_threads().libraries()}
-        _OPENBLAS.append(apis == {"openblas"})
-    return _OPENBLAS[0]
-
-
-def product_work(n: int, k: int, m: int) -> float:
-    """The work of an (n, k) @ (k, m) product for :func:`rows`, or 0 (never split) where
-    its halves could take other BLAS kernels than the whole (:data:`BLAS_HALF_MIN`)."""
-    if n < 64 or (n // 2) * k * m < BLAS_HALF_MIN or not _openblas():
-        return 0
-    return MATMUL * n * k * m
-
-
-def product_least(k: int, m: int) -> int:
-    """The fewest rows a part of an (n, k) @ (k, m) product split by :func:`rows` may have:
-    32, and :data:`BLAS_HALF_MIN` multiply-adds (what :func:`product_work` asks of a half,
-    so its halves always qualify)."""
-    return max(32, -(-BLAS_HALF_MIN // max(1, k * m)))
-
-
-def product_cols_work(n: int, k: int, m: int) -> float:
-    """The work of an (n, k) @ (k, m) product split by its columns (outputs) instead, for
-    the few-row, weight-heavy products a row split does not admit (a 7x7 layer: 49 rows of
-    1152 x 192): 16..63 rows, and each half above :data:`BLAS_HALF_MIN`; else 0.  A column
-    of the product, like a row, is summed alike whatever the other columns (measured
-    bit-equal over the 49-196-row products of EfficientNet-Lite0; 1 and 7 rows were not,
-    numpy's and OpenBLAS's small-product paths)."""
-    if not 16 <= n < 64 or n * k * (m // 2) < BLAS_HALF_MIN or not _openblas():
-        return 0
-    return MATMUL * n * k * m
-
-
 def rows(n: int, work: float, fn: Callable[[int, int], object], least: int = 1) -> None:
     """``fn(0, n)``, or ``fn(0, h)`` here and ``fn(h, n)`` on the worker thread at once
     when ``work`` is worth it; returns when both are done, raising what either raised.
     ``h`` is at least ``n // 2`` (:class:`Balance`) and leaves the worker ``least``
-    units, or is ``n // 2`` where that leaves fewer (then the caller's rule for a split
-    in the middle must hold: :func:`product_work` checks the halves)."""
+    units, or is ``n // 2`` where that leaves fewer."""
     if (THREADS < 2 or n < 2 or work <= 0 or work < MIN_WORK
             or threading.get_ident() != threading.main_thread().ident):
         fn(0, n)
@@ -215,9 +161,15 @@ def rows(n: int, work: float, fn: Callable[[int, int], object], least: int = 1) 
         if ran and len(worker) == 2:  # (a part that raised times nothing)
             _balance.learn(work, half / n, worker[0] - handed, t1 - t0,
                            worker[1] - worker[0])
-        # the split took longer than our thread alone would have taken for the whole loop
-        # (at our rate), twice in a row (once is a scheduling hiccup, ~4% of splits on an
-        # idle machine): another process holds the other core
-        _lagged[0] = _lagged[0] + 1 if done - t0 > (t1 - t0) * n / half else 0
-        if _lagged[0] >= 2:
-            _busy[0], _lagged[0] = BACKOFF, 0
+        note_split(done - t0, t1 - t0, half / n)
+
+
+def note_split(split_s: float, main_s: float, main_share: float) -> None:
+    """After a split whose two parts took ``split_s`` together and the main thread's part
+    (``main_share`` of the loop) ``main_s``: when the split took longer than the main
+    thread alone would have taken for the whole loop (at its rate), twice in a row (once
+    is a scheduling hiccup, ~4% of splits on an idle machine), another process holds the
+    other core: the next :data:`BACKOFF` splits run whole."""
+    _lagged[0] = _lagged[0] + 1 if split_s > main_s / main_share else 0
+    if _lagged[0] >= 2:
+        _busy[0], _lagged[0] = BACKOFF, 0

@@ -1,0 +1,196 @@
+"""The arithmetic every result of the simulator is defined by (firmware_spec/arithmetic.md).
+
+The DV700 reference leaves the accumulator's precision and order open (dv700-interface.md
+§4.2 [AMBIG]).  dvsdk fixes them, so that one net.bin and one input give the same bits on
+every machine: a result is a fixed sequence of IEEE 754 operations (float32 products and
+sums in a documented order, float64 where said), never whatever a BLAS library, a vector
+width or a thread split happens to do.  This module holds the pieces that are not plain
+element-wise numpy:
+
+* :func:`matmul`: ``a @ b`` with each output the float32 sum of its products in the order
+  ``k = 0, 1, ..., K-1``, starting from +0 (the conv engine's multiply-accumulate, and the
+  runtime's CPU matrix products).  The compiled build (``dvsdk._native.gemm``, with fused
+  multiply-adds where every product is exact) and the numpy loop here give the same bits.
+* :func:`pack_b`: the weights in the panel layout the compiled product reads.
+* :func:`total_keys` / :func:`total_values`: max pooling's total order (``-0 < +0``, NaN
+  above all), in which the simulator's maximum of a window is exact and unique.
+* :func:`maximum`, :func:`minimum`, :func:`clip`, :func:`reduce_max`, :func:`reduce_min`:
+  the CPU steps' comparisons written as selects, because numpy's own ``maximum`` returns
+  either zero for ``max(-0, +0)`` depending on the machine and on where the element falls
+  in its vector loop.
+
+Section numbers (§) are those of dv700-interface.md.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .. import native
+
+__all__ = ["PANEL", "pack_b", "matmul", "matmul_nd", "total_keys", "total_values", "maximum",
+           "minimum", "clip", "reduce_max", "reduce_min"]
+
+#: columns per panel of a packed right-hand operand (``_native_gemm.c``)
+PANEL = 16
+#: float32 accumulators the numpy loop keeps per block of rows (fits the L2 cache)
+_NP_BLOCK = 1 << 15
+
+
+def pack_b(b: np.ndarray) -> np.ndarray:
+    """``b`` (K, M) as panels of :data:`PANEL` columns, ``(ceil(M/16), K, 16)`` float32,
+    the last one zero-padded: what :func:`matmul` passes to the compiled product (pack a
+    constant operand, such as a layer's weights, once)."""
+    b = np.asarray(b, np.float32)
+    k, m = b.shape
+    p = -(-m // PANEL)
+    if p * PANEL != m:
+        b = np.pad(b, ((0, 0), (0, p * PANEL - m)))
+    return np.ascontiguousarray(b.reshape(k, p, PANEL).transpose(1, 0, 2))
+
+
+def matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None, *,
+           packed: np.ndarray | None = None, exact_products: bool = False,
+           rows: tuple[int, int] | None = None, panels: tuple[int, int] | None = None
+           ) -> np.ndarray:
+    """``a`` (N, K) @ ``b`` (K, M), float32, each output summed in the fixed order
+    ``((0 + a[i,0]*b[0,j]) + a[i,1]*b[1,j]) + ...`` (firmware_spec/arithmetic.md).
+
+    ``packed``: :func:`pack_b` of ``b``, if the caller keeps it.  ``exact_products``: every
+    product is exact in float32 (binary16 operands), so the compiled build may fuse each
+    multiply and add (the same bits, twice the speed).  ``rows`` / ``panels``: compute only
+    those output rows / 16-column panels (``out`` must then be given; two threads may fill
+    one ``out`` in parts).
+    """
+    a = np.ascontiguousarray(a, np.float32)
+    n, k = a.shape
+    m = b.shape[1]
+    if out is None:
+        out = np.empty((n, m), np.float32)
+    r0, r1 = rows if rows is not None else (0, n)
+    p0, p1 = panels if panels is not None else (0, -(-m // PANEL))
+    if native.NATIVE is not None:
+        if packed is None:
+            packed = pack_b(b)
+        native.NATIVE.gemm(a, packed, out, exact_products, r0, r1, p0, p1)
+        return out
+    _matmul_numpy(a, np.asarray(b, np.float32), out, r0, r1, p0 * PANEL, min(m, p1 * PANEL))
+    return out
+
+
+def _matmul_numpy(a: np.ndarray, b: np.ndarray, out: np.ndarray, r0: int, r1: int, c0: int,
+                  c1: int) -> None:
+    """The fixed order in numpy: for each block of rows, the products of one k at a time
+    added to the block's sums (a multiply, then an add, each rounded to float32: the bits
+    of a fused multiply-add too when the products are exact)."""
+    k = a.shape[1]
+    b = b[:, c0:c1]
+    width = c1 - c0
+    if width <= 0 or r1 <= r0:
+        return
+    step = max(1, _NP_BLOCK // width)
+    prod = np.empty((min(step, r1 - r0), width), np.float32)
+    for i in range(r0, r1, step):
+        j = min(i + step, r1)
+        acc = out[i:j, c0:c1]
+        acc[...] = 0.0
+        p = prod[: j - i]
+        for kk in range(k):
+            np.multiply(a[i:j, kk:kk + 1], b[kk], out=p)
+            np.add(acc, p, out=acc)
+
+
+def matmul_nd(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """numpy's ``matmul`` semantics (1-D operands, broadcast batch dimensions) with every
+    float32 product in the fixed order of :func:`matmul` (general float32 operands: no
+    fused multiply-add); other element types (integers, float64) go to numpy's ``matmul``,
+    exact or not float32 (the runtime's CPU steps run float32)."""
+    a, b = np.asarray(a), np.asarray(b)
+    if a.dtype != np.float32 or b.dtype != np.float32 or a.ndim == 0 or b.ndim == 0:
+        return np.matmul(a, b)
+    a2 = a[None, :] if a.ndim == 1 else a
+    b2 = b[:, None] if b.ndim == 1 else b
+    batch = np.broadcast_shapes(a2.shape[:-2], b2.shape[:-2])
+    n, m = a2.shape[-2], b2.shape[-1]
+    if a2.shape[-1] != b2.shape[-2]:
+        return np.matmul(a, b)  # its error
+    ab = np.broadcast_to(a2, (*batch, n, a2.shape[-1]))
+    bb = np.broadcast_to(b2, (*batch, *b2.shape[-2:]))
+    out = np.empty((*batch, n, m), np.float32)
+    for idx in np.ndindex(*batch):
+        matmul(ab[idx], bb[idx], out[idx])
+    if a.ndim == 1:
+        out = out[..., 0, :]
+    if b.ndim == 1:
+        out = out[..., 0]
+    return out
+
+
+def total_keys(x: np.ndarray) -> np.ndarray:
+    """float32 ``x`` as int32 keys in max pooling's total order (firmware_spec/arithmetic.md):
+    the bit patterns, with the magnitude bits of negative values flipped (so ``-0 < +0``),
+    every NaN first made the canonical quiet NaN (above ``+inf``).  :func:`total_values` maps
+    keys back."""
+    i = np.where(np.isnan(x), np.float32(np.nan), np.asarray(x, np.float32)).view(np.int32)
+    return i ^ ((i >> 31) & np.int32(0x7FFFFFFF))
+
+
+def total_values(k: np.ndarray) -> np.ndarray:
+    """The float32 values of :func:`total_keys` keys (the map is its own inverse)."""
+    return (k ^ ((k >> 31) & np.int32(0x7FFFFFFF))).view(np.float32)
+
+
+def maximum(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``a`` where ``a > b`` or ``a`` is NaN, else ``b``: NaN propagates, and of two equal
+    values (``-0`` and ``+0``) the second is the result, on every machine."""
+    a, b = np.asarray(a), np.asarray(b)
+    if a.dtype.kind != "f" and b.dtype.kind != "f":
+        return np.maximum(a, b)
+    return np.where((a > b) | np.isnan(a), a, b)
+
+
+def minimum(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``a`` where ``a < b`` or ``a`` is NaN, else ``b`` (see :func:`maximum`)."""
+    a, b = np.asarray(a), np.asarray(b)
+    if a.dtype.kind != "f" and b.dtype.kind != "f":
+        return np.minimum(a, b)
+    return np.where((a < b) | np.isnan(a), a, b)
+
+
+def clip(x: np.ndarray, lo: float | np.ndarray | None, hi: float | np.ndarray | None
+         ) -> np.ndarray:
+    """``lo`` where ``x < lo``, ``hi`` where ``x > hi``, else ``x`` (NaN stays NaN, ``-0``
+    stays ``-0`` against a bound of 0): the compiled CPU steps' clamp."""
+    y = np.asarray(x)
+    if lo is not None:
+        y = np.where(y < lo, lo, y)
+    if hi is not None:
+        y = np.where(y > hi, hi, y)
+    return y.astype(np.asarray(x).dtype, copy=False)
+
+
+def reduce_max(x: np.ndarray, axis: int | tuple | None = None, keepdims: bool = False
+               ) -> np.ndarray:
+    """``np.max`` with a zero result's sign fixed: ``+0`` if the reduced values hold a
+    ``+0``, else ``-0`` (numpy returns whichever its vector loop met first); NaN
+    propagates."""
+    return _reduce_signed_zero(x, np.max, axis, keepdims, plus=True)
+
+
+def reduce_min(x: np.ndarray, axis: int | tuple | None = None, keepdims: bool = False
+               ) -> np.ndarray:
+    """``np.min`` with a zero result's sign fixed: ``-0`` if the reduced values hold a
+    ``-0``, else ``+0``."""
+    return _reduce_signed_zero(x, np.min, axis, keepdims, plus=False)
+
+
+def _reduce_signed_zero(x: np.ndarray, fn, axis, keepdims: bool, plus: bool) -> np.ndarray:
+    x = np.asarray(x)
+    r = np.asarray(fn(x, axis=axis, keepdims=keepdims))
+    if x.dtype.kind != "f" or not (r == 0).any():
+        return r
+    zero = (x == 0) & (np.signbit(x) != plus)  # the zeros of the sign that wins
+    hit = np.any(zero, axis=axis, keepdims=keepdims)
+    sign = np.asarray(0.0 if plus else -0.0, x.dtype)
+    other = np.asarray(-0.0 if plus else 0.0, x.dtype)
+    return np.where(r == 0, np.where(hit, sign, other), r).astype(x.dtype, copy=False)
