@@ -1,0 +1,237 @@
+"""The simulator's arithmetic (firmware_spec/arithmetic.md), piece by piece, against
+references written here: a plain float32 loop in the documented order, integer known
+answers, numpy's float64 functions, and the rules for zeros and NaNs.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from dvsdk import native
+from dvsdk.hw import arith, elementary
+from dvsdk.hw.fp16 import round_f16, to_f16
+from dvsdk.hw.layout import pack
+from dvsdk.sim import ops
+
+NATIVE = native.NATIVE
+ROOT = Path(__file__).resolve().parent.parent
+pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
+
+
+def _sequential(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """The documented order, one float32 scalar operation at a time (no numpy vector
+    loop, no BLAS): acc = +0, then acc + a[i,k]*b[k,j] for k = 0, 1, ..."""
+    n, k = a.shape
+    m = b.shape[1]
+    out = np.empty((n, m), np.float32)
+    for i in range(n):
+        for j in range(m):
+            acc = np.float32(0)
+            for kk in range(k):
+                acc = np.float32(acc + np.float32(a[i, kk] * b[kk, j]))
+            out[i, j] = acc
+    return out
+
+
+def _f16_values(rng, shape, scale=1.0) -> np.ndarray:
+    return (rng.standard_normal(shape) * scale).astype(np.float16).astype(np.float32)
+
+
+@pytest.fixture(params=["compiled", "numpy"])
+def path(request, monkeypatch):
+    if request.param == "compiled":
+        if NATIVE is None:
+            pytest.skip("dvsdk._native not built")
+    else:
+        monkeypatch.setattr(native, "NATIVE", None)
+    return request.param
+
+
+@pytest.mark.parametrize("n,k,m", [(1, 1, 1), (3, 5, 17), (9, 31, 16), (8, 257, 48),
+                                   (13, 300, 50), (2, 0, 3), (17, 2, 65)])
+def test_matmul_is_the_sequential_float32_sum(n, k, m, path):
+    """Every output equals the scalar loop in the documented order, on tile edges (rows not a
+    multiple of a tile, partial 16-column panels, K across the 256-step blocks)."""
+    rng = np.random.default_rng(n * 100 + k + m)
+    a, b = _f16_values(rng, (n, k), 4), _f16_values(rng, (k, m))
+    for exact in (True, False):
+        got = arith.matmul(a, b, exact_products=exact)
+        assert np.array_equal(got.view(np.uint32), _sequential(a, b).view(np.uint32))
+
+
+def test_matmul_sums_in_order_k_not_pairwise(path):
+    """Known answers that only the documented order gives: 1 + 2**-24 + ... rounds back to 1
+    at every step when the 1 comes first (16 steps of 2**-24 would add 2**-20 summed
+    pairwise or in reverse); with the 1 last, the small ones add up exactly first."""
+    k = 17
+    a = np.full((2, k), 2.0 ** -24, np.float32)
+    a[0, 0] = 1.0
+    a[1, -1] = 1.0
+    b = np.ones((k, 1), np.float32)
+    got = arith.matmul(a, b, exact_products=True)[:, 0]
+    assert got[0] == np.float32(1.0)
+    assert got[1] == np.float32(1.0 + 16 * 2.0 ** -24)
+
+
+def test_pure_integer_data_is_exact(path):
+    """DMP's "pure ints" (§12: values and weights in {-2, -1, 1, 2}, bias too): every partial
+    sum is an integer below 2**24, so the result is the exact integer product."""
+    rng = np.random.default_rng(7)
+    vals = np.array([-2.0, -1.0, 1.0, 2.0], np.float32)
+    a, b = rng.choice(vals, (37, 576)), rng.choice(vals, (576, 40))
+    exact = a.astype(np.int64) @ b.astype(np.int64)
+    assert np.array_equal(arith.matmul(a, b, exact_products=True), exact.astype(np.float32))
+
+
+@pytest.mark.skipif(NATIVE is None or NATIVE.gemm_isa() not in ("avx512", "avx2"),
+                    reason="no lower x86 build to compare with here")
+def test_every_build_of_the_compiled_product_gives_the_same_bits():
+    """The AVX-512, AVX2 and SSE2 tiles (and fused or not) write the same bits as the numpy
+    loop, in children that ask for each build (``DVSDK_NATIVE_ISA``)."""
+    code = ("import hashlib, numpy as np\n"
+            "from dvsdk.hw import arith\nfrom dvsdk import native\n"
+            "rng = np.random.default_rng(3)\nh = hashlib.sha256()\n"
+            "for n, k, m in [(1, 1280, 1000), (49, 1152, 192), (300, 27, 32), (7, 513, 47)]:\n"
+            "    a = rng.standard_normal((n, k)).astype(np.float16).astype(np.float32)\n"
+            "    b = rng.standard_normal((k, m)).astype(np.float16).astype(np.float32)\n"
+            "    for f in (True, False):\n"
+            "        h.update(arith.matmul(a, b, exact_products=f).tobytes())\n"
+            "print(native.NATIVE.gemm_isa() if native.NATIVE else 'numpy', h.hexdigest())\n")
+    got = {}
+    for isa in ("avx512", "avx2", "sse2", "numpy"):
+        env = dict(os.environ, DVSDK_NATIVE_ISA=isa, DVSDK_NATIVE="0" if isa == "numpy" else "1")
+        out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                             text=True, timeout=300, check=True).stdout.split()
+        got[out[0]] = out[1]
+    assert {"avx2", "sse2", "numpy"} <= set(got) and len(set(got.values())) == 1, got
+
+
+def test_matmul_nd_follows_numpys_shapes():
+    rng = np.random.default_rng(4)
+    for sa, sb in [((5,), (5, 3)), ((4, 5), (5,)), ((2, 3, 4, 5), (5, 6)), ((1, 4, 5), (3, 5, 2))]:
+        a, b = _f16_values(rng, sa), _f16_values(rng, sb)
+        got = arith.matmul_nd(a, b)
+        assert got.shape == np.matmul(a, b).shape
+        np.testing.assert_allclose(got, np.matmul(a.astype(np.float64), b), rtol=1e-5,
+                                   atol=1e-5)
+    ints = np.arange(6).reshape(2, 3)
+    assert np.array_equal(arith.matmul_nd(ints, ints.T), ints @ ints.T)
+
+
+# -- elementary functions ----------------------------------------------------------------
+
+def _ulps(got: np.ndarray, ref: np.ndarray) -> float:
+    fin = np.isfinite(ref) & (ref != 0) & (np.abs(ref) > 1e-300)
+    return float((np.abs(got[fin] - ref[fin]) / np.abs(ref[fin]) / 2.0 ** -52).max())
+
+
+@pytest.mark.parametrize("fn,ref,lo,hi", [
+    (elementary.exp, np.exp, -700, 700), (elementary.expm1, np.expm1, -40, 40),
+    (elementary.tanh, np.tanh, -25, 25), (elementary.log, np.log, 1e-300, 1e300),
+    (elementary.sigmoid, lambda x: 1 / (1 + np.exp(-x)), -40, 40),
+    (elementary.log1p, np.log1p, 0, 1)])
+def test_elementary_functions_are_within_a_few_ulps_of_numpys(fn, ref, lo, hi):
+    rng = np.random.default_rng(9)
+    if fn is elementary.log:
+        x = np.exp(rng.uniform(np.log(lo), np.log(hi), 200_000))
+    else:
+        x = np.concatenate([rng.uniform(lo, hi, 200_000), rng.uniform(-1e-3, 1e-3, 10_000)])
+        x = x[(x >= lo) & (x <= hi)]
+    assert _ulps(fn(x), ref(x)) < 4
+
+
+def test_elementary_special_values():
+    sp = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 1000.0, -1000.0])
+    e = elementary.exp(sp)
+    assert list(e[[0, 1, 2, 3, 5, 6]]) == [1.0, 1.0, np.inf, 0.0, np.inf, 0.0]
+    assert np.isnan(e[4])
+    t = elementary.tanh(sp)
+    assert list(t[[0, 2, 3, 5, 6]]) == [0.0, 1.0, -1.0, 1.0, -1.0] and np.signbit(t[1])
+    m = elementary.expm1(sp)
+    assert m[0] == 0 and np.signbit(m[1]) and m[3] == -1.0 and m[2] == np.inf
+    lg = elementary.log(np.array([0.0, -1.0, np.inf, 1.0, 5e-324]))
+    assert lg[0] == -np.inf and np.isnan(lg[1]) and lg[2] == np.inf and lg[3] == 0.0
+    assert lg[4] == pytest.approx(np.log(5e-324))
+    p = elementary.power(np.array([0.0, -0.0, -2.0, -2.0, 2.0, 1.0, 4.0, 3.0]),
+                         np.array([0.0, -1.0, 3.0, 0.5, -2.0, np.nan, 0.5, 2.5]))
+    assert p[0] == 1.0 and p[1] == -np.inf and np.isnan(p[3])
+    assert p[4] == 0.25 and p[5] == 1.0 and p[7] == pytest.approx(3.0 ** 2.5, rel=1e-15)
+    # small integer powers by repeated multiplication, a half power by the square root:
+    # exact where the result is representable, as C's pow
+    assert p[2] == -8.0 and p[6] == 2.0
+    x = np.arange(1, 200, dtype=np.float64)
+    assert np.array_equal(elementary.power(x, 3.0), x * x * x)
+    assert np.array_equal(elementary.power(x, -2.0), 1.0 / (x * x))
+    assert np.array_equal(elementary.power(x * x, 0.5), x)
+
+
+# -- zeros, NaNs and the total order -----------------------------------------------------
+
+def test_max_pool_order_puts_plus_zero_over_minus_zero_and_nan_above_all(path):
+    x = np.array([[-0.0, 0.0], [0.0, -0.0]], np.float32).reshape(2, 2, 1)
+    assert not np.signbit(ops.max_pool(x, (2, 2), (2, 2))).any()
+    neg = np.array([-0.0, -0.0, -0.0, -0.0], np.float32).reshape(2, 2, 1)
+    assert np.signbit(ops.max_pool(neg, (2, 2), (2, 2))).all()
+    nan = np.array([1.0, np.inf, -np.nan, 3.0], np.float32).reshape(2, 2, 1)
+    got = ops.max_pool(nan, (2, 2), (2, 2))
+    assert got.view(np.uint32)[0, 0, 0] == 0x7FC00000  # the canonical NaN, whatever came in
+    pad = ops.max_pool(np.full((1, 1, 1), 5.0, np.float32), (2, 2), (1, 1), (1, 0, 1, 0))
+    assert pad.ravel()[0] == 5.0  # padded positions are -inf, never 0
+
+
+def test_every_stored_nan_is_the_canonical_one(path):
+    bits = np.array([0x7FC00000, 0xFFC00000, 0x7F801234, 0xFFFFFFFF, 0x3F800000], np.uint32)
+    x = bits.view(np.float32)
+    assert list(to_f16(x).view(np.uint16)) == [0x7E00] * 4 + [0x3C00]
+    assert list(round_f16(x).view(np.uint32)) == [0x7FC00000] * 4 + [0x3F800000]
+    assert list(pack(x.reshape(1, 1, 5)).view(np.uint16)) == [0x7E00] * 4 + [0x3C00]
+
+
+def test_cpu_comparisons_select_without_the_machines_zero_rule():
+    a = np.array([0.0, -0.0, np.nan, 1.0, 2.0], np.float32)
+    b = np.array([-0.0, 0.0, 1.0, np.nan, 1.0], np.float32)
+    mx, mn = arith.maximum(a, b), arith.minimum(a, b)
+    assert list(np.signbit(mx[:2])) == [True, False]  # equal: the second operand
+    assert np.isnan(mx[2]) and np.isnan(mx[3]) and mx[4] == 2.0
+    assert list(np.signbit(mn[:2])) == [True, False] and mn[4] == 1.0
+    c = arith.clip(np.array([-0.0, -1.0, 7.0, np.nan], np.float32), 0, 6)
+    assert np.signbit(c[0]) and c[1] == 0 and c[2] == 6 and np.isnan(c[3])
+    z = np.array([[-0.0, 0.0, -1.0], [-0.0, -0.0, -5.0]], np.float32)
+    assert list(np.signbit(arith.reduce_max(z, axis=1))) == [False, True]
+    zmin = np.array([[0.0, 1.0], [-0.0, 0.0]], np.float32)
+    assert list(np.signbit(arith.reduce_min(zmin, axis=1))) == [False, True]
+
+
+def test_relu6_of_minus_zero_is_plus_zero_on_both_paths(path):
+    x = np.array([-0.0, -3.0, 0.0, 7.0, np.nan, 2.5], np.float32)
+    y = ops.finish(x.copy(), ops.ACT_RELU6)
+    assert list(y.view(np.uint32)[:4]) == [0, 0, 0, 0x40C00000]
+    assert np.isnan(y[4]) and y[5] == 2.5
+
+
+def test_the_quick_probe_of_the_stop_hook_agrees_with_a_child_under_another_blas_kernel():
+    """The hook's probe net (a conv stack at 112x112) in two children with different
+    OpenBLAS kernels and thread counts: one answer (the simulator calls no BLAS)."""
+    code = ("import hashlib, numpy as np, onnx, dvsdk, sys\n"
+            "sys.path.insert(0, sys.argv[1])\n"
+            "from tests.onnx_models import NetBuilder\nfrom tests.patterns import pattern\n"
+            "b = NetBuilder(3)\nh = b.node('Relu', [b.conv('x', 16, 32, k=3)])\n"
+            "h = b.node('Relu', [b.conv(h, 32, 32, k=3, group=32)])\n"
+            "y = b.conv(b.node('Relu', [b.conv(h, 32, 96, k=1)]), 96, 24, k=1)\n"
+            "m = b.model([('x', (1, 16, 112, 112))], [y], 'probe')\n"
+            "with dvsdk.load(dvsdk.compile(m), 'sim://') as net:\n"
+            "    out = net.run(pattern((1, 16, 112, 112)))\n"
+            "print(hashlib.sha256(next(iter(out.values())).tobytes()).hexdigest())\n")
+    got = set()
+    for ct, th in (("Haswell", "2"), ("Prescott", "1")):
+        env = dict(os.environ, OPENBLAS_CORETYPE=ct, DVSDK_SIM_THREADS=th)
+        got.add(subprocess.run([sys.executable, "-W", "ignore", "-c", code, str(ROOT)],
+                               env=env, capture_output=True, text=True, timeout=300,
+                               check=True).stdout.strip())
+    assert len(got) == 1, got
