@@ -6,10 +6,10 @@ either, as numpy's own SIMD builds differ there) that makes one pass over memory
 numpy's several: FP16 rounding and conversions and the chunked layout (:mod:`dvsdk.hw.fp16`,
 :mod:`dvsdk.hw.layout`, used by the runtime too), element-wise CPU steps from FP16 to FP16
 (``ew_f16``, :mod:`dvsdk.runtime.cpusteps`), and the simulator's conv engine
-(:mod:`dvsdk.sim.kernels`: the epilogue of bias, addend, activation and rounding, depthwise
-convolution, im2col, average pooling).  The compiled
-module is an optional extension: a machine without a C compiler installs and runs with
-numpy only.  ``DVSDK_NATIVE=0``
+(:mod:`dvsdk.sim.kernels`: the fixed-order matrix product of firmware_spec/arithmetic.md,
+the epilogue of bias, addend, activation and rounding, depthwise convolution, im2col,
+pooling).  The compiled module is an optional extension: a machine without a C compiler
+installs and runs with numpy only.  ``DVSDK_NATIVE=0``
 in the environment selects numpy even where the module exists.
 
 Callers read :data:`NATIVE` at call time (``native.NATIVE``), so tests can switch it.
@@ -49,7 +49,7 @@ NATIVE: ModuleType | None = _load()
 def describe() -> str:
     """One line for ``dvsdk doctor``: which implementation the simulator uses."""
     if NATIVE is not None:
-        return "compiled loops (dvsdk._native)"
+        return f"compiled loops (dvsdk._native; matrix product: {NATIVE.gemm_isa()} build)"
     if _disabled():
         return "numpy (DVSDK_NATIVE=0)"
     return "numpy (dvsdk._native was not built: no C compiler at install)"

@@ -8,9 +8,10 @@ new ``float32`` array.  The command processor unpacks tensors from the
 :func:`fp16` where the hardware stores.
 
 Numerics (§4.2 [AMBIG]: the accumulator precision and summation order are not
-specified): we accumulate in float32 and do not round intermediate results.
-With the "pure int" test data (§12) every partial sum is an exact small integer,
-so the result is exact whatever the summation order.
+specified): firmware_spec/arithmetic.md, our choice.  Each output of a convolution is the
+float32 sum of its products in a fixed order (:func:`dvsdk.hw.arith.matmul`), so it is the
+same on every machine; with the "pure int" test data (§12) every partial sum is an exact
+small integer, so the result is exact.
 
 All size arithmetic follows the C integer semantics of §4.2 / §7.1: an output
 extent is ``(pad_a + in + pad_b - k_eff) // stride + 1``; a negative numerator
@@ -181,9 +182,10 @@ def conv2d(
         the kernel packed bottom-left plus its internal extra pads amounts to for
         even and non-square kernels (§4.2).
 
-    Implementation: one float32 matmul over an im2col view
-    (``sliding_window_view``), split into blocks of output rows to bound memory;
-    depthwise is a sum over the ``kx*ky`` taps of shifted slices.
+    Implementation: the fixed-order product (:func:`dvsdk.hw.arith.matmul`: taps in
+    row-major order, channels ascending, one float32 add per product) over an im2col view
+    (``sliding_window_view``), in blocks of output rows to bound memory; depthwise is a
+    sum over the ``kx*ky`` taps of shifted slices, in the same order.
     """
     x = _hwc(x)
     w = np.asarray(w, dtype=np.float32)
