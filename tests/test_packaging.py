@@ -18,6 +18,8 @@ import dvsdk
 from dvsdk.errors import SpecError
 from dvsdk.hw.spec import Spec, spec_files
 
+ROOT = Path(__file__).resolve().parent.parent
+
 _FROM_ZIP = """
 import sys, zipfile
 import dvsdk.hw.spec as spec
@@ -71,3 +73,12 @@ def test_spec_root_need_not_be_a_path(tmp_path):
         with pytest.raises(SpecError, match="cannot load commands.yaml"):
             Spec(zipfile.Path(zf, "nowhere/"))
 
+
+def test_one_version_string_and_py_typed():
+    tomllib = pytest.importorskip("tomllib")
+    meta = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    assert "version" not in meta["project"] and "version" in meta["project"]["dynamic"]
+    setuptools = meta["tool"]["setuptools"]
+    assert setuptools["dynamic"]["version"] == {"attr": "dvsdk.__version__"}
+    assert "py.typed" in setuptools["package-data"]["dvsdk"]
+    assert (ROOT / "dvsdk" / "py.typed").is_file()
