@@ -16,16 +16,23 @@ assignment and decoding is ``np.frombuffer``.
 from __future__ import annotations
 
 import functools
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import yaml
 
 from ..errors import InvalidArgument, SpecError
+
+if TYPE_CHECKING:
+    if sys.version_info >= (3, 11):
+        from importlib.resources.abc import Traversable
+    else:
+        from importlib.abc import Traversable
 
 _SCALARS = {
     "u8": "<u1", "u16": "<u2", "u32": "<u4", "u64": "<u8",
@@ -33,12 +40,26 @@ _SCALARS = {
 }
 
 
-def spec_dir() -> Path:
-    """The firmware_spec directory: the source tree's, else the installed package data."""
-    here = Path(__file__).resolve().parents[2] / "firmware_spec"
-    if (here / "commands.yaml").is_file():
+def spec_files() -> Traversable:
+    """The firmware_spec files: a source checkout's own folder (so a checkout run through
+    another one's editable install reads its own spec), else the installed package data
+    ``dvsdk.firmware_spec``, which may be a folder inside a zip or wheel: open its files
+    with ``/``, ``read_text``, ``read_bytes``, ``iterdir`` (the Traversable API)."""
+    top = Path(__file__).resolve().parents[2]
+    here = top / "firmware_spec"
+    if (top / "pyproject.toml").is_file() and (here / "commands.yaml").is_file():
         return here
-    return Path(str(resources.files("dvsdk.firmware_spec")))
+    return resources.files("dvsdk.firmware_spec")
+
+
+def spec_dir() -> Path:
+    """The firmware_spec files as a directory on the file system.  An install that keeps
+    them elsewhere (in a zip) raises :class:`SpecError`: :func:`spec_files` reads any."""
+    files = spec_files()
+    if isinstance(files, Path):
+        return files
+    raise SpecError("the firmware_spec files are not a directory (a zip install?): "
+                    "read them with dvsdk.hw.spec.spec_files()", field="path", value=str(files))
 
 
 @dataclass(frozen=True)
@@ -197,7 +218,7 @@ class Enum:
 class Spec:
     """Everything in ``firmware_spec/``, parsed and cross-checked."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Traversable) -> None:
         self.root = root
         self.commands = _load(root / "commands.yaml")
         self.registers = _load(root / "registers.yaml")
@@ -307,17 +328,17 @@ class Spec:
         return int(self.stream["stream_registers"][name])
 
 
-def _load(path: Path) -> dict[str, Any]:
+def _load(path: Traversable) -> dict[str, Any]:
     try:
-        with open(path) as f:
-            return yaml.safe_load(f)
-    except (OSError, yaml.YAMLError) as e:
+        return yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
         raise SpecError(f"cannot load {path.name}: {e}", field="path", value=str(path)) from None
 
 
 @functools.cache
 def load_spec(root: str | None = None) -> Spec:
-    return Spec(Path(root) if root else spec_dir())
+    """The spec in the folder ``root``, or by default the installed one (:func:`spec_files`)."""
+    return Spec(Path(root) if root else spec_files())
 
 
 SPEC = load_spec()

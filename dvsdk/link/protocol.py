@@ -33,12 +33,12 @@ from ..errors import DeviceError, DvsdkError, InvalidArgument, LinkError, SpecEr
 
 
 def _spec_text() -> str:
-    from ..hw.spec import spec_dir
+    from ..hw.spec import spec_files
 
-    path = spec_dir() / "link.yaml"
+    path = spec_files() / "link.yaml"
     try:
         return path.read_text(encoding="utf-8")
-    except OSError as exc:
+    except (OSError, UnicodeDecodeError) as exc:
         raise SpecError(f"cannot read {path}: {exc}", field="link.yaml") from None
 
 
