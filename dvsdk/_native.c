@@ -56,35 +56,6 @@ static PyObject *round_f16(PyObject *self, PyObject *args)
 }
 
 
-/* n values of y in place, in chunks that stay in registers and L1: y + b, + ad, then
- * (act >= 0) the activation and the rounding; b, ad and p (PReLU slopes) run along y */
-static inline __attribute__((always_inline)) void epilogue_run(
-    float *y, Py_ssize_t n, const float *restrict b, const float *restrict ad, int act,
-    float slope, const float *restrict p)
-{
-    float v[ROUND_CHUNK];
-    for (Py_ssize_t c0 = 0; c0 < n; c0 += ROUND_CHUNK) {
-        Py_ssize_t k = n - c0 < ROUND_CHUNK ? n - c0 : ROUND_CHUNK;
-        const float *yc = y + c0;
-        if (b)
-            for (Py_ssize_t i = 0; i < k; i++) v[i] = yc[i] + b[c0 + i];
-        else if (k == ROUND_CHUNK)
-            memcpy(v, yc, sizeof v);  /* (a fixed size: vector moves, not a string copy) */
-        else
-            memcpy(v, yc, (size_t)k * 4);
-        if (ad)
-            for (Py_ssize_t i = 0; i < k; i++) v[i] = v[i] + ad[c0 + i];
-        if (act == 6) {
-            round_run((const u32a *)v, (u32a *)(y + c0), k, 1);  /* ReLU6 + rounding */
-        } else if (act >= 0) {
-            act_block(v, k, act, slope, p ? p + c0 : NULL);
-            round_block((const u32a *)v, (u32a *)(y + c0), k);
-        } else {
-            memcpy(y + c0, v, (size_t)k * 4);
-        }
-    }
-}
-
 HOT static void finish_all(float *v, Py_ssize_t n, int act, float slope)
 {
     epilogue_run(v, n, NULL, NULL, act, slope, NULL);

@@ -23,6 +23,15 @@
 #define PANEL 16
 #define KC 256
 
+/* what follows the product on each output (the conv engine's epilogue, _native.h
+ * epilogue_run): + bias[col], + addend[row, col], then for act >= 0 the activation and
+ * the rounding to binary16 values */
+typedef struct {
+    const float *bias, *addend, *prelu;
+    int act;
+    float slope;
+} GemmEpilogue;
+
 #if defined(__GNUC__) && defined(__x86_64__)
 #include <immintrin.h>
 
@@ -84,7 +93,8 @@
 #include "_native_gemm_tile.h"
 
 typedef void (*gemm_fn)(const float *, Py_ssize_t, const float *, Py_ssize_t, float *,
-                        Py_ssize_t, Py_ssize_t, Py_ssize_t, Py_ssize_t, int);
+                        Py_ssize_t, Py_ssize_t, Py_ssize_t, Py_ssize_t, int,
+                        const GemmEpilogue *);
 static struct { const char *name; gemm_fn fn; } builds[] = {
     {"avx512", gemm_avx512}, {"avx2", gemm_avx2}, {"sse2", gemm_sse2}};
 
@@ -114,7 +124,8 @@ static int usable(int i)
 #include "_native_gemm_tile.h"
 
 typedef void (*gemm_fn)(const float *, Py_ssize_t, const float *, Py_ssize_t, float *,
-                        Py_ssize_t, Py_ssize_t, Py_ssize_t, Py_ssize_t, int);
+                        Py_ssize_t, Py_ssize_t, Py_ssize_t, Py_ssize_t, int,
+                        const GemmEpilogue *);
 static struct { const char *name; gemm_fn fn; } builds[] = {{"neon", gemm_neon}};
 static int usable(int i) { (void)i; return 1; }
 
@@ -136,7 +147,8 @@ static inline v4f v4_splat(float x) { return (v4f){x, x, x, x}; }
 #include "_native_gemm_tile.h"
 
 typedef void (*gemm_fn)(const float *, Py_ssize_t, const float *, Py_ssize_t, float *,
-                        Py_ssize_t, Py_ssize_t, Py_ssize_t, Py_ssize_t, int);
+                        Py_ssize_t, Py_ssize_t, Py_ssize_t, Py_ssize_t, int,
+                        const GemmEpilogue *);
 static struct { const char *name; gemm_fn fn; } builds[] = {{"generic", gemm_generic}};
 static int usable(int i) { (void)i; return 1; }
 #endif
@@ -173,24 +185,50 @@ PyObject *dv_gemm_isa(PyObject *self, PyObject *args)
     return PyUnicode_FromString(builds[choose()].name);
 }
 
+/* an optional float32 vector argument (None allowed) of n elements */
+static int opt_f32(PyObject *obj, Py_buffer *b, Py_ssize_t n, const char *name, int *got)
+{
+    *got = 0;
+    if (obj == Py_None)
+        return 0;
+    if (get_f32(obj, b, 0, name) < 0)
+        return -1;
+    *got = 1;
+    if (b->len / 4 != n) {
+        PyErr_Format(PyExc_ValueError, "gemm: %s must have %zd elements", name, n);
+        return -1;
+    }
+    return 0;
+}
+
 const char dv_gemm_doc[] =
-    "gemm(a, bp, out, fused, row0=0, row1=-1, panel0=0, panel1=-1)\n\n"
+    "gemm(a, bp, out, fused, row0=0, row1=-1, panel0=0, panel1=-1, bias=None, addend=None, "
+    "act=-1, slope=0, prelu=None)\n\n"
     "``out`` (N, M) = ``a`` (N, K) @ b, each output the float32 sum of its products in the "
     "order k = 0..K-1 from +0 (firmware_spec/arithmetic.md); ``bp`` is b packed in panels of "
     "16 columns, (ceil(M/16), K, 16), zero-padded.  ``fused`` (every product exact in "
     "float32) lets the build use fused multiply-adds: the same bits.  Only rows "
     "``row0``..``row1`` and column panels ``panel0``..``panel1`` (-1: the last) are written: "
-    "two threads may each write a part of one ``out``.";
+    "two threads may each write a part of one ``out``.  Then, on each finished tile, the "
+    "conv epilogue (as ``epilogue``): + ``bias`` (M,), + ``addend`` (N, M), and for ``act`` "
+    ">= 0 the activation (0 none, 2 leaky ReLU with ``slope``, 4 PReLU with ``prelu`` (M,), "
+    "6 ReLU6) and the rounding to binary16 values.";
 
 PyObject *dv_gemm(PyObject *self, PyObject *args)
 {
     (void)self;
-    PyObject *ao, *bo, *oo;
-    int fused;
+    PyObject *ao, *bo, *oo, *biaso = Py_None, *addo = Py_None, *preluo = Py_None;
+    int fused, act = -1, gb = 0, gd = 0, gp = 0;
+    float slope = 0.0f;
     Py_ssize_t r0 = 0, r1 = -1, p0 = 0, p1 = -1;
-    Py_buffer a, b, o;
-    if (!PyArg_ParseTuple(args, "OOOp|nnnn", &ao, &bo, &oo, &fused, &r0, &r1, &p0, &p1))
+    Py_buffer a, b, o, vb, vd, vp;
+    if (!PyArg_ParseTuple(args, "OOOp|nnnnOOifO", &ao, &bo, &oo, &fused, &r0, &r1, &p0, &p1,
+                          &biaso, &addo, &act, &slope, &preluo))
         return NULL;
+    if (act >= 0 && !act_compiled(act)) {
+        PyErr_Format(PyExc_ValueError, "gemm: activation %d is not compiled", act);
+        return NULL;
+    }
     if (get_f32(ao, &a, 0, "a") < 0)
         return NULL;
     if (get_f32(bo, &b, 0, "bp") < 0) {
@@ -217,20 +255,46 @@ PyObject *dv_gemm(PyObject *self, PyObject *args)
         PyErr_SetString(PyExc_ValueError, "gemm: inconsistent shapes or ranges");
         goto done;
     }
-    if (k == 0) {  /* no products: every sum is +0 */
+    if (opt_f32(biaso, &vb, m, "bias", &gb) < 0 || opt_f32(addo, &vd, n * m, "addend", &gd) < 0
+        || opt_f32(preluo, &vp, m, "prelu", &gp) < 0)
+        goto done;
+    if (act == 4 && !gp) {
+        PyErr_SetString(PyExc_ValueError, "gemm: PReLU needs slopes");
+        goto done;
+    }
+    if (gd && vd.buf == o.buf) {
+        PyErr_SetString(PyExc_ValueError, "gemm: addend must not be out");
+        goto done;
+    }
+    if (k == 0) {  /* no products: every sum is +0 (then the epilogue, if any) */
         for (Py_ssize_t i = r0; i < r1; i++)
             for (Py_ssize_t j = p0 * PANEL; j < m && j < p1 * PANEL; j++)
                 ((float *)o.buf)[i * m + j] = 0.0f;
-        goto done;
     }
     {
+        GemmEpilogue ep = {gb ? (const float *)vb.buf : NULL, gd ? (const float *)vd.buf : NULL,
+                           gp ? (const float *)vp.buf : NULL, act, slope};
+        int any = gb || gd || act >= 0;
         gemm_fn fn = builds[choose()].fn;
         Py_BEGIN_ALLOW_THREADS
-        fn((const float *)a.buf, k, (const float *)b.buf, m, (float *)o.buf, r0, r1, p0, p1,
-           fused);
+        if (k > 0)
+            fn((const float *)a.buf, k, (const float *)b.buf, m, (float *)o.buf, r0, r1, p0,
+               p1, fused, any ? &ep : NULL);
+        else if (any)
+            for (Py_ssize_t i = r0; i < r1; i++) {
+                Py_ssize_t c0 = p0 * PANEL, c1 = p1 * PANEL < m ? p1 * PANEL : m;
+                if (c1 > c0)
+                    epilogue_run((float *)o.buf + i * m + c0, c1 - c0,
+                                 ep.bias ? ep.bias + c0 : NULL,
+                                 ep.addend ? ep.addend + i * m + c0 : NULL, act, slope,
+                                 ep.prelu ? ep.prelu + c0 : NULL);
+            }
         Py_END_ALLOW_THREADS
     }
 done:
+    if (gp) PyBuffer_Release(&vp);
+    if (gd) PyBuffer_Release(&vd);
+    if (gb) PyBuffer_Release(&vb);
     PyBuffer_Release(&a);
     PyBuffer_Release(&b);
     PyBuffer_Release(&o);

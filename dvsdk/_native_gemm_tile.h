@@ -102,22 +102,31 @@ static const FN(tile_fn) FN(tiles)[2][NVMAX][8] = {
 #endif
 };
 
-/* out rows [r0, r1) x panels [p0, p1) of a (n, k) @ b (packed) */
+/* out rows [r0, r1) x panels [p0, p1) of a (n, k) @ b (packed); then, with an epilogue
+ * (ep), each finished tile's rows through it while they are in cache */
 static TARGET void FN(gemm)(const float *a, Py_ssize_t k, const float *bp, Py_ssize_t m,
                             float *c, Py_ssize_t r0, Py_ssize_t r1, Py_ssize_t p0,
-                            Py_ssize_t p1, int fused)
+                            Py_ssize_t p1, int fused, const GemmEpilogue *ep)
 {
     Py_ssize_t kpan = k * PANEL;
     for (Py_ssize_t k0 = 0; k0 < k; k0 += KC) {
         Py_ssize_t kn = k - k0 < KC ? k - k0 : KC;
+        int last = k0 + kn == k;
         for (Py_ssize_t g = p0; g < p1; g += NVMAX) {
             int nv = p1 - g < NVMAX ? (int)(p1 - g) : NVMAX;
-            Py_ssize_t ncols = m - g * PANEL < nv * PANEL ? m - g * PANEL : nv * PANEL;
+            Py_ssize_t c0 = g * PANEL;
+            Py_ssize_t ncols = m - c0 < nv * PANEL ? m - c0 : nv * PANEL;
             const float *b = bp + g * kpan + k0 * PANEL;
             for (Py_ssize_t i = r0; i < r1; i += MR) {
                 int mr = r1 - i < MR ? (int)(r1 - i) : MR;
                 FN(tiles)[fused][nv - 1][mr - 1](a + i * k + k0, k, b, kpan, kn,
-                                                 c + i * m + g * PANEL, m, ncols, k0 == 0);
+                                                 c + i * m + c0, m, ncols, k0 == 0);
+                if (last && ep)
+                    for (int r = 0; r < mr; r++)
+                        epilogue_run(c + (i + r) * m + c0, ncols,
+                                     ep->bias ? ep->bias + c0 : NULL,
+                                     ep->addend ? ep->addend + (i + r) * m + c0 : NULL,
+                                     ep->act, ep->slope, ep->prelu ? ep->prelu + c0 : NULL);
             }
         }
     }

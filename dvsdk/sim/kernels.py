@@ -111,14 +111,18 @@ def make_step(run: dict, reference: Callable[..., np.ndarray]) -> Step:
                 act if fused else -1, param if fused else 0.0, prelu if fused else None,
                 r0, r1))
             return out if fused else tail(out, None, prelu, addend)
+        # the epilogue on each tile of the product as it is finished: bias and addend, and
+        # where nothing comes between them (a pool), the activation and the rounding too
+        ep = (bias, None if addend is None else addend.reshape(-1, addend.shape[-1]),
+              act if direct else -1, param if direct else 0.0, prelu if direct else None)
         if pointwise:
             h, w, c = x.shape
             out = np.empty((h * w, wts.shape[0]), np.float32)
-            _product(x.reshape(h * w, c), _packed(wts, derived), out)
+            _product(x.reshape(h * w, c), _packed(wts, derived), out, ep)
             out = out.reshape(h, w, -1)
         else:
-            out = _correlate(x, wb, (kx, ky), stride, pads, dil, up)
-        return tail(out, bias, prelu, addend)
+            out = _correlate(x, wb, (kx, ky), stride, pads, dil, up, ep)
+        return out if direct else tail(out, None, prelu, None)
     return step
 
 
@@ -195,29 +199,31 @@ def _packed(w: np.ndarray, derived: dict) -> np.ndarray:
     return bp
 
 
-def _product(a: np.ndarray, bp: np.ndarray, out: np.ndarray) -> None:
+def _product(a: np.ndarray, bp: np.ndarray, out: np.ndarray, ep: tuple) -> None:
     """``out = a @ b`` in the fixed order (:func:`~dvsdk.hw.arith.matmul`, binary16
-    operands), split over the threads by rows, or for a few rows by 16-column panels: each
-    output's sum is the same whichever part computes it."""
+    operands), then the epilogue ``ep`` = (bias, addend (N, M) or None, act, slope, prelu)
+    on each finished tile (``native.gemm``); split over the threads by rows, or for a few
+    rows by 16-column panels: each output is the same whichever part computes it."""
     n, k = a.shape
     panels = bp.shape[0]
     work = split.MATMUL * n * k * out.shape[1]
     gemm = native.NATIVE.gemm
     if n >= split.PRODUCT_ROWS:
-        split.rows(n, work, lambda r0, r1: gemm(a, bp, out, True, r0, r1))
+        split.rows(n, work, lambda r0, r1: gemm(a, bp, out, True, r0, r1, 0, -1, *ep))
     elif panels > 1:
-        split.rows(panels, work, lambda p0, p1: gemm(a, bp, out, True, 0, n, p0, p1))
+        split.rows(panels, work, lambda p0, p1: gemm(a, bp, out, True, 0, n, p0, p1, *ep))
     else:
-        gemm(a, bp, out, True)
+        gemm(a, bp, out, True, 0, -1, 0, -1, *ep)
 
 
 def _correlate(x: np.ndarray, wb: tuple, k: tuple[int, int], stride: tuple[int, int],
-               pads: tuple[int, int, int, int], dil: tuple[int, ...],
-               up: tuple[int, int] = (1, 1)) -> np.ndarray:
-    """The conv stage of :func:`.ops.conv2d` (general case) without its bias, on ``x``
-    with ``up - 1`` zeros inserted between its columns and rows (a deconvolution's input):
-    the same im2col matrix (built without the padded or zero-inserted copy, in blocks of
-    output rows to bound memory) and the same fixed-order product."""
+               pads: tuple[int, int, int, int], dil: tuple[int, ...], up: tuple[int, int],
+               ep: tuple) -> np.ndarray:
+    """The conv stage of :func:`.ops.conv2d` (general case) on ``x`` with ``up - 1`` zeros
+    inserted between its columns and rows (a deconvolution's input), then the epilogue
+    ``ep`` (:func:`_product`): the same im2col matrix (built without the padded or
+    zero-inserted copy, in blocks of output rows to bound memory) and the same fixed-order
+    product."""
     w, derived = wb[0], wb[4]
     (kx, ky), (sx, sy), (pl, pr, pt, pb), (dx, dy) = k, stride, pads, dil
     h_in, w_in, c = x.shape
@@ -233,7 +239,11 @@ def _correlate(x: np.ndarray, wb: tuple, k: tuple[int, int], stride: tuple[int, 
     cols = np.empty((min(rows_per_block, oh), ow, kdim), np.float32)
     for r in range(0, oh, rows_per_block):
         blk = cols[: min(rows_per_block, oh - r)]
-        native.NATIVE.im2col(x, blk, r, kx, ky, sx, sy, dx, dy, pl, pt, up[0], up[1])
+        split.rows(blk.shape[0], split.EPILOGUE * blk.size, lambda r0, r1, r=r, blk=blk:
+                   native.NATIVE.im2col(x, blk[r0:r1], r + r0, kx, ky, sx, sy, dx, dy, pl,
+                                        pt, up[0], up[1]))
         n = blk.shape[0] * ow
-        _product(blk.reshape(n, kdim), bp, out[r:r + blk.shape[0]].reshape(n, m))
+        add = None if ep[1] is None else ep[1][r * ow:r * ow + n]
+        _product(blk.reshape(n, kdim), bp, out[r:r + blk.shape[0]].reshape(n, m),
+                 (ep[0], add, *ep[2:]))
     return out
