@@ -245,3 +245,36 @@ def test_an_fc_command_is_recorded_as_the_device_runs_it_on_every_backend(device
     rec.save(tmp_path / "fc.dvrec")
     results, _ = replay(tmp_path / "fc.dvrec", "sim://")
     assert results and all(r.identical for r in results), [r.differences for r in results]
+
+
+def test_a_recording_replays_identically_in_other_configurations(tmp_path):
+    """Recorded with the compiled loops on two threads, replayed in children with numpy
+    alone on one thread under another OpenBLAS kernel, and with the SSE2 build of the
+    product: bit-identical each time, as the arithmetic is the host's in no way
+    (firmware_spec/arithmetic.md).  A 56x56 net with 3x3, depthwise, 1x1 and a transposed
+    conv, tanh and sigmoid on the device."""
+    import os
+    import subprocess
+    import sys
+
+    b = NetBuilder(31)
+    h = b.node("Relu", [b.conv("x", 8, 16, k=3)])
+    h = b.node("Tanh", [b.conv(h, 16, 16, k=3, group=16)])
+    h = b.node("Sigmoid", [b.conv(h, 16, 24, k=1)])
+    y = b.node("ConvTranspose", [h, b.const(np.random.default_rng(5).standard_normal(
+        (24, 8, 2, 2)).astype(np.float32) * 0.2)], strides=[2, 2])
+    model = b.model([("x", (1, 8, 56, 56))], [y], "rec56")
+    net = dvsdk.compile(model.SerializeToString(), golden=False)
+    dev = dvsdk.open_device("sim://")
+    rec = Recorder().attach(dev)
+    with dvsdk.load(net, dev) as n:
+        n.run(np.random.default_rng(6).uniform(-1, 1, (1, 8, 56, 56)).astype(np.float32))
+    dev.close()
+    path = tmp_path / "rec56.dvrec"
+    rec.save(path)
+    for extra in ({"DVSDK_NATIVE": "0", "DVSDK_SIM_THREADS": "1", "OPENBLAS_CORETYPE": "Nehalem"},
+                  {"DVSDK_NATIVE_ISA": "sse2", "DVSDK_SIM_THREADS": "2"}):
+        r = subprocess.run([sys.executable, "-m", "dvsdk.cli.main", "replay", str(path)],
+                           env={**os.environ, **extra}, capture_output=True, text=True,
+                           timeout=300)
+        assert r.returncode == 0 and "bit-identical" in r.stdout, (extra, r.stdout, r.stderr)
