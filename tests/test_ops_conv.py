@@ -591,8 +591,10 @@ def test_conv_validation_rejects(device):
     _expect_invalid(device, cmd(ConvRun.make(8, kernel=3, dilation=2, pool="max",
                                              pool_size=2, pool_stride=2, conv="conv",
                                              weights=wbuf, pads=2)), "conv_dilation")
-    _expect_invalid(device, cmd(ConvRun.make(8, kernel=2, dilation=2, conv="conv",
-                                             weights=wbuf, pads=1)), "p", text="odd")
+    # odd in both directions (the pads would give 'same' output: the kernel is all that's wrong)
+    for kernel, pads in ((2, 1), ((3, 2), (2, 2, 1, 1)), ((2, 3), (1, 1, 2, 2))):
+        _expect_invalid(device, cmd(ConvRun.make(8, kernel=kernel, dilation=2, conv="conv",
+                                                 weights=wbuf, pads=pads)), "p", text="odd")
     _expect_invalid(device, cmd(ConvRun.make(8, kernel=3, dilation=2, conv="conv",
                                              weights=wbuf, pads=0)), "conv_pad", text="same")
     _expect_invalid(device, cmd(ConvRun.make(8, kernel=3, act="prelu", quantized=True,
