@@ -206,8 +206,11 @@ def test_buffers_free_and_close(mem):
 def test_wait_longer_than_the_link_timeout(mem):
     dev, link = mem
     link.timeout = 0.05
+    timed_out = _requests_timed_out(link)
     assert copy_run(link, DATA[:1000], delay_ms=400, timeout=3.0) == EXPECT[:1000]
-    assert link.stats["timeouts"] == 0
+    # the 400 ms wait was never taken for a lost request (another request may be, when a
+    # loaded machine keeps the agent thread from answering within the 50 ms)
+    assert "WAIT_IRQ" not in timed_out
 
 
 class _DropFirstAnswer(Transport):
