@@ -28,7 +28,7 @@ SIM = "sim://"
 def ort_reference(model: onnx.ModelProto, feeds: dict[str, np.ndarray],
                   optimize: bool = False) -> list[np.ndarray]:
     """onnxruntime on the CPU provider, graph optimizations DISABLED unless ``optimize``
-    (onnxruntime 1.31 mis-optimizes Pad -> MaxPool, see the module docstring)."""
+    (onnxruntime 1.31 mis-optimizes Pad -> MaxPool: test_compile_nets.py)."""
     so = ort.SessionOptions()
     so.log_severity_level = 3
     so.graph_optimization_level = (ort.GraphOptimizationLevel.ORT_ENABLE_ALL if optimize

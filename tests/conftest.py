@@ -9,6 +9,17 @@ import pytest
 
 pytest_plugins = ["pytester"]
 
+# No verdict depends on the machine's speed: hypothesis's per-example deadline (200 ms) and
+# its "data generation too slow" health check are wall-clock measures, off for every test.
+try:
+    from hypothesis import HealthCheck, settings
+except ImportError:  # (a dev dependency; the tests that use it import it themselves)
+    pass
+else:
+    settings.register_profile("dvsdk", deadline=None,
+                              suppress_health_check=[HealthCheck.too_slow])
+    settings.load_profile("dvsdk")
+
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "tests" / "data"
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 import collections
 import os
 import threading
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -133,6 +135,15 @@ DATA = RNG.integers(0, 256, 300_000, dtype=np.uint8)
 EXPECT = (DATA + np.uint8(1)).tobytes()
 
 
+
+
+def wait_until(cond: Callable[[], object], what: str, limit: float = 60.0) -> None:
+    """Poll ``cond`` until it holds.  ``limit`` only turns a hang into a failure: it is far
+    above any wait it stands for, so no verdict depends on the machine's speed."""
+    end = time.monotonic() + limit
+    while not cond():
+        assert time.monotonic() < end, f"{what}: not after {limit:g} s"
+        time.sleep(0.005)
 
 
 def connect(url: str, **opts: object) -> Device:

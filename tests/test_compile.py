@@ -32,7 +32,8 @@ Tolerances, derived rather than tuned:
 
 The reference must be onnxruntime with ``ORT_DISABLE_ALL``: onnxruntime 1.31's default
 optimizer fuses a zero-constant Pad into a following MaxPool, gives it -inf padding and
-returns wrong values (``test_ort_pad_maxpool_fusion_bug`` records it).
+returns wrong values (``test_onnxruntime_optimizer_pad_maxpool_fusion_bug`` in
+test_compile_nets.py records it).
 """
 
 from __future__ import annotations

@@ -36,24 +36,56 @@ from .compile_harness import (
 
 
 # --------------------------------------------------------------------------- regressions
-def test_ort_pad_maxpool_fusion_bug() -> None:
-    """Why every reference runs with ORT_DISABLE_ALL: onnxruntime 1.31's optimizer fuses a
-    zero Pad into the following MaxPool as if it were MaxPool padding (-inf), so a border
-    window over negative values returns their max instead of the padded 0.  Ours keeps the
-    Pad on the CPU (the compiler never folds Pad into MaxPool) and matches the graph as
-    written."""
+def _pad_maxpool_input() -> np.ndarray:
+    """Negative FP16-exact values: a border window's max is the padded 0, and both the
+    simulator and onnxruntime are exact on them."""
+    x = -np.random.default_rng(3).uniform(0.5, 2.0, (1, 8, 6, 6))
+    return x.astype(np.float16).astype(np.float32)
+
+
+def _pad_maxpool_numpy(x: np.ndarray) -> np.ndarray:
+    """:func:`pad_maxpool` in numpy: zero Pad of one row/column on each side, then a 3x3
+    stride-1 max-pool."""
+    xp = np.pad(x, ((0, 0), (0, 0), (1, 1), (1, 1)))
+    win = np.lib.stride_tricks.sliding_window_view(xp, (3, 3), axis=(2, 3))
+    return win.max(axis=(-2, -1))
+
+
+def test_pad_then_maxpool_keeps_the_zero_border() -> None:
+    """A zero Pad before a MaxPool is not MaxPool padding (-inf): the compiler keeps the Pad
+    on the CPU (it never folds Pad into MaxPool), so a border window over negative values
+    gives the padded 0.  Checked against numpy, since onnxruntime's optimizer once got this
+    very graph wrong (below)."""
     model = pad_maxpool()
-    x = -np.random.default_rng(3).uniform(0.5, 2.0, (1, 8, 6, 6)).astype(np.float32)
-    written = ort_reference(model, {"x": x})[0]
-    optimized = ort_reference(model, {"x": x}, optimize=True)[0]
-    assert np.all(written[..., 0, :] == 0) and np.all(written[..., :, 0] == 0)
-    if np.array_equal(written, optimized):  # pragma: no cover - a fixed onnxruntime
-        pytest.skip(f"onnxruntime {ort.__version__} no longer mis-fuses Pad into MaxPool")
-    assert np.max(np.abs(written - optimized)) > 0.4
-    net, out = run_case(model, {"x": x})
-    assert_matches(out["y"], written)
-    assert np.all(out["y"][..., 0, :] == 0) and np.all(out["y"][..., :, 0] == 0)
+    x = _pad_maxpool_input()
+    ref = _pad_maxpool_numpy(x)
+    assert np.all(ref[..., 0, :] == 0) and np.all(ref[..., :, 0] == 0)
+    assert np.all(ref[..., 1:-1, 1:-1] < 0)
+    net, out = run_case(model, {"x": x})  # (and against onnxruntime, graph as written)
+    np.testing.assert_array_equal(out["y"], ref)
     assert cpu_types(net) == ["Pad"] and ("MaxPool", "hw") in where(net)
+
+
+def test_the_onnxruntime_reference_runs_the_graph_as_written() -> None:
+    """Every reference runs with ORT_DISABLE_ALL (:func:`ort_reference`), so it computes the
+    graph as written: on Pad -> MaxPool it agrees with numpy whatever onnxruntime does with
+    its optimizer on."""
+    x = _pad_maxpool_input()
+    np.testing.assert_array_equal(ort_reference(pad_maxpool(), {"x": x})[0],
+                                  _pad_maxpool_numpy(x))
+
+
+def test_onnxruntime_optimizer_pad_maxpool_fusion_bug() -> None:
+    """onnxruntime's own bug, the reason for ORT_DISABLE_ALL (no dvsdk code runs here):
+    1.31's optimizer fuses a zero Pad into the following MaxPool as if it were MaxPool
+    padding (-inf), so a border window over negative values returns their max instead of
+    the padded 0.  Skips on an onnxruntime that has fixed it (1.32 has)."""
+    x = _pad_maxpool_input()
+    optimized = ort_reference(pad_maxpool(), {"x": x}, optimize=True)[0]
+    ref = _pad_maxpool_numpy(x)
+    if np.array_equal(ref, optimized):  # pragma: no cover - a fixed onnxruntime
+        pytest.skip(f"onnxruntime {ort.__version__} no longer mis-fuses Pad into MaxPool")
+    assert np.max(np.abs(ref - optimized)) > 0.4
 
 
 def test_resize_tf_half_pixel_not_mapped_as_replicate() -> None:

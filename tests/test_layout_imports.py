@@ -88,14 +88,21 @@ def _cycles(edges: dict[str, set[str]], mods: dict[str, Path]) -> list[list[str]
     return found
 
 
+@pytest.fixture(scope="module")
+def graph() -> tuple[dict[str, Path], dict[str, set[str]]]:
+    """The package's modules and import edges, parsed once for every test of this file."""
+    mods = _modules()
+    return mods, _edges(mods)
+
+
 def _part(mod: str) -> str:
     parts = mod.split(".")
     return parts[1] if len(parts) > 1 else "__init__"
 
 
-def test_no_import_circles():
-    mods = _modules()
-    assert _cycles(_edges(mods), mods) == []
+def test_no_import_circles(graph):
+    mods, edges = graph
+    assert _cycles(edges, mods) == []
 
 
 def test_the_cycle_finder_finds_a_circle():
@@ -105,15 +112,16 @@ def test_the_cycle_finder_finds_a_circle():
 
 
 @pytest.mark.parametrize("part", sorted(ALLOWED))
-def test_each_layer_imports_only_below(part):
-    mods = _modules()
-    wrong = sorted(f"{m} -> {t}" for m, ts in _edges(mods).items() if _part(m) == part
+def test_each_layer_imports_only_below(graph, part):
+    _, edges = graph
+    wrong = sorted(f"{m} -> {t}" for m, ts in edges.items() if _part(m) == part
                    for t in ts if _part(t) != part and _part(t) not in ALLOWED[part])
     assert wrong == []
 
 
-def test_every_part_has_a_rule():
-    assert {_part(m) for m in _modules()} <= set(ALLOWED)
+def test_every_part_has_a_rule(graph):
+    mods, _ = graph
+    assert {_part(m) for m in mods} <= set(ALLOWED)
 
 
 def test_top_level_holds_only_the_cross_cutting_modules():

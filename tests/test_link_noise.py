@@ -7,7 +7,7 @@ sent again: 0.1 % completes every run bit-identically, 1 % completes or fails cl
 
 from __future__ import annotations
 
-import time
+import re
 
 import numpy as np
 import pytest
@@ -79,7 +79,6 @@ def test_one_in_a_hundred_bytes_damaged_completes_or_fails_cleanly():
     with open_device("sim://") as local:
         want = sim_conv(local, seed=5)
     outcomes = []
-    t0 = time.monotonic()
     for seed in (1, 2):
         url = f"loop://?device=sim://&timeout=1&inject=noise=0.01,seed={seed}"
         try:
@@ -87,7 +86,8 @@ def test_one_in_a_hundred_bytes_damaged_completes_or_fails_cleanly():
                 for _ in range(2):
                     assert sim_conv(dev, seed=5).tobytes() == want.tobytes()
                     outcomes.append("ok")
-        except (DeviceLost, DeviceNotFound):
+        except (DeviceLost, DeviceNotFound) as e:
+            # cleanly: the retries or the handshake's deadline ran out, which bound it
+            assert re.search(r"after \d+ retries|within [\d.]+ s", str(e)), str(e)
             outcomes.append("lost")
-    assert time.monotonic() - t0 < 20
     assert "ok" in outcomes  # it does make progress, and never a wrong result

@@ -591,8 +591,10 @@ def test_conv_validation_rejects(device):
     _expect_invalid(device, cmd(ConvRun.make(8, kernel=3, dilation=2, pool="max",
                                              pool_size=2, pool_stride=2, conv="conv",
                                              weights=wbuf, pads=2)), "conv_dilation")
-    _expect_invalid(device, cmd(ConvRun.make(8, kernel=2, dilation=2, conv="conv",
-                                             weights=wbuf, pads=1)), "p", text="odd")
+    # odd in both directions (the pads would give 'same' output: the kernel is all that's wrong)
+    for kernel, pads in ((2, 1), ((3, 2), (2, 2, 1, 1)), ((2, 3), (1, 1, 2, 2))):
+        _expect_invalid(device, cmd(ConvRun.make(8, kernel=kernel, dilation=2, conv="conv",
+                                                 weights=wbuf, pads=pads)), "p", text="odd")
     _expect_invalid(device, cmd(ConvRun.make(8, kernel=3, dilation=2, conv="conv",
                                              weights=wbuf, pads=0)), "conv_pad", text="same")
     _expect_invalid(device, cmd(ConvRun.make(8, kernel=3, act="prelu", quantized=True,
@@ -625,6 +627,14 @@ def test_conv_validation_rejects(device):
                                         runs=[ConvRun.make(8, kernel=3, **conv)],
                                         input_circular_offset=2), "input_buf", run=None,
                     text="too small")
+    # ... and so must the output buffer: 16x16x8 FP16 is 4096 bytes a sample
+    one, two = device.alloc(4096), device.alloc(2 * 4096)
+    batch2 = dict(input_buf=x, w=16, h=16, c=16, runs=[ConvRun.make(8, kernel=3, **conv)],
+                  input_circular_offset=2)
+    _expect_invalid(device, ConvCommand(output_buf=one, **batch2), "output_buf", run=None,
+                    text="too small")
+    with CommandList(device) as cl:
+        cl.add(ConvCommand(output_buf=two, **batch2))
     # a bad field in the second run of a multi-run command is reported as run[1]
     good = ConvRun.make(16, kernel=1, conv="conv", weights=wbuf, act="relu")
     _expect_invalid(device, cmd(None, topo=0x3, runs=[good, ConvRun.make(8, kernel=8, **conv)]),
@@ -633,5 +643,5 @@ def test_conv_validation_rejects(device):
     small = upload(device, np.zeros(64, np.uint8), name="small-w")
     _expect_invalid(device, cmd(ConvRun.make(8, kernel=3, conv="conv", weights=small, pads=1)),
                     "weight_buf", text="too small")
-    for b in (x, wbuf, out, small):
+    for b in (x, wbuf, out, small, one, two):
         b.free()
