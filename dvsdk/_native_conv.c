@@ -267,24 +267,80 @@ PyObject *dv_maxpool(PyObject *self, PyObject *args)
 }
 
 /* tanh, sigmoid and ELU as ops.activation computes them (dvsdk/hw/elementary.py: the
- * function in float64, rounded to float32), then the rounding to binary16 values */
-HOT static void act_elem_all(float *restrict y, Py_ssize_t n, int act, double alpha)
+ * function in float64, rounded to float32) */
+static inline __attribute__((always_inline)) float act_elem_one(float x, int act,
+                                                                 double alpha)
+{
+    double v = x;
+    if (act == 1)
+        return (float)el_tanh(v);
+    if (act == 3)
+        return (float)el_sigmoid(v);
+    return v > 0.0 ? (float)v : (float)(alpha * el_expm1(v));
+}
+
+/* The same values for every binary16 input, worked out once per function: a standalone
+ * activation command reads binary16 values from DRAM, so a block of them is a table
+ * lookup.  [0]: tanh, [1]: sigmoid, [2]: ELU with alpha 1 (other alphas compute). */
+static float *act_table[3];
+
+static const float *act_table_of(int act, double alpha)
+{
+    return act == 5 && alpha != 1.0 ? NULL : act_table[act == 1 ? 0 : act == 3 ? 1 : 2];
+}
+
+/* called with the GIL held (one builder at a time); a table, once built, never changes */
+static int act_table_ready(int act, double alpha)
+{
+    int slot = act == 1 ? 0 : act == 3 ? 1 : 2;
+    if (act_table[slot] || (act == 5 && alpha != 1.0))
+        return 0;
+    float *t = PyMem_Malloc(65536 * sizeof(float));
+    if (!t) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (uint32_t h = 0; h < 65536; h++) {
+        uint32_t u = f16_bits_to_f32((uint16_t)h);
+        float x;
+        memcpy(&x, &u, 4);
+        t[h] = act_elem_one(x, act, 1.0);
+    }
+    act_table[slot] = t;
+    return 0;
+}
+
+/* then the rounding to binary16 values; a block whose values are all zero or normal
+ * binary16 values takes them from the table (the same bits), any other block computes */
+HOT __attribute__((optimize("no-trapping-math"))) static void act_elem_all(
+    float *restrict y, Py_ssize_t n, int act, double alpha)
 {
     float tmp[FINISH_BLOCK];
+    uint16_t idx[FINISH_BLOCK];
+    const float *tab = act_table_of(act, alpha);
     for (Py_ssize_t b0 = 0; b0 < n; b0 += FINISH_BLOCK) {
         Py_ssize_t m = n - b0 < FINISH_BLOCK ? n - b0 : FINISH_BLOCK;
         float *blk = y + b0;
-        if (act == 1) {
+        const u32a *bits = (const u32a *)blk;
+        uint32_t other = 0;
+        for (Py_ssize_t i = 0; i < m; i++) {
+            uint32_t u = bits[i], a = u & 0x7fffffffu;
+            uint32_t normal = (a & 0x1fffu) == 0 && a >= 0x38800000u && a <= 0x477fe000u;
+            other |= !(normal || a == 0) || !tab;
+            idx[i] = (uint16_t)(((u >> 16) & 0x8000u) | (normal ? (a - 0x38000000u) >> 13 : 0));
+        }
+        if (!other) {
             for (Py_ssize_t i = 0; i < m; i++)
-                tmp[i] = (float)el_tanh((double)blk[i]);
+                tmp[i] = tab[idx[i]];
+        } else if (act == 1) {
+            for (Py_ssize_t i = 0; i < m; i++)
+                tmp[i] = act_elem_one(blk[i], 1, alpha);
         } else if (act == 3) {
             for (Py_ssize_t i = 0; i < m; i++)
-                tmp[i] = (float)el_sigmoid((double)blk[i]);
+                tmp[i] = act_elem_one(blk[i], 3, alpha);
         } else {
-            for (Py_ssize_t i = 0; i < m; i++) {
-                double v = blk[i];
-                tmp[i] = v > 0.0 ? (float)v : (float)(alpha * el_expm1(v));
-            }
+            for (Py_ssize_t i = 0; i < m; i++)
+                tmp[i] = act_elem_one(blk[i], 5, alpha);
         }
         round_block((const u32a *)tmp, (u32a *)blk, m);
     }
@@ -309,6 +365,8 @@ PyObject *dv_act_elem(PyObject *self, PyObject *args)
                      act);
         return NULL;
     }
+    if (act_table_ready(act, alpha) < 0)
+        return NULL;
     if (buf_f32(yo, &y, 1, 0, "y") < 0)
         return NULL;
     {

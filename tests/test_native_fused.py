@@ -224,6 +224,15 @@ def test_tanh_sigmoid_and_elu_equal_the_numpy_activation(act, param):
     got = t.copy()
     NATIVE.act_elem(got, act, ops.elu_alpha(param))
     assert same_bits(got, ref)
+    # binary16 inputs (a standalone activation command's): every block a table lookup,
+    # the table built from the same function; every binary16 pattern, then blocks mixing
+    # normal values with zeros, subnormals, infinities and NaNs (computed instead)
+    halves = np.arange(65536, dtype=np.uint16).view(np.float16).astype(np.float32)
+    for h in (halves[np.isfinite(halves) & ((np.abs(halves) >= 2.0 ** -14) | (halves == 0))],
+              halves):
+        got = h.copy()
+        NATIVE.act_elem(got, act, ops.elu_alpha(param))
+        assert same_bits(got, round_f16(ops.activation(h, act, param)))
 
 
 # -- ew_f16: one CPU step from FP16 bytes to FP16 bytes (runtime/cpusteps.py) ---------------
