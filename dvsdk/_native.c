@@ -439,6 +439,7 @@ static PyMethodDef methods[] = {
     {"unpack", dv_unpack, METH_VARARGS, dv_unpack_doc},
     {"ew_f16", dv_ew_f16, METH_VARARGS, dv_ew_f16_doc},
     {"gemm", dv_gemm, METH_VARARGS, dv_gemm_doc},
+    {"elem", dv_elem, METH_VARARGS, dv_elem_doc},
     {"gemm_isa", dv_gemm_isa, METH_NOARGS, dv_gemm_isa_doc},
     {NULL, NULL, 0, NULL},
 };

@@ -227,6 +227,9 @@ PyObject *dv_avgpool(PyObject *self, PyObject *args);
 PyObject *dv_maxpool(PyObject *self, PyObject *args);
 PyObject *dv_act_elem(PyObject *self, PyObject *args);
 extern const char dv_im2col_doc[], dv_avgpool_doc[], dv_maxpool_doc[], dv_act_elem_doc[];
+/* the elementary functions of _native_elem.c */
+PyObject *dv_elem(PyObject *self, PyObject *args);
+extern const char dv_elem_doc[];
 /* the fixed-order matrix product of _native_gemm.c */
 PyObject *dv_gemm(PyObject *self, PyObject *args);
 PyObject *dv_gemm_isa(PyObject *self, PyObject *args);

@@ -74,4 +74,41 @@ static inline __attribute__((always_inline)) double el_sigmoid(double x)
     return 1.0 / (1.0 + el_exp(-x));
 }
 
+/* 1/(2n+1), n = 1..12, as Python rounds them */
+static const double el_inv_odd[12] = {
+    0x1.5555555555555p-2, 0x1.999999999999ap-3, 0x1.2492492492492p-3, 0x1.c71c71c71c71cp-4,
+    0x1.745d1745d1746p-4, 0x1.3b13b13b13b14p-4, 0x1.1111111111111p-4, 0x1.e1e1e1e1e1e1ep-5,
+    0x1.af286bca1af28p-5, 0x1.8618618618618p-5, 0x1.642c8590b2164p-5, 0x1.47ae147ae147bp-5};
+#define EL_SQRT_HALF 0x1.6a09e667f3bcdp-1
+
+/* log x: frexp by the bits (a subnormal scaled by 2**54 first: exact), then as
+ * elementary.log */
+static inline __attribute__((always_inline)) double el_log(double x)
+{
+    int pos = x > 0.0 && x < INFINITY;
+    double v = pos ? x : 1.0;
+    int sub = v < 0x1p-1022;
+    v = sub ? v * 0x1p54 : v;
+    uint64_t u;
+    memcpy(&u, &v, 8);
+    double e = (double)((int64_t)((u >> 52) & 0x7ffu) - 1022) - (sub ? 54.0 : 0.0);
+    u = (u & 0x800fffffffffffffull) | 0x3fe0000000000000ull;  /* m in [0.5, 1) */
+    double m;
+    memcpy(&m, &u, 8);
+    int low = m < EL_SQRT_HALF;
+    m = low ? m * 2.0 : m;
+    e = low ? e - 1.0 : e;
+    double f = m - 1.0;
+    double s = f / (2.0 + f);
+    double z = s * s;
+    double acc = el_inv_odd[11];
+    for (int n = 10; n >= 0; n--)
+        acc = acc * z + el_inv_odd[n];
+    double lm = 2.0 * s + (2.0 * s) * (z * acc);
+    double y = e * EL_LN2_HI + (lm + e * EL_LN2_LO);
+    y = x == 0.0 ? -INFINITY : y;
+    y = x == INFINITY ? INFINITY : y;
+    return pos || x == 0.0 || x == INFINITY ? y : NAN;
+}
+
 #endif

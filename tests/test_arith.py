@@ -235,3 +235,19 @@ def test_the_quick_probe_of_the_stop_hook_agrees_with_a_child_under_another_blas
                                env=env, capture_output=True, text=True, timeout=300,
                                check=True).stdout.strip())
     assert len(got) == 1, got
+
+
+@pytest.mark.skipif(NATIVE is None, reason="dvsdk._native not built")
+@pytest.mark.parametrize("name", ["exp", "expm1", "tanh", "sigmoid", "log"])
+def test_the_compiled_elementary_functions_are_the_numpy_ones_bit_for_bit(name, monkeypatch):
+    """dvsdk._native.elem (_native_elem.h) against elementary's numpy code, on wide ranges,
+    subnormal inputs and results, overflow, zeros of both signs, infinities and NaN."""
+    rng = np.random.default_rng(11)
+    x = np.concatenate([rng.standard_normal(200_000) * 5, rng.uniform(-800, 800, 50_000),
+                        np.exp(rng.uniform(-740, 700, 50_000)), -np.exp(rng.uniform(-9, 9, 999)),
+                        [0.0, -0.0, np.inf, -np.inf, np.nan, 5e-324, 1e-310, -1e-310,
+                         2.2250738585072014e-308, 709.78, -745.1]])
+    fn = getattr(elementary, name)
+    fast = fn(x)
+    monkeypatch.setattr(native, "NATIVE", None)
+    assert np.array_equal(fast.view(np.uint64), fn(x).view(np.uint64))

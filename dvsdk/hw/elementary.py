@@ -20,6 +20,8 @@ import math
 
 import numpy as np
 
+from .. import native
+
 __all__ = ["exp", "expm1", "log", "log1p", "tanh", "sigmoid", "elu", "power"]
 
 _F64 = np.float64
@@ -40,6 +42,20 @@ _SQRT_HALF = math.sqrt(0.5)
 
 def _f64(x: np.ndarray | float) -> np.ndarray:
     return np.asarray(x, _F64)
+
+
+#: the compiled twins' codes (``dvsdk._native.elem``)
+_NATIVE_CODES = {"exp": 0, "expm1": 1, "tanh": 2, "sigmoid": 3, "log": 4}
+def _compiled(name: str, x: np.ndarray) -> np.ndarray | None:
+    """``name``(x) by the compiled twin (the same operations, the same bits), or None where
+    the module is not built.  (Even for a few values: the numpy code is some thirty
+    array operations, 30-50 us however small the array.)"""
+    if native.NATIVE is None:
+        return None
+    src = np.ascontiguousarray(x, _F64)
+    out = np.empty(src.shape, _F64)
+    native.NATIVE.elem(_NATIVE_CODES[name], src, out)
+    return out
 
 
 def _pow2(k: np.ndarray) -> np.ndarray:
@@ -72,6 +88,9 @@ def _reduce(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 def exp(x: np.ndarray | float) -> np.ndarray:
     """e**x: ``2**k * P(r)`` with ``x = k ln2 + r``, ``P`` the Taylor polynomial of degree 13."""
     x = _f64(x)
+    fast = _compiled("exp", x)
+    if fast is not None:
+        return fast
     k, r = _reduce(x)
     y = _scale(_exp_poly(r), k)
     return np.where(np.isnan(x), x, y)
@@ -81,6 +100,9 @@ def expm1(x: np.ndarray | float) -> np.ndarray:
     """e**x - 1: for |x| <= ln2/2 the series ``x + x**2/2! + ... + x**14/14!`` (by Horner,
     the last step a multiply by x: -0 stays -0), else ``exp(x) - 1``."""
     x = _f64(x)
+    fast = _compiled("expm1", x)
+    if fast is not None:
+        return fast
     q = np.full_like(x, _INV_FACT[14])
     with np.errstate(over="ignore", invalid="ignore"):  # (q is used only where |x| is small)
         for c in reversed(_INV_FACT[1:14]):
@@ -94,6 +116,9 @@ def log(x: np.ndarray | float) -> np.ndarray:
     (m+1)``, ``log m = 2 atanh s`` (series to s**25).  log(0) = -inf, log(x < 0) = NaN,
     log(inf) = inf."""
     x = _f64(x)
+    fast = _compiled("log", x)
+    if fast is not None:
+        return fast
     pos = np.isfinite(x) & (x > 0)
     m, e = np.frexp(np.where(pos, x, 1.0))
     low = m < _SQRT_HALF
@@ -126,13 +151,18 @@ def log1p(x: np.ndarray | float) -> np.ndarray:
 def tanh(x: np.ndarray | float) -> np.ndarray:
     """tanh x = sign(x) * -t / (t + 2) with t = expm1(-2|x|) (never overflows)."""
     x = _f64(x)
+    fast = _compiled("tanh", x)
+    if fast is not None:
+        return fast
     t = expm1(-2.0 * np.abs(x))
     return np.copysign(-t / (t + 2.0), x)
 
 
 def sigmoid(x: np.ndarray | float) -> np.ndarray:
     """1 / (1 + e**-x)."""
-    return 1.0 / (1.0 + exp(-_f64(x)))
+    x = _f64(x)
+    fast = _compiled("sigmoid", x)
+    return fast if fast is not None else 1.0 / (1.0 + exp(-x))
 
 
 def elu(x: np.ndarray | float, alpha: float = 1.0) -> np.ndarray:
