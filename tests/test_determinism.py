@@ -112,3 +112,22 @@ def test_the_golden_file_says_where_its_hashes_come_from():
     assert all(len(GOLDEN[k]) == 64 for k in ("realistic", "digits"))
     # the input generator is part of what the hashes pin
     assert hashlib.sha256(pattern((1, 3, 64, 64)).tobytes()).hexdigest() == GOLDEN["input"]
+
+
+@pytest.mark.skipif(native.NATIVE is None or not __import__("shutil").which("valgrind"),
+                    reason="needs the compiled loops and valgrind")
+def test_the_avx2_builds_give_the_committed_sha256s(realistic_netbin):
+    """Under valgrind, which offers no AVX-512, every compiled loop runs its AVX2 build
+    (the machine this project's CI may land on: AMD EPYC, AVX2 only): the same hashes."""
+    for netbin, shape, key in ((realistic_netbin, "1,3,64,64", "realistic"),
+                               (ROOT / "examples" / "models" / "digits.bin", "1,1,16,16",
+                                "digits")):
+        r = subprocess.run(["valgrind", "--tool=none", "-q", sys.executable, "-W", "ignore",
+                            "-c", CHILD, str(netbin), shape, str(ROOT)],
+                           capture_output=True, text=True, timeout=600)
+        assert r.returncode == 0, r.stderr[-2000:]
+        assert r.stdout.strip() == GOLDEN[key]
+    probe = subprocess.run(["valgrind", "--tool=none", "-q", sys.executable, "-c",
+                            "from dvsdk import native; print(native.NATIVE.gemm_isa())"],
+                           capture_output=True, text=True, timeout=120)
+    assert probe.stdout.strip() == "avx2"
