@@ -137,21 +137,36 @@ static int opt_vec(PyObject *obj, Py_buffer *b, Py_ssize_t n, const char *name, 
 }
 
 PyDoc_STRVAR(epilogue_doc,
-"epilogue(y, bias, addend, act, slope, prelu)\n\n"
+"epilogue(y, bias, addend, act, slope, prelu, parts=1)\n\n"
 "In place on float32 ``y`` (rows, M): ``y + bias`` (``bias`` (M,) or None), then "
 "``+ addend`` (``y``'s shape, or None); then, for ``act`` >= 0, the activation (0 none, "
 "2 leaky ReLU with ``slope``, 4 PReLU with per-channel ``prelu`` (M,), 6 ReLU6) and "
 "rounding to binary16 values.  Each a float32 operation in numpy's order; one pass over "
-"memory.");
+"memory; ``parts`` 2: the rows in two parts, the second on the worker thread.");
+
+typedef struct {
+    float *y;
+    Py_ssize_t m;
+    const float *bias, *addend, *prelu;
+    int act;
+    float slope;
+} EpiPart;
+
+static void epilogue_part(void *ctx, Py_ssize_t lo, Py_ssize_t hi)
+{
+    const EpiPart *e = ctx;
+    epilogue_all(e->y + lo * e->m, hi - lo, e->m, e->bias,
+                 e->addend ? e->addend + lo * e->m : NULL, e->act, e->slope, e->prelu);
+}
 
 static PyObject *epilogue(PyObject *self, PyObject *args)
 {
     (void)self;
     PyObject *yo, *bo, *ao, *po;
-    int act, gb = 0, ga = 0, gp = 0;
+    int act, gb = 0, ga = 0, gp = 0, parts = 1;
     float slope;
     Py_buffer y, b, a, p;
-    if (!PyArg_ParseTuple(args, "OOOifO", &yo, &bo, &ao, &act, &slope, &po))
+    if (!PyArg_ParseTuple(args, "OOOifO|i", &yo, &bo, &ao, &act, &slope, &po, &parts))
         return NULL;
     if (act >= 0 && !act_compiled(act)) {
         PyErr_Format(PyExc_ValueError, "epilogue: activation %d is not compiled", act);
@@ -175,11 +190,14 @@ static PyObject *epilogue(PyObject *self, PyObject *args)
         PyErr_SetString(PyExc_ValueError, "epilogue: addend must not be y");
         goto done;
     }
-    Py_BEGIN_ALLOW_THREADS
-    epilogue_all((float *)y.buf, rows, m, gb ? (const float *)b.buf : NULL,
-                 ga ? (const float *)a.buf : NULL, act, slope,
-                 gp ? (const float *)p.buf : NULL);
-    Py_END_ALLOW_THREADS
+    {
+        EpiPart part = {(float *)y.buf, m, gb ? (const float *)b.buf : NULL,
+                        ga ? (const float *)a.buf : NULL, gp ? (const float *)p.buf : NULL, act,
+                        slope};
+        Py_BEGIN_ALLOW_THREADS
+        team_run(epilogue_part, &part, rows, parts);
+        Py_END_ALLOW_THREADS
+    }
 done:
     if (gp) PyBuffer_Release(&p);
     if (ga) PyBuffer_Release(&a);
@@ -336,28 +354,47 @@ HOT static void depthwise_rows(const DwArgs *a, float *restrict out, Py_ssize_t 
 
 PyDoc_STRVAR(depthwise_doc,
 "depthwise(x, taps, bias, out, sx, sy, dx, dy, pad_left, pad_top, act=-1, slope=0, "
-"prelu=None, row0=0, row1=-1)\n\n"
+"prelu=None, row0=0, row1=-1, parts=1)\n\n"
 "Depthwise correlation: ``x`` (H, W, C) input, zero-padded by ``pad_left``/``pad_top`` "
 "(and as far right and down as the output needs), ``taps`` (ky, kx, C) weights, "
 "``bias`` (C,), ``out`` (OH, OW, C); all float32 C-contiguous.  out = 0 + tap0*w0 + "
 "tap1*w1 + ... (taps in row-major order, each product rounded before its add; a padded "
 "position contributes 0*w) + bias.  With ``act`` >= 0, the activation (see epilogue) "
 "and the rounding to binary16 values follow.  Only output rows ``row0``..``row1`` (-1: "
-"the last) are written: two threads may each write a part of one ``out``.");
+"the last) are written: two threads may each write a part of one ``out``; ``parts`` 2: "
+"those rows in two parts, the second on the worker thread (_native_team.c).");
+
+/* rows [row0 + lo, row0 + hi) for the second core; a part starting at 0 uses the first
+ * scratch tables, the other part the second (never both at once on one) */
+typedef struct {
+    const DwArgs *da;
+    float *out;
+    Py_ssize_t row0;
+    const float **src[2];
+    Py_ssize_t *toff[2];
+} DwPart;
+
+static void depthwise_part(void *ctx, Py_ssize_t lo, Py_ssize_t hi)
+{
+    const DwPart *d = ctx;
+    int i = lo > 0;
+    depthwise_rows(d->da, d->out, d->row0 + lo, d->row0 + hi, d->src[i], d->toff[i]);
+}
 
 static PyObject *depthwise(PyObject *self, PyObject *args)
 {
     (void)self;
     PyObject *objs[4], *po = Py_None;
     Py_buffer b[4], p;
-    int sx, sy, dx, dy, pl, pt, act = -1, gp = 0;
+    int sx, sy, dx, dy, pl, pt, act = -1, gp = 0, parts = 1;
     float slope = 0.0f;
     Py_ssize_t h, w, c, ky, kx, oh, ow, row0 = 0, row1 = -1;
     float *zeros = NULL;
     const float **src = NULL;
     Py_ssize_t *toff = NULL;
-    if (!PyArg_ParseTuple(args, "OOOOiiiiii|ifOnn", &objs[0], &objs[1], &objs[2], &objs[3],
-                          &sx, &sy, &dx, &dy, &pl, &pt, &act, &slope, &po, &row0, &row1))
+    if (!PyArg_ParseTuple(args, "OOOOiiiiii|ifOnni", &objs[0], &objs[1], &objs[2], &objs[3],
+                          &sx, &sy, &dx, &dy, &pl, &pt, &act, &slope, &po, &row0, &row1,
+                          &parts))
         return NULL;
     if (act >= 0 && !act_compiled(act)) {
         PyErr_Format(PyExc_ValueError, "depthwise: activation %d is not compiled", act);
@@ -397,8 +434,8 @@ static PyObject *depthwise(PyObject *self, PyObject *args)
         goto done;
     }
     zeros = PyMem_Calloc((size_t)c, sizeof(float));
-    src = PyMem_Malloc((size_t)(DW_PX * ky * kx) * sizeof(float *));
-    toff = PyMem_Malloc((size_t)(ky * kx) * sizeof(Py_ssize_t));
+    src = PyMem_Malloc((size_t)(2 * DW_PX * ky * kx) * sizeof(float *));
+    toff = PyMem_Malloc((size_t)(2 * ky * kx) * sizeof(Py_ssize_t));
     if (!zeros || !src || !toff) {
         PyErr_NoMemory();
         goto done;
@@ -407,8 +444,10 @@ static PyObject *depthwise(PyObject *self, PyObject *args)
         DwArgs da = {(const float *)b[0].buf, (const float *)b[1].buf,
                      (const float *)b[2].buf, zeros, gp ? (const float *)p.buf : NULL,
                      h, w, c, ky, kx, ow, sx, sy, dx, dy, pl, pt, act, slope};
+        DwPart part = {&da, (float *)b[3].buf, row0, {src, src + DW_PX * ky * kx},
+                       {toff, toff + ky * kx}};
         Py_BEGIN_ALLOW_THREADS
-        depthwise_rows(&da, (float *)b[3].buf, row0, row1, src, toff);
+        team_run(depthwise_part, &part, row1 - row0, parts);
         Py_END_ALLOW_THREADS
     }
 done:
@@ -440,6 +479,7 @@ static PyMethodDef methods[] = {
     {"ew_f16", dv_ew_f16, METH_VARARGS, dv_ew_f16_doc},
     {"gemm", dv_gemm, METH_VARARGS, dv_gemm_doc},
     {"elem", dv_elem, METH_VARARGS, dv_elem_doc},
+    {"team_stats", dv_team_stats, METH_VARARGS, dv_team_stats_doc},
     {"gemm_isa", dv_gemm_isa, METH_NOARGS, dv_gemm_isa_doc},
     {NULL, NULL, 0, NULL},
 };

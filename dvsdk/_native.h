@@ -34,7 +34,7 @@ typedef uint32_t u32a;
  * NaN -> the canonical quiet NaN 0x7e00 (firmware_spec/arithmetic.md: a NaN's sign and
  * payload depend on the machine that made it), subnormal results rounded at 2**-24. */
 #define F16_NAN 0x7e00u
-static inline uint16_t f32_to_f16_bits(uint32_t f)
+static inline __attribute__((always_inline)) uint16_t f32_to_f16_bits(uint32_t f)
 {
     uint16_t sign = (uint16_t)((f >> 16) & 0x8000u);
     uint32_t a = f & 0x7fffffffu;
@@ -60,7 +60,7 @@ static inline uint16_t f32_to_f16_bits(uint32_t f)
     return sign | (uint16_t)q;
 }
 
-static inline uint32_t f16_bits_to_f32(uint16_t h)
+static inline __attribute__((always_inline)) uint32_t f16_bits_to_f32(uint16_t h)
 {
     uint32_t sign = ((uint32_t)h & 0x8000u) << 16;
     uint32_t e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
@@ -227,6 +227,13 @@ PyObject *dv_avgpool(PyObject *self, PyObject *args);
 PyObject *dv_maxpool(PyObject *self, PyObject *args);
 PyObject *dv_act_elem(PyObject *self, PyObject *args);
 extern const char dv_im2col_doc[], dv_avgpool_doc[], dv_maxpool_doc[], dv_act_elem_doc[];
+/* the second core (_native_team.c): fn(ctx, 0, n/2) here and fn(ctx, n/2, n) on the
+ * worker thread at once when parts >= 2 (called with the GIL released); the same bits
+ * either way, by the callers' construction */
+typedef void (*team_fn)(void *ctx, Py_ssize_t r0, Py_ssize_t r1);
+void team_run(team_fn fn, void *ctx, Py_ssize_t n, int parts);
+PyObject *dv_team_stats(PyObject *self, PyObject *args);
+extern const char dv_team_stats_doc[];
 /* the elementary functions of _native_elem.c */
 PyObject *dv_elem(PyObject *self, PyObject *args);
 extern const char dv_elem_doc[];

@@ -82,21 +82,38 @@ HOT static void im2col_rows(const float *restrict x, Py_ssize_t h, Py_ssize_t w,
 }
 
 const char dv_im2col_doc[] =
-    "im2col(x, out, oy0, kx, ky, sx, sy, dx, dy, pad_left, pad_top, ux=1, uy=1)\n\n"
+    "im2col(x, out, oy0, kx, ky, sx, sy, dx, dy, pad_left, pad_top, ux=1, uy=1, parts=1)\n\n"
     "Output rows oy0.. of ``x`` (H, W, C), with ux-1 / uy-1 zeros inserted between its "
     "columns / rows (a deconvolution's input) and zero-padded by pad_left/pad_top (and as "
     "far as needed right and down), as the matrix ``out`` (rows, OW, ky*kx*C): row (r, ox) "
-    "holds the window of output pixel (oy0 + r, ox), taps in row-major order, C fastest.";
+    "holds the window of output pixel (oy0 + r, ox), taps in row-major order, C fastest; "
+    "``parts`` 2: the rows in two parts, the second on the worker thread.";
+
+typedef struct {
+    const float *x;
+    Py_ssize_t h, w, c;
+    float *out;
+    Py_ssize_t oy0, ow;
+    int kx, ky, sx, sy, dx, dy, pl, pt, ux, uy;
+} Im2colPart;
+
+static void im2col_part(void *ctx, Py_ssize_t lo, Py_ssize_t hi)
+{
+    const Im2colPart *q = ctx;
+    im2col_rows(q->x, q->h, q->w, q->c, q->out + lo * q->ow * q->ky * q->kx * q->c,
+                q->oy0 + lo, hi - lo, q->ow, q->kx, q->ky, q->sx, q->sy, q->dx, q->dy, q->pl,
+                q->pt, q->ux, q->uy);
+}
 
 PyObject *dv_im2col(PyObject *self, PyObject *args)
 {
     (void)self;
     PyObject *xo, *oo;
     Py_ssize_t oy0;
-    int kx, ky, sx, sy, dx, dy, pl, pt, ux = 1, uy = 1;
+    int kx, ky, sx, sy, dx, dy, pl, pt, ux = 1, uy = 1, parts = 1;
     Py_buffer x, o;
-    if (!PyArg_ParseTuple(args, "OOniiiiiiii|ii", &xo, &oo, &oy0, &kx, &ky, &sx, &sy, &dx,
-                          &dy, &pl, &pt, &ux, &uy))
+    if (!PyArg_ParseTuple(args, "OOniiiiiiii|iii", &xo, &oo, &oy0, &kx, &ky, &sx, &sy, &dx,
+                          &dy, &pl, &pt, &ux, &uy, &parts))
         return NULL;
     if (buf_f32(xo, &x, 0, 3, "x") < 0)
         return NULL;
@@ -111,9 +128,10 @@ PyObject *dv_im2col(PyObject *self, PyObject *args)
         || x.buf == o.buf) {
         PyErr_SetString(PyExc_ValueError, "im2col: inconsistent shapes or steps");
     } else {
+        Im2colPart part = {(const float *)x.buf, h, w, c, (float *)o.buf, oy0, ow, kx, ky,
+                           sx, sy, dx, dy, pl, pt, ux, uy};
         Py_BEGIN_ALLOW_THREADS
-        im2col_rows((const float *)x.buf, h, w, c, (float *)o.buf, oy0, rows, ow, kx, ky,
-                    sx, sy, dx, dy, pl, pt, ux, uy);
+        team_run(im2col_part, &part, rows, parts);
         Py_END_ALLOW_THREADS
     }
     PyBuffer_Release(&x);
@@ -284,7 +302,8 @@ static inline __attribute__((always_inline)) float act_elem_one(float x, int act
  * lookup.  [0]: tanh, [1]: sigmoid, [2]: ELU with alpha 1 (other alphas compute). */
 static float *act_table[3];
 
-static const float *act_table_of(int act, double alpha)
+static inline __attribute__((always_inline)) const float *act_table_of(int act,
+                                                                           double alpha)
 {
     return act == 5 && alpha != 1.0 ? NULL : act_table[act == 1 ? 0 : act == 3 ? 1 : 2];
 }

@@ -185,6 +185,33 @@ PyObject *dv_gemm_isa(PyObject *self, PyObject *args)
     return PyUnicode_FromString(builds[choose()].name);
 }
 
+/* a part of a product for the second core: rows [lo, hi) of its rows, or (few rows) its
+ * 16-column panels [lo, hi) */
+#define PART_ROWS 64
+typedef struct {
+    gemm_fn fn;
+    const float *a;
+    Py_ssize_t k;
+    const float *bp;
+    Py_ssize_t m;
+    float *c;
+    Py_ssize_t r0, r1, p0, p1;
+    int fused;
+    const GemmEpilogue *ep;
+    int by_rows;
+} GemmPart;
+
+static void gemm_part(void *ctx, Py_ssize_t lo, Py_ssize_t hi)
+{
+    const GemmPart *g = ctx;
+    if (g->by_rows)
+        g->fn(g->a, g->k, g->bp, g->m, g->c, g->r0 + lo, g->r0 + hi, g->p0, g->p1, g->fused,
+              g->ep);
+    else
+        g->fn(g->a, g->k, g->bp, g->m, g->c, g->r0, g->r1, g->p0 + lo, g->p0 + hi, g->fused,
+              g->ep);
+}
+
 /* an optional float32 vector argument (None allowed) of n elements */
 static int opt_f32(PyObject *obj, Py_buffer *b, Py_ssize_t n, const char *name, int *got)
 {
@@ -203,7 +230,7 @@ static int opt_f32(PyObject *obj, Py_buffer *b, Py_ssize_t n, const char *name, 
 
 const char dv_gemm_doc[] =
     "gemm(a, bp, out, fused, row0=0, row1=-1, panel0=0, panel1=-1, bias=None, addend=None, "
-    "act=-1, slope=0, prelu=None)\n\n"
+    "act=-1, slope=0, prelu=None, parts=1)\n\n"
     "``out`` (N, M) = ``a`` (N, K) @ b, each output the float32 sum of its products in the "
     "order k = 0..K-1 from +0 (firmware_spec/arithmetic.md); ``bp`` is b packed in panels of "
     "16 columns, (ceil(M/16), K, 16), zero-padded.  ``fused`` (every product exact in "
@@ -212,18 +239,19 @@ const char dv_gemm_doc[] =
     "two threads may each write a part of one ``out``.  Then, on each finished tile, the "
     "conv epilogue (as ``epilogue``): + ``bias`` (M,), + ``addend`` (N, M), and for ``act`` "
     ">= 0 the activation (0 none, 2 leaky ReLU with ``slope``, 4 PReLU with ``prelu`` (M,), "
-    "6 ReLU6) and the rounding to binary16 values.";
+    "6 ReLU6) and the rounding to binary16 values.  ``parts`` 2: the rows (or, below 64 "
+    "rows, the panels) in two parts, the second on the worker thread (_native_team.c).";
 
 PyObject *dv_gemm(PyObject *self, PyObject *args)
 {
     (void)self;
     PyObject *ao, *bo, *oo, *biaso = Py_None, *addo = Py_None, *preluo = Py_None;
-    int fused, act = -1, gb = 0, gd = 0, gp = 0;
+    int fused, act = -1, gb = 0, gd = 0, gp = 0, parts = 1;
     float slope = 0.0f;
     Py_ssize_t r0 = 0, r1 = -1, p0 = 0, p1 = -1;
     Py_buffer a, b, o, vb, vd, vp;
-    if (!PyArg_ParseTuple(args, "OOOp|nnnnOOifO", &ao, &bo, &oo, &fused, &r0, &r1, &p0, &p1,
-                          &biaso, &addo, &act, &slope, &preluo))
+    if (!PyArg_ParseTuple(args, "OOOp|nnnnOOifOi", &ao, &bo, &oo, &fused, &r0, &r1, &p0, &p1,
+                          &biaso, &addo, &act, &slope, &preluo, &parts))
         return NULL;
     if (act >= 0 && !act_compiled(act)) {
         PyErr_Format(PyExc_ValueError, "gemm: activation %d is not compiled", act);
@@ -275,11 +303,12 @@ PyObject *dv_gemm(PyObject *self, PyObject *args)
         GemmEpilogue ep = {gb ? (const float *)vb.buf : NULL, gd ? (const float *)vd.buf : NULL,
                            gp ? (const float *)vp.buf : NULL, act, slope};
         int any = gb || gd || act >= 0;
-        gemm_fn fn = builds[choose()].fn;
+        GemmPart part = {builds[choose()].fn, (const float *)a.buf, k, (const float *)b.buf, m,
+                         (float *)o.buf, r0, r1, p0, p1, fused, any ? &ep : NULL,
+                         r1 - r0 >= PART_ROWS};
         Py_BEGIN_ALLOW_THREADS
         if (k > 0)
-            fn((const float *)a.buf, k, (const float *)b.buf, m, (float *)o.buf, r0, r1, p0,
-               p1, fused, any ? &ep : NULL);
+            team_run(gemm_part, &part, part.by_rows ? r1 - r0 : p1 - p0, parts);
         else if (any)
             for (Py_ssize_t i = r0; i < r1; i++) {
                 Py_ssize_t c0 = p0 * PANEL, c1 = p1 * PANEL < m ? p1 * PANEL : m;

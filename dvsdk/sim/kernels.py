@@ -105,11 +105,10 @@ def make_step(run: dict, reference: Callable[..., np.ndarray]) -> Step:
             out = np.empty((oh, ow, c), np.float32)
             fused = direct and addend is None
             x = np.ascontiguousarray(x)
-            work = split.DEPTHWISE * oh * ow * c * kx * ky
-            split.rows(oh, work, lambda r0, r1: native.NATIVE.depthwise(
+            native.NATIVE.depthwise(
                 x, taps, bias, out, stride[0], stride[1], dil[0], dil[1], pads[0], pads[2],
                 act if fused else -1, param if fused else 0.0, prelu if fused else None,
-                r0, r1))
+                0, oh, split.parts(split.DEPTHWISE * oh * ow * c * kx * ky))
             return out if fused else tail(out, None, prelu, addend)
         # the epilogue on each tile of the product as it is finished: bias and addend, and
         # where nothing comes between them (a pool), the activation and the rounding too
@@ -158,13 +157,8 @@ def _epilogue(t: np.ndarray, bias: np.ndarray | None, addend: np.ndarray | None,
     threads (element by element: the same bits)."""
     m = t.shape[2]
     t2 = t.reshape(-1, m)
-    a2 = None if addend is None else addend.reshape(-1, m)
-    work = split.EPILOGUE * t2.size
-    if work < split.MIN_WORK:  # (never split: called whole, without the closure)
-        native.NATIVE.epilogue(t2, bias, a2, act, param, prelu)
-        return
-    split.rows(t2.shape[0], work, lambda r0, r1: native.NATIVE.epilogue(
-        t2[r0:r1], bias, None if a2 is None else a2[r0:r1], act, param, prelu))
+    native.NATIVE.epilogue(t2, bias, None if addend is None else addend.reshape(-1, m), act,
+                           param, prelu, split.parts(split.EPILOGUE * t2.size))
 
 
 def _pool(x: np.ndarray, size: tuple[int, int], stride: tuple[int, int],
@@ -202,18 +196,12 @@ def _packed(w: np.ndarray, derived: dict) -> np.ndarray:
 def _product(a: np.ndarray, bp: np.ndarray, out: np.ndarray, ep: tuple) -> None:
     """``out = a @ b`` in the fixed order (:func:`~dvsdk.hw.arith.matmul`, binary16
     operands), then the epilogue ``ep`` = (bias, addend (N, M) or None, act, slope, prelu)
-    on each finished tile (``native.gemm``); split over the threads by rows, or for a few
-    rows by 16-column panels: each output is the same whichever part computes it."""
+    on each finished tile (``native.gemm``); in two parts on the two threads where it pays
+    (by rows, or for a few rows by 16-column panels: each output is the same whichever part
+    computes it)."""
     n, k = a.shape
-    panels = bp.shape[0]
-    work = split.MATMUL * n * k * out.shape[1]
-    gemm = native.NATIVE.gemm
-    if n >= split.PRODUCT_ROWS:
-        split.rows(n, work, lambda r0, r1: gemm(a, bp, out, True, r0, r1, 0, -1, *ep))
-    elif panels > 1:
-        split.rows(panels, work, lambda p0, p1: gemm(a, bp, out, True, 0, n, p0, p1, *ep))
-    else:
-        gemm(a, bp, out, True, 0, -1, 0, -1, *ep)
+    native.NATIVE.gemm(a, bp, out, True, 0, -1, 0, -1, *ep,
+                       split.parts(split.MATMUL * n * k * out.shape[1]))
 
 
 def _correlate(x: np.ndarray, wb: tuple, k: tuple[int, int], stride: tuple[int, int],
@@ -239,9 +227,8 @@ def _correlate(x: np.ndarray, wb: tuple, k: tuple[int, int], stride: tuple[int, 
     cols = np.empty((min(rows_per_block, oh), ow, kdim), np.float32)
     for r in range(0, oh, rows_per_block):
         blk = cols[: min(rows_per_block, oh - r)]
-        split.rows(blk.shape[0], split.EPILOGUE * blk.size, lambda r0, r1, r=r, blk=blk:
-                   native.NATIVE.im2col(x, blk[r0:r1], r + r0, kx, ky, sx, sy, dx, dy, pl,
-                                        pt, up[0], up[1]))
+        native.NATIVE.im2col(x, blk, r, kx, ky, sx, sy, dx, dy, pl, pt, up[0], up[1],
+                             split.parts(split.EPILOGUE * blk.size))
         n = blk.shape[0] * ow
         add = None if ep[1] is None else ep[1][r * ow:r * ow + n]
         _product(blk.reshape(n, kdim), bp, out[r:r + blk.shape[0]].reshape(n, m),
