@@ -6,8 +6,9 @@ strided convs, ReLU6, tanh, ELU, sigmoid, a residual add, max and average poolin
 layer, HardSwish and Softmax on the CPU, 64x64) and the bundled digits model run in child
 processes under every combination of what used to move the bits: OpenBLAS's kernel for
 another CPU (``OPENBLAS_CORETYPE``), one or two simulator threads (``DVSDK_SIM_THREADS``),
-the compiled loops or numpy alone (``DVSDK_NATIVE``), and the compiled product's builds
-for other instruction sets (``DVSDK_NATIVE_ISA``: the AVX2 and SSE2 tiles on this machine).
+the compiled loops or numpy alone (``DVSDK_NATIVE``), the compiled product's builds for
+other instruction sets (``DVSDK_NATIVE_ISA``: the AVX2 and SSE2 tiles on this machine) and
+the portable binary16 conversions instead of F16C (``DVSDK_NATIVE_F16C=0``).
 Each child runs twice (a repeat must not move either).  Every child must print the same
 SHA-256, and that SHA-256 is the one committed in tests/data/determinism/golden.json:
 computed once, it must hold on every machine (a machine that computes another one runs
@@ -63,7 +64,7 @@ def _children(netbin: Path, shape: tuple[int, ...], envs: list[dict]) -> list[st
     def one(extra: dict) -> str:
         env = {k: v for k, v in os.environ.items()
                if k not in ("OPENBLAS_CORETYPE", "DVSDK_SIM_THREADS", "DVSDK_NATIVE",
-                            "DVSDK_NATIVE_ISA")}
+                            "DVSDK_NATIVE_ISA", "DVSDK_NATIVE_F16C")}
         env.update(extra)
         r = subprocess.run([sys.executable, "-W", "ignore", "-c", CHILD, str(netbin),
                             ",".join(map(str, shape)), str(ROOT)], env=env,
@@ -81,6 +82,7 @@ def _matrix() -> list[dict]:
     if native.NATIVE is not None and native.NATIVE.gemm_isa() in ("avx512", "avx2"):
         lower = ("avx2", "sse2") if native.NATIVE.gemm_isa() == "avx512" else ("sse2",)
         envs += [{"DVSDK_NATIVE_ISA": isa, "DVSDK_SIM_THREADS": "2"} for isa in lower]
+    envs.append({"DVSDK_NATIVE_F16C": "0"})  # the portable conversions (an Arm board's)
     return envs
 
 
