@@ -121,7 +121,7 @@ HOT static void epilogue_all(float *restrict y, Py_ssize_t rows, Py_ssize_t m,
 }
 
 /* an optional float32 vector argument (None allowed) of exactly n elements */
-static int opt_vec(PyObject *obj, Py_buffer *b, Py_ssize_t n, const char *name, int *got)
+int opt_vec(PyObject *obj, Py_buffer *b, Py_ssize_t n, const char *name, int *got)
 {
     *got = 0;
     if (obj == Py_None)

@@ -206,6 +206,8 @@ static inline __attribute__((always_inline)) void epilogue_run(
 }
 
 
+/* an optional float32 vector argument (None allowed) of exactly n elements (_native.c) */
+int opt_vec(PyObject *obj, Py_buffer *b, Py_ssize_t n, const char *name, int *got);
 /* the conversions and layout moves of _native_f16.c */
 PyObject *dv_f16_to_f32(PyObject *self, PyObject *args);
 PyObject *dv_f32_to_f16(PyObject *self, PyObject *args);

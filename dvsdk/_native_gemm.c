@@ -16,7 +16,8 @@
  * sums are stored and reloaded between blocks: float32 in memory, the same values).
  * Builds: AVX-512 (8 rows x up to 3 panels), AVX2+FMA (6 x 1), SSE2 (3 x 1) on x86-64,
  * chosen at load time (DVSDK_NATIVE_ISA=avx512|avx2|sse2 asks for a lower one: the tests
- * compare them); NEON (6 x 1) on aarch64; plain vectors elsewhere.
+ * compare them); NEON (6 x 1) on aarch64; plain vectors elsewhere (or where built with
+ * -DDVSDK_GEMM_GENERIC: the same bits, checked by hand on x86-64).
  */
 #include "_native.h"
 
@@ -32,7 +33,16 @@ typedef struct {
     float slope;
 } GemmEpilogue;
 
-#if defined(__GNUC__) && defined(__x86_64__)
+/* one instruction set's build: gemm_<name> of _native_gemm_tile.h */
+typedef void (*gemm_fn)(const float *, Py_ssize_t, const float *, Py_ssize_t, float *,
+                        Py_ssize_t, Py_ssize_t, Py_ssize_t, Py_ssize_t, int,
+                        const GemmEpilogue *);
+typedef struct {
+    const char *name;
+    gemm_fn fn;
+} Build;
+
+#if defined(__GNUC__) && defined(__x86_64__) && !defined(DVSDK_GEMM_GENERIC)
 #include <immintrin.h>
 
 #define SFX _avx512
@@ -92,10 +102,7 @@ typedef struct {
 #define NVMAX 1
 #include "_native_gemm_tile.h"
 
-typedef void (*gemm_fn)(const float *, Py_ssize_t, const float *, Py_ssize_t, float *,
-                        Py_ssize_t, Py_ssize_t, Py_ssize_t, Py_ssize_t, int,
-                        const GemmEpilogue *);
-static struct { const char *name; gemm_fn fn; } builds[] = {
+static const Build builds[] = {
     {"avx512", gemm_avx512}, {"avx2", gemm_avx2}, {"sse2", gemm_sse2}};
 
 static int usable(int i)
@@ -108,7 +115,7 @@ static int usable(int i)
     return 1;
 }
 
-#elif defined(__GNUC__) && defined(__aarch64__)
+#elif defined(__GNUC__) && defined(__aarch64__) && !defined(DVSDK_GEMM_GENERIC)
 #include <arm_neon.h>
 
 #define SFX _neon
@@ -123,10 +130,7 @@ static int usable(int i)
 #define NVMAX 1
 #include "_native_gemm_tile.h"
 
-typedef void (*gemm_fn)(const float *, Py_ssize_t, const float *, Py_ssize_t, float *,
-                        Py_ssize_t, Py_ssize_t, Py_ssize_t, Py_ssize_t, int,
-                        const GemmEpilogue *);
-static struct { const char *name; gemm_fn fn; } builds[] = {{"neon", gemm_neon}};
+static const Build builds[] = {{"neon", gemm_neon}};
 static int usable(int i) { (void)i; return 1; }
 
 #else
@@ -146,10 +150,7 @@ static inline v4f v4_splat(float x) { return (v4f){x, x, x, x}; }
 #define NVMAX 1
 #include "_native_gemm_tile.h"
 
-typedef void (*gemm_fn)(const float *, Py_ssize_t, const float *, Py_ssize_t, float *,
-                        Py_ssize_t, Py_ssize_t, Py_ssize_t, Py_ssize_t, int,
-                        const GemmEpilogue *);
-static struct { const char *name; gemm_fn fn; } builds[] = {{"generic", gemm_generic}};
+static const Build builds[] = {{"generic", gemm_generic}};
 static int usable(int i) { (void)i; return 1; }
 #endif
 
@@ -212,22 +213,6 @@ static void gemm_part(void *ctx, Py_ssize_t lo, Py_ssize_t hi)
               g->ep);
 }
 
-/* an optional float32 vector argument (None allowed) of n elements */
-static int opt_f32(PyObject *obj, Py_buffer *b, Py_ssize_t n, const char *name, int *got)
-{
-    *got = 0;
-    if (obj == Py_None)
-        return 0;
-    if (get_f32(obj, b, 0, name) < 0)
-        return -1;
-    *got = 1;
-    if (b->len / 4 != n) {
-        PyErr_Format(PyExc_ValueError, "gemm: %s must have %zd elements", name, n);
-        return -1;
-    }
-    return 0;
-}
-
 const char dv_gemm_doc[] =
     "gemm(a, bp, out, fused, row0=0, row1=-1, panel0=0, panel1=-1, bias=None, addend=None, "
     "act=-1, slope=0, prelu=None, parts=1)\n\n"
@@ -283,8 +268,8 @@ PyObject *dv_gemm(PyObject *self, PyObject *args)
         PyErr_SetString(PyExc_ValueError, "gemm: inconsistent shapes or ranges");
         goto done;
     }
-    if (opt_f32(biaso, &vb, m, "bias", &gb) < 0 || opt_f32(addo, &vd, n * m, "addend", &gd) < 0
-        || opt_f32(preluo, &vp, m, "prelu", &gp) < 0)
+    if (opt_vec(biaso, &vb, m, "bias", &gb) < 0 || opt_vec(addo, &vd, n * m, "addend", &gd) < 0
+        || opt_vec(preluo, &vp, m, "prelu", &gp) < 0)
         goto done;
     if (act == 4 && !gp) {
         PyErr_SetString(PyExc_ValueError, "gemm: PReLU needs slopes");
