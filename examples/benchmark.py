@@ -25,6 +25,7 @@ from pathlib import Path
 import numpy as np
 
 import dvsdk
+from dvsdk.cli import entry
 from dvsdk.runtime.images import preprocess
 
 MODELS = Path(__file__).resolve().parent / "models"
@@ -86,6 +87,7 @@ def stats_ms(values_us: list[float]) -> tuple[float, float, float]:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--debug", action="store_true", help="show tracebacks of errors")
     p.add_argument("model", nargs="?", default=str(DEFAULT_MODEL),
                    help="ONNX model to compile, or a net.bin (default: the bundled digits "
                    "model)")
@@ -197,4 +199,5 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # as dvsdk's own tools: an error is one line and a non-zero exit (--debug: traceback)
+    sys.exit(entry(Path(__file__).name, main))

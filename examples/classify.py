@@ -24,6 +24,7 @@ from pathlib import Path
 import numpy as np
 
 import dvsdk
+from dvsdk.cli import entry
 from dvsdk.runtime.images import IMAGE_SUFFIXES
 
 MODELS = Path(__file__).resolve().parent / "models"
@@ -60,6 +61,7 @@ def expected_label(path: Path, labels: list[str]) -> str | None:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--debug", action="store_true", help="show tracebacks of errors")
     p.add_argument("images", nargs="*", help="image files or directories "
                    f"(default: {DEFAULT_IMAGE.relative_to(MODELS.parent.parent)})")
     p.add_argument("--net", default=str(DEFAULT_NET), help="compiled network (default: the "
@@ -107,4 +109,5 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # as dvsdk's own tools: an error is one line and a non-zero exit (--debug: traceback)
+    sys.exit(entry(Path(__file__).name, main))

@@ -27,6 +27,7 @@ import numpy as np
 
 import dvsdk
 import dvsdk.vx as vx
+from dvsdk.cli import entry
 from dvsdk.runtime.images import IMAGE_SUFFIXES, preprocess
 
 MODELS = Path(__file__).resolve().parent / "models"
@@ -90,6 +91,7 @@ def images(items: list[str]) -> list[Path]:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--debug", action="store_true", help="show tracebacks of errors")
     p.add_argument("images", nargs="*", default=[str(MODELS / "samples" / "seven_1442.png")],
                    help="image files or directories (default: one bundled sample)")
     p.add_argument("-n", "--runs", type=int, default=20, help="timed executions")
@@ -146,4 +148,5 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # as dvsdk's own tools: an error is one line and a non-zero exit (--debug: traceback)
+    sys.exit(entry(Path(__file__).name, main))

@@ -18,10 +18,12 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from pathlib import Path
 
 import numpy as np
 
 import dvsdk
+from dvsdk.cli import entry
 from dvsdk.driver.cmdlist import CommandList
 from dvsdk.driver.commands import ConvCommand, ConvRun
 from dvsdk.hw import layout
@@ -65,6 +67,7 @@ def parse_size(text: str) -> tuple[int, int]:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--debug", action="store_true", help="show tracebacks of errors")
     p.add_argument("--device", default=os.environ.get("DVSDK_DEVICE", "sim://"),
                    help="device URL (default: $DVSDK_DEVICE, else sim://)")
     p.add_argument("--size", type=parse_size, default=(16, 16), metavar="HxW",
@@ -137,4 +140,5 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # as dvsdk's own tools: an error is one line and a non-zero exit (--debug: traceback)
+    sys.exit(entry(Path(__file__).name, main))

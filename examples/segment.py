@@ -31,6 +31,7 @@ from pathlib import Path
 import numpy as np
 
 import dvsdk
+from dvsdk.cli import entry
 
 CLASSES = ("background", "red", "green", "blue")
 PALETTE = np.array([(0, 0, 0), (230, 40, 40), (40, 200, 60), (50, 90, 240)], np.uint8)
@@ -131,6 +132,7 @@ def parse_size(text: str) -> tuple[int, int]:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--debug", action="store_true", help="show tracebacks of errors")
     p.add_argument("image", nargs="?", help="image to segment (default: a synthetic scene)")
     p.add_argument("-o", "--output", default="segment_mask.png",
                    help="colored mask PNG to write (default: %(default)s)")
@@ -198,4 +200,5 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # as dvsdk's own tools: an error is one line and a non-zero exit (--debug: traceback)
+    sys.exit(entry(Path(__file__).name, main))

@@ -55,6 +55,25 @@ def test_example_has_main_and_help(name):
     assert out.startswith("usage:")
 
 
+@pytest.mark.parametrize("name", ["classify", "segment", "benchmark", "raw_commands",
+                                  "openvx_lenet"])
+def test_example_on_a_missing_board_says_one_line(name):
+    """The README's board command (``--device uio://``) on a machine without a board: one
+    line on stderr naming the cause, a non-zero exit, no traceback (as dvsdk's own tools);
+    ``--debug`` shows the traceback."""
+    proc = run(EXAMPLES / f"{name}.py", "--device", "uio://")
+    assert proc.returncode != 0
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert "UIO" in lines[0]
+    if name == "openvx_lenet":  # an OpenVX program: the graph's verification status
+        assert lines[0].startswith("verification failed: ERROR_NO_RESOURCES")
+        return
+    assert lines[0].startswith(f"{name}.py: error: ")
+    debug = run(EXAMPLES / f"{name}.py", "--device", "uio://", "--debug")
+    assert debug.returncode == proc.returncode and "Traceback" in debug.stderr
+
+
 def test_classify_default_is_a_correct_digit(tmp_path):
     out = ok(run(EXAMPLES / "classify.py", cwd=tmp_path))   # works from any directory
     assert re.search(r"seven_1442\.png: seven \(\d+\.\d%\), device [\d.]+ us  \[correct\]", out)
