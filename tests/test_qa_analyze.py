@@ -105,6 +105,29 @@ def test_cli_wrong_reference_is_one_clear_error(tmp_path, capsys):
     assert code == 2 and "reference" in err
 
 
+@pytest.mark.parametrize("bad", ["corrupt", "invalid_graph", "missing"])
+def test_cli_corrupt_or_unrunnable_reference_is_one_typed_error(bad, tmp_path, capsys):
+    """A reference that is no ONNX file, one onnxruntime refuses, or none at all: exit 2
+    with one line naming the reference, never "internal error" (issue 25 item 14)."""
+    from onnx import TensorProto, helper
+
+    from dvsdk.cli.main import run
+
+    path = tmp_path / "ref.onnx"
+    if bad == "corrupt":
+        path.write_bytes(b"not a protobuf at all \xff\xfe")
+    elif bad == "invalid_graph":  # parses, but a node reads a tensor nothing makes
+        g = helper.make_graph([helper.make_node("Relu", ["nowhere"], ["probs"])], "g",
+                              [helper.make_tensor_value_info("image", TensorProto.FLOAT,
+                                                             [1, 1, 16, 16])],
+                              [helper.make_tensor_value_info("probs", TensorProto.FLOAT, None)])
+        path.write_bytes(helper.make_model(g).SerializeToString())
+    code = run(["analyze", str(MODELS / "digits.bin"), "--reference", str(path)])
+    err = capsys.readouterr().err
+    assert code == 2 and "internal error" not in err and len(err.strip().splitlines()) == 1
+    assert "model" in err and ("ref.onnx" in err or "reference" in err)
+
+
 def _weight_formats(netfile) -> dict[str, int]:
     """Per IR op with weights: the weight_fmt its command's run was packed with."""
     from dvsdk.driver.commands import ConvCommand

@@ -163,6 +163,19 @@ def test_cli_table_json_and_confusion_png(digits, tmp_path, capsys):
     assert doc["top1"] == pytest.approx(ref["top1"]) and doc["classes"] == LABELS
 
 
+def test_an_output_the_net_lacks_is_one_error_before_any_image(digits, capsys):
+    """``--output nope``: one line naming the net's outputs, exit 2, nothing evaluated
+    (it printed one identical line per image; issue 25 item 14)."""
+    from dvsdk.cli.main import run
+
+    root, _ = digits
+    assert run(["eval", str(NET), str(root / "folders"), "--output", "nope"]) == 2
+    captured = capsys.readouterr()
+    assert captured.err.strip().splitlines() == [
+        "dvsdk: error: the net has no such output (field=output, value='nope', "
+        "limit=['probs'])"] and "top-1" not in captured.out
+
+
 def test_bad_images_are_reported_and_the_rest_evaluated(digits, tmp_path, capsys):
     from dvsdk.cli.main import run
 

@@ -139,9 +139,9 @@ def _onnxruntime(model: Any, names: list[str], feeds: dict[str, np.ndarray]
     except ImportError:
         raise InvalidArgument("the ONNX reference needs onnx and onnxruntime",
                               field="reference", hint="pip install onnxruntime") from None
-    proto = model if isinstance(model, onnx.ModelProto) else (
-        onnx.load_from_string(bytes(model)) if isinstance(model, (bytes, bytearray))
-        else onnx.load(str(model)))
+    from ..compiler.frontends.onnx import _read  # the compiler's reading: typed errors
+
+    proto, label = _read(model)
     produced = {o for n in proto.graph.node for o in n.output if o}
     have = {o.name for o in proto.graph.output}
     extra = [n for n in names if n in produced and n not in have]
@@ -151,7 +151,12 @@ def _onnxruntime(model: Any, names: list[str], feeds: dict[str, np.ndarray]
         m.graph.output.append(onnx.helper.make_empty_tensor_value_info(n))
     so = ort.SessionOptions()
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    sess = ort.InferenceSession(m.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    try:
+        sess = ort.InferenceSession(m.SerializeToString(), so,
+                                    providers=["CPUExecutionProvider"])
+    except Exception as exc:  # onnxruntime refuses the graph: say so, in one line
+        raise ModelError("onnxruntime cannot run the reference model", field="reference",
+                         value=label, hint=f"{type(exc).__name__}: {str(exc)[:160]}") from exc
     wanted = [o.name for o in sess.get_outputs()]
     missing = [i.name for i in sess.get_inputs() if i.name not in feeds]
     if missing:

@@ -152,6 +152,13 @@ def evaluate(net_source: str | os.PathLike | bytes, dataset: Dataset, *,
         raise InvalidArgument("choose one of several devices, --jobs or --scheduler",
                               field="workers", value={"devices": list(devices), "jobs": jobs,
                                                       "scheduler": scheduler})
+    if output is not None:  # checked once here, not once per image in the workers
+        from ..netfile import decode
+
+        names = [o["name"] for o in decode(net_bytes).meta["outputs"]]
+        if output not in names:
+            raise InvalidArgument("the net has no such output", field="output", value=output,
+                                  limit=names)
     num_classes = len(dataset.classes)
     if dataset.kind != CLASSIFY and num_classes < 1:
         raise DatasetError("segmentation needs the class count (net labels)",
