@@ -152,8 +152,9 @@ typedef struct {
     float slope;
 } EpiPart;
 
-static void epilogue_part(void *ctx, Py_ssize_t lo, Py_ssize_t hi)
+static void epilogue_part(void *ctx, Py_ssize_t lo, Py_ssize_t hi, int who)
 {
+    (void)who;
     const EpiPart *e = ctx;
     epilogue_all(e->y + lo * e->m, hi - lo, e->m, e->bias,
                  e->addend ? e->addend + lo * e->m : NULL, e->act, e->slope, e->prelu);
@@ -179,6 +180,8 @@ static PyObject *epilogue(PyObject *self, PyObject *args)
         goto done;
     }
     Py_ssize_t rows = y.shape[0], m = y.shape[1];
+    if (m == 0 || rows == 0)  /* nothing to do (and no division by zero channels) */
+        goto done;
     if (opt_vec(bo, &b, m, "bias", &gb) < 0 || opt_vec(ao, &a, rows * m, "addend", &ga) < 0
         || opt_vec(po, &p, m, "prelu", &gp) < 0)
         goto done;
@@ -186,8 +189,8 @@ static PyObject *epilogue(PyObject *self, PyObject *args)
         PyErr_SetString(PyExc_ValueError, "epilogue: PReLU needs slopes");
         goto done;
     }
-    if (ga && a.buf == y.buf) {
-        PyErr_SetString(PyExc_ValueError, "epilogue: addend must not be y");
+    if (ga && bufs_overlap(&a, &y)) {
+        PyErr_SetString(PyExc_ValueError, "epilogue: addend must not overlap y");
         goto done;
     }
     {
@@ -364,8 +367,8 @@ PyDoc_STRVAR(depthwise_doc,
 "the last) are written: two threads may each write a part of one ``out``; ``parts`` 2: "
 "those rows in two parts, the second on the worker thread (_native_team.c).");
 
-/* rows [row0 + lo, row0 + hi) for the second core; a part starting at 0 uses the first
- * scratch tables, the other part the second (never both at once on one) */
+/* rows [row0 + lo, row0 + hi) for the second core; the caller's chunks use the first
+ * scratch tables, the worker's the second */
 typedef struct {
     const DwArgs *da;
     float *out;
@@ -374,11 +377,10 @@ typedef struct {
     Py_ssize_t *toff[2];
 } DwPart;
 
-static void depthwise_part(void *ctx, Py_ssize_t lo, Py_ssize_t hi)
+static void depthwise_part(void *ctx, Py_ssize_t lo, Py_ssize_t hi, int who)
 {
     const DwPart *d = ctx;
-    int i = lo > 0;
-    depthwise_rows(d->da, d->out, d->row0 + lo, d->row0 + hi, d->src[i], d->toff[i]);
+    depthwise_rows(d->da, d->out, d->row0 + lo, d->row0 + hi, d->src[who], d->toff[who]);
 }
 
 static PyObject *depthwise(PyObject *self, PyObject *args)

@@ -7,9 +7,27 @@
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <float.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* The loops' results are defined operation by operation (firmware_spec/arithmetic.md): a
+ * build that lets the compiler reorder, contract or flush (-ffast-math, -Ofast) or that
+ * evaluates in wider precision (x87) would compute other bits. */
+#if defined(__FAST_MATH__)
+#error "dvsdk._native must not be built with -ffast-math / -Ofast"
+#endif
+#if defined(FLT_EVAL_METHOD) && FLT_EVAL_METHOD != 0
+#error "dvsdk._native needs float and double evaluated in their own precision (no x87)"
+#endif
+
+/* whether two buffers' bytes overlap (a view of the same memory, not only the same start) */
+static inline int bufs_overlap(const Py_buffer *a, const Py_buffer *b)
+{
+    const char *a0 = a->buf, *b0 = b->buf;
+    return a->len > 0 && b->len > 0 && a0 < b0 + b->len && b0 < a0 + a->len;
+}
 
 /* The hot loops are also compiled for AVX2 / AVX-512 where the toolchain can pick the
  * variant at load time (x86-64 Linux); the results are the same bits, only wider vectors. */
@@ -229,10 +247,11 @@ PyObject *dv_avgpool(PyObject *self, PyObject *args);
 PyObject *dv_maxpool(PyObject *self, PyObject *args);
 PyObject *dv_act_elem(PyObject *self, PyObject *args);
 extern const char dv_im2col_doc[], dv_avgpool_doc[], dv_maxpool_doc[], dv_act_elem_doc[];
-/* the second core (_native_team.c): fn(ctx, 0, n/2) here and fn(ctx, n/2, n) on the
- * worker thread at once when parts >= 2 (called with the GIL released); the same bits
- * either way, by the callers' construction */
-typedef void (*team_fn)(void *ctx, Py_ssize_t r0, Py_ssize_t r1);
+/* the second core (_native_team.c): fn(ctx, r0, r1, who) over chunks of [0, n), run by
+ * the caller (who 0) and, when parts >= 2, by the worker thread (who 1) at once; a
+ * function with scratch memory keeps one per ``who``, never per chunk (called with the
+ * GIL released); the same bits either way, by the callers' construction */
+typedef void (*team_fn)(void *ctx, Py_ssize_t r0, Py_ssize_t r1, int who);
 void team_run(team_fn fn, void *ctx, Py_ssize_t n, int parts);
 PyObject *dv_team_stats(PyObject *self, PyObject *args);
 extern const char dv_team_stats_doc[];

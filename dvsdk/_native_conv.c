@@ -97,8 +97,9 @@ typedef struct {
     int kx, ky, sx, sy, dx, dy, pl, pt, ux, uy;
 } Im2colPart;
 
-static void im2col_part(void *ctx, Py_ssize_t lo, Py_ssize_t hi)
+static void im2col_part(void *ctx, Py_ssize_t lo, Py_ssize_t hi, int who)
 {
+    (void)who;
     const Im2colPart *q = ctx;
     im2col_rows(q->x, q->h, q->w, q->c, q->out + lo * q->ow * q->ky * q->kx * q->c,
                 q->oy0 + lo, hi - lo, q->ow, q->kx, q->ky, q->sx, q->sy, q->dx, q->dy, q->pl,

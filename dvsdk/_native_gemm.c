@@ -202,8 +202,9 @@ typedef struct {
     int by_rows;
 } GemmPart;
 
-static void gemm_part(void *ctx, Py_ssize_t lo, Py_ssize_t hi)
+static void gemm_part(void *ctx, Py_ssize_t lo, Py_ssize_t hi, int who)
 {
+    (void)who;
     const GemmPart *g = ctx;
     if (g->by_rows)
         g->fn(g->a, g->k, g->bp, g->m, g->c, g->r0 + lo, g->r0 + hi, g->p0, g->p1, g->fused,
@@ -264,7 +265,7 @@ PyObject *dv_gemm(PyObject *self, PyObject *args)
         p1 = np_;
     if (o.shape[0] != n || b.shape[1] != k || b.shape[2] != PANEL
         || np_ != (m + PANEL - 1) / PANEL || r0 < 0 || r0 > r1 || p0 < 0 || p0 > p1
-        || o.buf == a.buf || o.buf == b.buf) {
+        || bufs_overlap(&o, &a) || bufs_overlap(&o, &b)) {
         PyErr_SetString(PyExc_ValueError, "gemm: inconsistent shapes or ranges");
         goto done;
     }
@@ -275,8 +276,8 @@ PyObject *dv_gemm(PyObject *self, PyObject *args)
         PyErr_SetString(PyExc_ValueError, "gemm: PReLU needs slopes");
         goto done;
     }
-    if (gd && vd.buf == o.buf) {
-        PyErr_SetString(PyExc_ValueError, "gemm: addend must not be out");
+    if (gd && bufs_overlap(&vd, &o)) {
+        PyErr_SetString(PyExc_ValueError, "gemm: addend must not overlap out");
         goto done;
     }
     if (k == 0) {  /* no products: every sum is +0 (then the epilogue, if any) */

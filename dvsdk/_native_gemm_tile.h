@@ -34,8 +34,9 @@ static inline __attribute__((always_inline)) TARGET void FN(tile)(
         } else if (full) {
             for (int v = 0; v < nv * VPP; v++)
                 acc[r][v] = LOADV(c + r * ldc + v * VW);
-        } else {
+        } else {  /* a partial panel: the lanes past ncols are zeros, never read garbage */
             memcpy(tmp, c + r * ldc, (size_t)ncols * 4);
+            memset(tmp + ncols, 0, (size_t)(nv * PANEL - ncols) * 4);
             for (int v = 0; v < nv * VPP; v++)
                 acc[r][v] = LOADV(tmp + v * VW);
         }

@@ -251,3 +251,47 @@ def test_the_compiled_elementary_functions_are_the_numpy_ones_bit_for_bit(name, 
     fast = fn(x)
     monkeypatch.setattr(native, "NATIVE", None)
     assert np.array_equal(fast.view(np.uint64), fn(x).view(np.uint64))
+
+
+def test_a_process_that_flushes_subnormals_is_warned(monkeypatch):
+    """FTZ/DAZ switched on by some library changes results: opening sim:// says so once."""
+    import dvsdk
+
+    monkeypatch.setattr(arith, "denormals_work", lambda: False)
+    monkeypatch.setattr(arith, "_checked", [False])
+    with pytest.warns(arith.ArithmeticWarning, match="flushed to zero"):
+        dvsdk.open_device("sim://").close()
+
+
+def test_scalars_keep_their_shape_through_the_compiled_functions():
+    """A 0-d input comes back 0-d (the compiled path is handed a 1-D copy)."""
+    from dvsdk.cpu.ops import run_op
+
+    for op in ("Exp", "Log", "Tanh", "Sigmoid", "Softplus", "Elu"):
+        assert run_op(op, [np.array(0.5, np.float32)], {})[0].shape == ()
+    assert elementary.power(np.float64(2.0), 0.5).shape == ()
+
+
+def test_cast_of_nan_inf_and_out_of_range_floats_is_defined():
+    """NaN -> 0, saturation to the type's range, then truncation toward zero (x86 and Arm
+    convert these differently; ONNX leaves them undefined)."""
+    from dvsdk.cpu.ops import run_op
+
+    x = np.array([np.nan, np.inf, -np.inf, 3e9, -3e9, -1.7, 2.9, 255.5], np.float32)
+    assert run_op("Cast", [x], {"to": 2})[0].tolist() == [0, 255, 0, 255, 0, 0, 2, 255]
+    assert run_op("Cast", [x], {"to": 6})[0].tolist() == [
+        0, 2**31 - 1, -2**31, 2**31 - 1, -2**31, -1, 2, 255]
+    big = run_op("Cast", [x], {"to": 7})[0]
+    assert big[1] == 2**63 - 1024 and big[2] == -2**63 and big[0] == 0
+
+
+def test_float64_products_take_the_fixed_order_too():
+    """float64 (and mixed) MatMul in the order of the float32 one, not BLAS's."""
+    rng = np.random.default_rng(13)
+    a, b = rng.standard_normal((5, 300)), rng.standard_normal((300, 7))
+    got = arith.matmul_nd(a, b)
+    ref = np.zeros((5, 7))
+    for k in range(300):
+        ref = ref + a[:, k:k + 1] * b[k]
+    assert got.dtype == np.float64 and np.array_equal(got, ref)
+    assert arith.matmul_nd(a.astype(np.float32), b).dtype == np.float64

@@ -352,7 +352,9 @@ def _pre_affine(g: Graph, op: Op, cons: dict) -> bool:
     wg = w.astype(np.float64).reshape(grp, m // grp, cg, -1)
     b = _bias(g, conv)
     if shift is not None:  # y = W (x + a) = W x + sum W a
-        b = b + np.einsum("gmck,gc->gm", wg, shift.reshape(grp, cg)).reshape(-1)
+        # (products and numpy's sums over the last two axes: no einsum, whose order of sums
+        # depends on the vector width numpy was built for)
+        b = b + (wg * shift.reshape(grp, 1, cg, 1)).sum(axis=(2, 3)).reshape(-1)
         _set_bias(g, conv, b, w.dtype)
     if scale is not None:
         wg = wg * scale.reshape(grp, 1, cg, 1)

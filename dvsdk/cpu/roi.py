@@ -15,6 +15,8 @@ from typing import Any
 
 import numpy as np
 
+from ..hw import arith
+
 __all__ = ["max_roi_pool"]
 
 
@@ -44,8 +46,8 @@ def max_roi_pool(inputs: list, attrs: Mapping[str, Any]) -> list[np.ndarray]:
         for i, (r0, r1) in enumerate(rows):
             if r1 <= r0:
                 continue
-            band = img[:, r0:r1, :].max(axis=1)             # (C, W)
+            band = arith.reduce_max(img[:, r0:r1, :], axis=1)  # (C, W)
             for j, (c0, c1) in enumerate(cols):
                 if c1 > c0:
-                    out[r, :, i, j] = band[:, c0:c1].max(axis=1)
+                    out[r, :, i, j] = arith.reduce_max(band[:, c0:c1], axis=1)
     return [out]

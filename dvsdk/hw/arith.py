@@ -24,12 +24,16 @@ Section numbers (§) are those of dv700-interface.md.
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 
 from .. import native
+from .fp16 import denormals_work
 
-__all__ = ["PANEL", "pack_b", "matmul", "matmul_nd", "total_keys", "total_values", "maximum",
-           "minimum", "clip", "reduce_max", "reduce_min"]
+__all__ = ["ArithmeticWarning", "check_fp_environment", "PANEL", "pack_b", "matmul",
+           "matmul_nd", "total_keys", "total_values", "maximum", "minimum", "clip",
+           "reduce_max", "reduce_min"]
 
 #: columns per panel of a packed right-hand operand (``_native_gemm.c``)
 PANEL = 16
@@ -89,7 +93,7 @@ def _matmul_numpy(a: np.ndarray, b: np.ndarray, out: np.ndarray, r0: int, r1: in
     if width <= 0 or r1 <= r0:
         return
     step = max(1, _NP_BLOCK // width)
-    prod = np.empty((min(step, r1 - r0), width), np.float32)
+    prod = np.empty((min(step, r1 - r0), width), out.dtype)
     for i in range(r0, r1, step):
         j = min(i + step, r1)
         acc = out[i:j, c0:c1]
@@ -102,12 +106,14 @@ def _matmul_numpy(a: np.ndarray, b: np.ndarray, out: np.ndarray, r0: int, r1: in
 
 def matmul_nd(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """numpy's ``matmul`` semantics (1-D operands, broadcast batch dimensions) with every
-    float32 product in the fixed order of :func:`matmul` (general float32 operands: no
-    fused multiply-add); other element types (integers, float64) go to numpy's ``matmul``,
-    exact or not float32 (the runtime's CPU steps run float32)."""
+    float product in the fixed order of :func:`matmul`: float32 by it (general operands:
+    no fused multiply-add), other float types (float64, mixed) by its numpy loop in the
+    result's type.  Integer products are numpy's (exact, no BLAS)."""
     a, b = np.asarray(a), np.asarray(b)
-    if a.dtype != np.float32 or b.dtype != np.float32 or a.ndim == 0 or b.ndim == 0:
-        return np.matmul(a, b)
+    if a.ndim == 0 or b.ndim == 0 or (a.dtype.kind != "f" and b.dtype.kind != "f"):
+        return np.matmul(a, b)  # (integers; a 0-d operand: numpy's error)
+    dt = np.result_type(a, b)
+    a, b = a.astype(dt, copy=False), b.astype(dt, copy=False)
     a2 = a[None, :] if a.ndim == 1 else a
     b2 = b[:, None] if b.ndim == 1 else b
     batch = np.broadcast_shapes(a2.shape[:-2], b2.shape[:-2])
@@ -116,9 +122,12 @@ def matmul_nd(a: np.ndarray, b: np.ndarray) -> np.ndarray:
         return np.matmul(a, b)  # its error
     ab = np.broadcast_to(a2, (*batch, n, a2.shape[-1]))
     bb = np.broadcast_to(b2, (*batch, *b2.shape[-2:]))
-    out = np.empty((*batch, n, m), np.float32)
+    out = np.empty((*batch, n, m), dt)
     for idx in np.ndindex(*batch):
-        matmul(ab[idx], bb[idx], out[idx])
+        if dt == np.float32:
+            matmul(ab[idx], bb[idx], out[idx])
+        else:
+            _matmul_numpy(np.ascontiguousarray(ab[idx]), bb[idx], out[idx], 0, n, 0, m)
     if a.ndim == 1:
         out = out[..., 0, :]
     if b.ndim == 1:
@@ -194,3 +203,22 @@ def _reduce_signed_zero(x: np.ndarray, fn, axis, keepdims: bool, plus: bool) -> 
     sign = np.asarray(0.0 if plus else -0.0, x.dtype)
     other = np.asarray(-0.0 if plus else 0.0, x.dtype)
     return np.where(r == 0, np.where(hit, sign, other), r).astype(x.dtype, copy=False)
+
+
+class ArithmeticWarning(RuntimeWarning):
+    """This process computes other bits than firmware_spec/arithmetic.md defines."""
+
+
+_checked = [False]
+
+
+def check_fp_environment() -> None:
+    """Warn once per process when float32 subnormals are flushed to zero here (a library
+    loaded into the process may switch FTZ/DAZ on): the CPU steps' results, and any
+    subnormal the simulator's float32 stages meet, then differ from other machines'."""
+    if not _checked[0]:
+        _checked[0] = True
+        if not denormals_work():
+            warnings.warn("subnormal floats are flushed to zero in this process (a library "
+                          "turned FTZ/DAZ on): results will differ from other machines' "
+                          "(firmware_spec/arithmetic.md)", ArithmeticWarning, stacklevel=3)

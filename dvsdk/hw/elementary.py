@@ -52,10 +52,10 @@ def _compiled(name: str, x: np.ndarray) -> np.ndarray | None:
     array operations, 30-50 us however small the array.)"""
     if native.NATIVE is None:
         return None
-    src = np.ascontiguousarray(x, _F64)
+    src = np.ascontiguousarray(x, _F64)  # (at least 1-D)
     out = np.empty(src.shape, _F64)
     native.NATIVE.elem(_NATIVE_CODES[name], src, out)
-    return out
+    return out.reshape(np.shape(x))
 
 
 def _pow2(k: np.ndarray) -> np.ndarray:

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import WeightError
-from . import layout
+from . import elementary, layout
 
 __all__ = [
     "conv_weight_size",
@@ -475,7 +475,8 @@ def _init_centroids(s: np.ndarray, k: int) -> np.ndarray:
     """
     nb = int(min(2048, max(1, s.size // 32)))
     edges = s[np.linspace(0, s.size - 1, nb + 1).round().astype(np.int64)]
-    cdf = np.concatenate([[0.0], np.cumsum(np.diff(edges) ** (2.0 / 3.0))])
+    # (elementary.power, not numpy's **: its vector build differs from the C library's)
+    cdf = np.concatenate([[0.0], np.cumsum(elementary.power(np.diff(edges), 2.0 / 3.0))])
     if cdf[-1] <= 0:  # (nearly) all values equal: spread over the distinct values instead
         u = np.unique(s)
         return u[np.linspace(0, u.size - 1, k).round().astype(np.int64)]

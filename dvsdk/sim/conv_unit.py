@@ -388,10 +388,12 @@ def _run(run: dict, x: np.ndarray, wb: tuple | None, addend: np.ndarray | None) 
         stride = _xy(run["conv_stride"])
         pads = _pads(run["conv_pad"], 0x7F)
         dil = tuple(max(1, d) for d in _xy(run["conv_dilation"]))
-        if ce & 4:
-            t = ops.deconv2d(x, wts, bias, stride, pads, depthwise=bool(ce & 2), dilation=dil)
+        if ce & 4:  # (binary16 operands: exact products, firmware_spec/arithmetic.md)
+            t = ops.deconv2d(x, wts, bias, stride, pads, depthwise=bool(ce & 2), dilation=dil,
+                             exact_products=True)
         else:
-            t = ops.conv2d(x, wts, bias, stride, pads, dil, depthwise=bool(ce & 2))
+            t = ops.conv2d(x, wts, bias, stride, pads, dil, depthwise=bool(ce & 2),
+                           exact_products=True)
     elif pe == POOL.avg:
         t = ops.avg_pool(x, _xy(run["pool_size"]), _xy(run["pool_stride"]),
                          _pads(run["pool_pad"], 0xFF), fp16_value(run["pool_avg_param"]))

@@ -44,6 +44,7 @@ from ..driver.device import (
 from ..driver.kick import DEFAULT_KICK, KICK_PROTOCOLS, protocol
 from ..driver.regdump import describe_registers
 from ..errors import CoherenceError, DeviceTimeout, InvalidArgument, InvalidURL
+from ..hw import arith
 from .core import IRQ_REGS, Faults, R, SimParams
 from .dram import Dram, remove_span, same_bytes
 from .engine import Dv700Core
@@ -240,6 +241,7 @@ class SimDevice(Device):
             raise InvalidArgument("unknown coherence mode", field="coherence", value=coherence,
                                   limit=COHERENCE_MODES)
         native.note_fallback()
+        arith.check_fp_environment()
         self.url = url
         self.params = params or SimParams()
         self.dram_base = DRAM_BASE

@@ -162,6 +162,7 @@ def conv2d(
     pads: Quad = (0, 0, 0, 0),
     dilation: Pair = (1, 1),
     depthwise: bool = False,
+    exact_products: bool = False,
 ) -> np.ndarray:
     """2-D cross-correlation as the conv engine computes it (§4.2).
 
@@ -174,6 +175,9 @@ def conv2d(
         pads: ``(left, right, top, bottom)`` zero padding, asymmetric.
         dilation: ``(dx, dy)``; ``k_eff = (k - 1) * d + 1``.
         depthwise: per-channel convolution.
+        exact_products: every product is exact in float32 (binary16 operands, as the
+            conv engine's always are): the compiled product may fuse multiply and add
+            (:func:`dvsdk.hw.arith.matmul`); with other float32 data leave it False.
 
     Returns:
         ``float32 (OH, OW, M)``, **not** rounded to FP16 (the caller rounds).
@@ -222,7 +226,8 @@ def conv2d(
         # pointwise: the input itself is the im2col matrix; the weights as the same (C, M)
         # matrix as below (the conv unit keeps them in that memory order: no copy)
         wmat = np.ascontiguousarray(w.reshape(m, c).T)
-        out = arith.matmul(x.reshape(-1, c), wmat, exact_products=True).reshape(oh, ow, m)
+        out = arith.matmul(x.reshape(-1, c), wmat,
+                           exact_products=exact_products).reshape(oh, ow, m)
         return _add_per_channel(out, b)
 
     xp = np.pad(x, ((pt, pb), (pl, pr), (0, 0))) if pl or pr or pt or pb else x
@@ -239,7 +244,7 @@ def conv2d(
         blk = win[r:r + rows_per_block]
         n = blk.shape[0] * ow
         arith.matmul(blk.reshape(n, kdim), wmat, out[r:r + rows_per_block].reshape(n, m),
-                     packed=packed, exact_products=True)
+                     packed=packed, exact_products=exact_products)
     return _add_per_channel(out, b)
 
 
@@ -303,6 +308,7 @@ def deconv2d(
     pads: Quad = (0, 0, 0, 0),
     depthwise: bool = False,
     dilation: Pair = (1, 1),
+    exact_products: bool = False,
 ) -> np.ndarray:
     """Deconvolution as the hardware performs it (§4.2, conv_enable 5 / 7).
 
@@ -325,7 +331,7 @@ def deconv2d(
     else:
         z = np.zeros(((h_in - 1) * sy + 1, (w_in - 1) * sx + 1, c), np.float32)
         z[::sy, ::sx, :] = x
-    return conv2d(z, w, bias, (1, 1), pads, dilation, depthwise)
+    return conv2d(z, w, bias, (1, 1), pads, dilation, depthwise, exact_products)
 
 
 # ---------------------------------------------------------------------------

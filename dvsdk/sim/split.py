@@ -2,12 +2,11 @@
 
 The compiled loops (matrix product, depthwise convolution, im2col, epilogue) take a
 ``parts`` argument: with 2, the loop's output rows (or, for a few-row matrix product, its
-16-column output panels) are split in two, and a worker thread of the compiled module
-(``dvsdk/_native_team.c``) runs the second part while the caller runs the first.  The
-worker spins for a fraction of a millisecond after each part, so the next loop starts on
-both cores within a microsecond; when it is asleep or its core is busy (another process
-holds it), the caller runs the second part itself once its first is done, so a split is
-never slower than the loop run whole.
+16-column output panels) are cut in eight chunks that the caller and a worker thread of
+the compiled module (``dvsdk/_native_team.c``) claim one at a time.  The worker spins for
+a fraction of a millisecond after each loop, so the next one starts on both cores within
+a microsecond; when it is asleep or its core is busy (another process holds it), the
+caller takes the remaining chunks, and waits only for the one the worker is in.
 
 A split changes no bit, by construction: every output is a fixed sequence of operations
 on its own operands (firmware_spec/arithmetic.md), whichever part computes it.  Nothing
@@ -30,8 +29,17 @@ MIN_WORK = 200_000
 #: the work of one unit of each loop, in depthwise multiply-adds (a product's
 #: multiply-add is cheaper, an epilogue's or a copy's element dearer)
 DEPTHWISE, MATMUL, EPILOGUE = 1.0, 0.25, 5.0
-#: threads the simulator's loops use: two where there are two cores, else one
-THREADS = 1 if os.environ.get("DVSDK_SIM_THREADS", "") == "1" else min(2, os.cpu_count() or 1)
+def _cpus() -> int:
+    """The CPUs this process may run on (its affinity mask, as ``taskset`` sets it), not
+    the machine's count: two threads on one CPU would only take turns."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # (no affinity call on this platform)
+        return os.cpu_count() or 1
+
+
+#: threads the simulator's loops use: two where there are two CPUs to run on, else one
+THREADS = 1 if os.environ.get("DVSDK_SIM_THREADS", "") == "1" else min(2, _cpus())
 
 
 def parts(work: float) -> int:
