@@ -526,6 +526,8 @@ def check(net: NetFile, name: str = "net.bin") -> None:
     check_program(m, meta["program"], len(net.command_records()), tensors, constants)
     if meta.get("labels") is not None:
         m.names(meta["labels"], "labels")
+    if meta.get("golden_omitted") is not None:
+        m.text(meta["golden_omitted"], "golden_omitted")
 
 
 def _check_device(m: MetaReader, dev: Any, path: str, shape: tuple[int, ...], arena: int

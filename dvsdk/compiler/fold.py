@@ -101,8 +101,33 @@ def _norm_axis(c: _Ctx, rank: int, key: str = "axis", default: int = 0) -> int:
     return axis
 
 
+#: the integer attributes of a Conv, ConvTranspose or pooling window: ONNX's ranges (a 0
+#: stride or dilation is meaningless), bounded as the net.bin reader bounds them
+_WINDOW_RANGES = {"kernel_shape": (1, 1 << 16), "strides": (1, 1 << 16),
+                  "dilations": (1, 1 << 16), "pads": (-(1 << 16), 1 << 16),
+                  "output_padding": (0, 1 << 16), "group": (1, 1 << 16)}
+
+
+def _check_window(c: _Ctx) -> None:
+    """ModelError naming the op, the attribute, its value and the range, before any
+    arithmetic uses it (a 0 stride divided by zero, a 0 dilation wrote a file the reader
+    refuses)."""
+    for key, (lo, hi) in _WINDOW_RANGES.items():
+        v = c.op.attrs.get(key)
+        if v is None:
+            continue
+        values = [v] if isinstance(v, (int, np.integer)) else list(v)
+        for i, x in enumerate(values):
+            if not isinstance(x, (int, np.integer)) or not lo <= int(x) <= hi:
+                where = key if isinstance(v, (int, np.integer)) else f"{key}[{i}]"
+                raise c.fail(f"{c.op.type} {where} is out of range",
+                             value=v if isinstance(v, (int, np.integer)) else values,
+                             limit=f"{lo}..{hi}")
+
+
 def _conv(c: _Ctx) -> Result:
     x, w = c.shape(0), c.shape(1)
+    _check_window(c)
     a = resolve_conv(c.op.attrs, x, w)
     if x[1] != w[1] * a["group"] or w[0] % a["group"]:
         raise c.fail("Conv channel count does not match the weights and group",
@@ -116,6 +141,7 @@ def _conv(c: _Ctx) -> Result:
 
 def _conv_transpose(c: _Ctx) -> Result:
     x, w = c.shape(0), c.shape(1)
+    _check_window(c)
     a = resolve_conv_transpose(c.op.attrs, x, w)
     if x[1] != w[0] or x[1] % a["group"]:
         raise c.fail("ConvTranspose channel count does not match the weights",
@@ -126,6 +152,7 @@ def _conv_transpose(c: _Ctx) -> Result:
 
 def _pool(c: _Ctx) -> Result:
     x = c.shape(0)
+    _check_window(c)
     a = resolve_pool(c.op.attrs, x)
     if c.op.type == "AveragePool":
         a.setdefault("count_include_pad", 0)
