@@ -30,6 +30,7 @@ from ..cpu.nn import (
     resolve_conv,
     resolve_conv_transpose,
     resolve_pool,
+    window_problem,
 )
 from ..cpu.ops import KERNELS, full_pads, run_op, slice_index, split_sizes
 from ..errors import ModelError, UnsupportedOps
@@ -101,28 +102,13 @@ def _norm_axis(c: _Ctx, rank: int, key: str = "axis", default: int = 0) -> int:
     return axis
 
 
-#: the integer attributes of a Conv, ConvTranspose or pooling window: ONNX's ranges (a 0
-#: stride or dilation is meaningless), bounded as the net.bin reader bounds them
-_WINDOW_RANGES = {"kernel_shape": (1, 1 << 16), "strides": (1, 1 << 16),
-                  "dilations": (1, 1 << 16), "pads": (-(1 << 16), 1 << 16),
-                  "output_padding": (0, 1 << 16), "group": (1, 1 << 16)}
-
-
 def _check_window(c: _Ctx) -> None:
-    """ModelError naming the op, the attribute, its value and the range, before any
-    arithmetic uses it (a 0 stride divided by zero, a 0 dilation wrote a file the reader
-    refuses)."""
-    for key, (lo, hi) in _WINDOW_RANGES.items():
-        v = c.op.attrs.get(key)
-        if v is None:
-            continue
-        values = [v] if isinstance(v, (int, np.integer)) else list(v)
-        for i, x in enumerate(values):
-            if not isinstance(x, (int, np.integer)) or not lo <= int(x) <= hi:
-                where = key if isinstance(v, (int, np.integer)) else f"{key}[{i}]"
-                raise c.fail(f"{c.op.type} {where} is out of range",
-                             value=v if isinstance(v, (int, np.integer)) else values,
-                             limit=f"{lo}..{hi}")
+    """ModelError naming the op and the attribute out of range (:func:`window_problem`),
+    before any arithmetic uses it."""
+    bad = window_problem(c.op.attrs)
+    if bad is not None:
+        where, value, limit = bad
+        raise c.fail(f"{c.op.type} {where} is out of range", value=value, limit=limit)
 
 
 def _conv(c: _Ctx) -> Result:
