@@ -31,6 +31,7 @@ from .driver.device import DeviceInfo
 from .errors import NetFileError
 from .fsutil import atomic_write
 from .hw.spec import SPEC
+from .netprogram import ProgramShape, check_program, program_shape  # noqa: F401 (re-exported)
 
 NB = SPEC.netbin
 MAGIC = NB["magic"].encode()
@@ -51,6 +52,8 @@ DTYPES.update({d.name: d for d in list(DTYPES.values())})
 META_REQUIRED = ("inputs", "outputs", "tensors", "program", "arena")
 #: the layouts inputs and outputs may be given in (see netbin.md: NHWC for Keras models)
 LAYOUTS = ("NCHW", "NHWC", "ND")
+#: sections a table may list
+MAX_SECTIONS = 64
 
 
 @dataclass
@@ -82,6 +85,9 @@ class NetFile:
         """Split CMDS into raw structs by their own header size (§3.1)."""
         out, pos, data = [], 0, self.commands
         while pos < len(data):
+            if len(out) == LIMITS["commands"]:
+                raise NetFileError("CMDS holds too many command records", field="CMDS",
+                                   value=f"more than {len(out)}", limit=LIMITS["commands"])
             if pos + 8 > len(data):
                 raise NetFileError("command record cut short", field="CMDS", value=pos)
             size = int.from_bytes(data[pos : pos + 4], "little")
@@ -181,14 +187,17 @@ def decode(data: bytes, name: str = "net.bin") -> NetFile:
                            value=len(data), limit=hdr["file_size"])
     n = hdr["section_count"]
     table_end = HEADER.size + SECTION.size * n
-    if n > 64 or table_end > len(data):
-        raise NetFileError(f"{name} section table is corrupt", field="section_count", value=n)
+    if n > MAX_SECTIONS or table_end > len(data):
+        raise NetFileError(f"{name} section table is corrupt", field="section_count", value=n,
+                           limit=MAX_SECTIONS)
     table = data[HEADER.size : table_end]
     covered = HEADER.pack({k: v for k, v in hdr.items() if k != "header_crc32"}) + table
     if _crc(covered) != hdr["header_crc32"]:
         raise NetFileError(f"{name} header is corrupt (CRC mismatch)", field="header_crc32",
                            value=hdr["header_crc32"], limit=_crc(covered))
+    _check_header(hdr, name)
     sections: dict[str, bytes] = {}
+    spans: list[tuple[int, int, str]] = []
     for i in range(n):
         e = SECTION.unpack(table, i * SECTION.size)
         tag = bytes(e["tag"]).rstrip(b"\0").decode("ascii", "replace")
@@ -196,6 +205,9 @@ def decode(data: bytes, name: str = "net.bin") -> NetFile:
         if tag in sections:   # which copy wins would be the reader's guess
             raise NetFileError(f"{name} has two {tag} sections", field=tag, value=i,
                                limit="one section per tag")
+        if e["flags"]:
+            raise NetFileError(f"{name} section {tag} has flags this reader does not know",
+                               field=f"{tag}.flags", value=e["flags"], limit=0)
         if start + size > len(data):
             raise NetFileError(f"{name} section {tag} runs past the end", field=tag,
                                value=start + size, limit=len(data))
@@ -208,6 +220,8 @@ def decode(data: bytes, name: str = "net.bin") -> NetFile:
             raise NetFileError(f"{name} section {tag} is corrupt (CRC mismatch)", field=tag,
                                value=_crc(body), limit=e["crc32"])
         sections[tag] = body
+        spans.append((start, start + size, tag))
+    _check_padding(data, table_end, spans, name)
     if "META" not in sections:
         raise NetFileError(f"{name} has no META section", field="META")
     meta = parse_meta(sections.pop("META"), name)
@@ -218,6 +232,48 @@ def decode(data: bytes, name: str = "net.bin") -> NetFile:
                   compiler_version=compiler, extra=sections)
     check(net, name)
     return net
+
+
+def _check_header(hdr: dict[str, Any], name: str) -> None:
+    """The header fields version 1 fixes: its size, no flags, reserved words zero."""
+    if hdr["header_size"] != HEADER.size:
+        raise NetFileError(f"{name} header size is not this format's", field="header_size",
+                           value=hdr["header_size"], limit=HEADER.size)
+    if hdr["flags"]:
+        raise NetFileError(f"{name} header has flags this reader does not know",
+                           field="flags", value=hdr["flags"], limit=0)
+    if any(hdr["rsvd"]):
+        raise NetFileError(f"{name} header has reserved fields set", field="rsvd",
+                           value=list(hdr["rsvd"]), limit="all 0")
+
+
+def _check_padding(data: bytes, table_end: int, spans: list[tuple[int, int, str]],
+                   name: str) -> None:
+    """Sections do not overlap, and every byte outside the header, the table and the
+    sections (which no CRC covers) is alignment padding: zero, shorter than
+    :data:`ALIGN` per gap, ending the file at the first aligned offset after the last
+    section (exactly what :func:`encode` writes)."""
+    pos, prev = table_end, "the section table"
+    for start, end, tag in sorted(spans):
+        if start < pos:
+            raise NetFileError(f"{name} section {tag} overlaps {prev}", field=tag,
+                               value=start, limit=f">= {pos}")
+        _zero_gap(data, pos, start, f"before section {tag}", name)
+        if end > start:
+            pos, prev = end, f"section {tag}"
+    if len(data) != -(-pos // ALIGN) * ALIGN and spans:
+        raise NetFileError(f"{name} has bytes after its last section", field="file_size",
+                           value=len(data), limit=-(-pos // ALIGN) * ALIGN)
+    _zero_gap(data, pos, len(data), "at the end", name)
+
+
+def _zero_gap(data: bytes, a: int, b: int, where: str, name: str) -> None:
+    if b - a >= ALIGN:
+        raise NetFileError(f"{name} has {b - a} bytes no section holds {where}",
+                           field="padding", value=b - a, limit=f"< {ALIGN}")
+    if data[a:b].strip(b"\0"):
+        raise NetFileError(f"{name} has non-zero padding {where} (covered by no CRC)",
+                           field="padding", value=a, limit="zero bytes")
 
 
 # -- META as bounded JSON --------------------------------------------------------------------
@@ -436,6 +492,8 @@ def check(net: NetFile, name: str = "net.bin") -> None:
     for cname, e in constants.items():
         m.entry(e, f"constants.{cname}", len(net.constants), ALIGNMENT["constants"])
     tensors = m.obj(meta["tensors"], "tensors")
+    if len(tensors) > LIMITS["tensors"]:
+        m.fail("tensors", "has too many tensors", len(tensors), LIMITS["tensors"])
     device = {}
     for tname, t in tensors.items():
         path = f"tensors.{tname}"
@@ -465,9 +523,11 @@ def check(net: NetFile, name: str = "net.bin") -> None:
             lay = m.text(spec.get("layout", "NCHW"), f"{side}[{i}].layout", LAYOUTS)
             if lay == "NHWC" and len(m.shape(spec.get("shape"), f"{side}[{i}].shape")) != 4:
                 m.fail(f"{side}[{i}].layout", "NHWC is for 4-D tensors", lay, "NCHW or ND")
-    _check_program(m, net, tensors, constants)
+    check_program(m, meta["program"], len(net.command_records()), tensors, constants)
     if meta.get("labels") is not None:
         m.names(meta["labels"], "labels")
+    if meta.get("golden_omitted") is not None:
+        m.text(meta["golden_omitted"], "golden_omitted")
 
 
 def _check_device(m: MetaReader, dev: Any, path: str, shape: tuple[int, ...], arena: int
@@ -492,59 +552,6 @@ def _check_device(m: MetaReader, dev: Any, path: str, shape: tuple[int, ...], ar
     if end > arena:
         m.fail(path, "lies outside the arena", end, arena)
     return off, end - off
-
-
-def _check_program(m: MetaReader, net: NetFile, tensors: dict, constants: dict) -> None:
-    ncmd = len(net.command_records())
-    for i, step in enumerate(m.lst(net.meta["program"], "program")):
-        path = f"program[{i}]"
-        step = m.obj(step, path)
-        kind = m.text(step.get("kind"), f"{path}.kind", ("hw", "cpu"))
-        if "name" in step:
-            m.text(step["name"], f"{path}.name")
-        if kind == "hw":
-            cmds = m.lst(step.get("commands"), f"{path}.commands")
-            if len(cmds) != 2:
-                m.fail(f"{path}.commands", "is not [first, count]", cmds, 2)
-            first = m.integer(cmds[0], f"{path}.commands[0]")
-            count = m.integer(cmds[1], f"{path}.commands[1]", 1)
-            if first + count > ncmd:
-                m.fail(f"{path}.commands", "refers to missing commands (past the end of CMDS)",
-                       cmds, f"{ncmd} records")
-            m.names(step.get("runs", []), f"{path}.runs")
-            m.names(step.get("sources", []), f"{path}.sources")
-            for j, src in enumerate(m.lst(step.get("command_sources", []),
-                                          f"{path}.command_sources")):
-                m.names(src, f"{path}.command_sources[{j}]")
-            known = (tensors, constants)
-            _per_command(m, step.get("command_outputs"), f"{path}.command_outputs", count,
-                         known, lambda x, p: [x] if isinstance(x, str) else m.names(x, p))
-            _per_command(m, step.get("command_inputs"), f"{path}.command_inputs", count,
-                         known, m.names)
-            continue
-        m.text(step.get("op"), f"{path}.op")
-        m.obj(step.get("attrs"), f"{path}.attrs")   # required: a lost key would mean defaults
-        for j, t in enumerate(m.names(step.get("inputs"), f"{path}.inputs")):
-            if t and t not in tensors and t not in constants:
-                m.fail(f"{path}.inputs[{j}]", "names no tensor or constant", t)
-        for j, t in enumerate(m.names(step.get("outputs"), f"{path}.outputs")):
-            if t and t not in tensors:
-                m.fail(f"{path}.outputs[{j}]", "names no tensor", t)
-
-
-def _per_command(m: MetaReader, values: Any, path: str, count: int, known: tuple[dict, ...],
-                 names: Any) -> None:
-    """``command_outputs`` / ``command_inputs`` (optional): one entry per command, each
-    naming tensors the program has."""
-    if values is None:
-        return
-    values = m.lst(values, path)
-    if len(values) != count:
-        m.fail(path, "needs one entry per command", len(values), count)
-    for j, v in enumerate(values):
-        for t in names(v, f"{path}[{j}]"):
-            if not any(t in k for k in known):
-                m.fail(f"{path}[{j}]", "names no tensor", t)
 
 
 def read(path: str | os.PathLike) -> NetFile:
@@ -583,33 +590,3 @@ def dma_bytes(net: NetFile) -> int:
     """DMA memory a net.bin needs on the device: arena, weights and command streams."""
     stream = len(net.commands) // 1864 * 1500 + 64 * 1024
     return int(net.meta["arena"]["size"]) + len(net.weights) + stream
-
-
-@dataclass(frozen=True)
-class ProgramShape:
-    """How a program alternates between the DV700 and the CPU (META ``program``)."""
-
-    hw_segments: int
-    cpu_steps: int
-    cpu_segments: int   # runs of consecutive CPU steps
-    transitions: int    # device <-> CPU hand-overs between consecutive steps
-
-    def __str__(self) -> str:
-        if not self.cpu_steps:
-            return (f"no CPU steps: {self.hw_segments} hardware segment"
-                    f"{'s' if self.hw_segments != 1 else ''}, no device<->CPU transitions")
-        return (f"{self.cpu_steps} CPU step{'s' if self.cpu_steps != 1 else ''} in "
-                f"{self.cpu_segments} segment{'s' if self.cpu_segments != 1 else ''}, "
-                f"{self.transitions} device<->CPU transition"
-                f"{'s' if self.transitions != 1 else ''}")
-
-
-def program_shape(meta: dict[str, Any]) -> ProgramShape:
-    """Count the hardware segments, CPU steps, CPU segments and transitions of META's
-    program (the hand-overs between consecutive steps; the input upload and the output
-    download of every run are not counted)."""
-    kinds = [s.get("kind") for s in meta.get("program", [])]
-    starts = [k for i, k in enumerate(kinds) if i == 0 or kinds[i - 1] != k]
-    return ProgramShape(hw_segments=starts.count("hw"), cpu_steps=kinds.count("cpu"),
-                        cpu_segments=starts.count("cpu"),
-                        transitions=max(len(starts) - 1, 0))

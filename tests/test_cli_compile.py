@@ -111,6 +111,34 @@ def test_bad_values_are_one_line_exit_2(shipped, capsys, extra, needle):
     assert "usage:" not in err and not (shipped / "x.bin").exists()
 
 
+@pytest.mark.parametrize("op, attrs, bad", [
+    ("Conv", {"dilations": [0, 0]}, "dilations[0]"),        # wrote a file the reader refused
+    ("Conv", {"strides": [1, 0]}, "strides[1]"),            # ZeroDivisionError
+    ("MaxPool", {"kernel_shape": [2, 2], "strides": [0, 1]}, "strides[0]"),
+    ("AveragePool", {"kernel_shape": [0, 2]}, "kernel_shape[0]"),
+    ("ConvTranspose", {"dilations": [1, 0]}, "dilations[1]"),
+])
+def test_window_attributes_out_of_range_are_a_model_error(tmp_path, capsys, op, attrs, bad):
+    """A 0 dilation, stride or kernel (issue 25, item 8): a ModelError naming the op, the
+    attribute, its value and the range, one line, exit 2, nothing written."""
+    import numpy as np
+    from onnx import helper
+
+    from .onnx_models import make_model
+
+    conv = "Conv" in op
+    model = make_model([helper.make_node(op, ["x", "w"] if conv else ["x"], ["y"], **attrs)],
+                       [("x", [1, 8, 8, 8])], ["y"],
+                       {"w": np.ones((8, 8, 3, 3), np.float32)} if conv else {})
+    src = tmp_path / "m.onnx"
+    src.write_bytes(model.SerializeToString())
+    rc, out, err = call(compile_cli, [src, "-o", tmp_path / "m.bin"], capsys)
+    assert rc == 2 and out == "" and err.count("\n") == 1, err
+    assert f"{op} {bad} is out of range" in err and f"field={op} {op}_0" in err
+    assert "limit=1..65536" in err
+    assert not (tmp_path / "m.bin").exists()
+
+
 def test_labels_must_match_the_classes_and_errors_name_the_file(shipped, capsys):
     three = shipped / "three.txt"
     three.write_text("zero\none\ntwo\n")

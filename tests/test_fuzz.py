@@ -312,7 +312,7 @@ def test_cpu_steps_name_kernels_and_known_tensors(smx):
              ("inputs", ["relu_out5", "nope"], "program[1].inputs[1]"),
              ("inputs", ["pad_out8", "pads7"], "program[1].inputs[0]"),   # no value yet
              ("outputs", ["pads7"], "program[1].outputs[0]"),
-             ("outputs", ["x"], "program[1].outputs")]                     # no one reads it
+             ("outputs", ["x"], "program[1].outputs[0]")]       # the input: written twice
     for key, value, field in cases:
         meta = smx.meta()
         meta["program"][1][key] = value

@@ -73,12 +73,67 @@ def test_tiny_outputs_fail_the_selftest_and_warn(sim) -> None:
     assert reread.meta["warnings"] == net.meta["warnings"]  # the CLI can print them
 
 
-def test_fp16_overflow_warns() -> None:
-    """Outputs above 65504 overflow FP16 on the DV700: inf on the simulator."""
-    with pytest.warns(PrecisionWarning, match="non-finite"):
-        net = dvsdk.compile(_conv(1.0, k=8e3))
+def test_fp16_overflow_records_no_pair_and_the_file_loads(tmp_path, sim) -> None:
+    """Outputs above 65504 overflow FP16 on the DV700: inf on the simulator.  The compiler
+    warns and records no golden pair, with the reason; the file loads and runs, and
+    ``--selftest`` says why there is no pair.  (Before issue 25 it recorded a pair whose
+    ``sim_max_abs_error`` was null, which the reader refused: exit 2 for any run.)"""
+    from dvsdk.cli.run import run as dvsdk_run
+
+    path = tmp_path / "overflow.bin"
+    with pytest.warns(PrecisionWarning, match="non-finite.*no golden pair is recorded"):
+        net = dvsdk.compile(_conv(1.0, k=8e3), path)
     assert [w["kind"] for w in net.meta["warnings"]] == ["golden_mismatch"]
-    assert net.meta["golden"]["sim_max_abs_error"]["y"] is None
+    assert "golden" not in net.meta and net.golden == b""
+    assert "'y' is not finite" in net.meta["golden_omitted"]
+    with dvsdk.load(path, sim) as n:
+        assert np.isinf(n.run(np.ones((1, 8, 8, 8), np.float32))["y"]).any()
+        with pytest.raises(dvsdk.errors.NetFileError, match="no golden pair.*not finite"):
+            n.selftest()
+    np.save(tmp_path / "x.npy", np.zeros((1, 8, 8, 8), np.float32))   # (no overflow)
+    assert dvsdk_run([str(path), "--input", str(tmp_path / "x.npy")]) == 0
+    assert dvsdk_run([str(path), "--selftest"]) == 2
+
+
+def test_no_golden_says_so() -> None:
+    net = dvsdk.compile(_conv(1.0), golden=False)
+    assert "golden" not in net.meta and "--no-golden" in net.meta["golden_omitted"]
+    dvsdk.netfile.decode(dvsdk.netfile.encode(net))
+
+
+def test_the_compiler_never_returns_a_file_its_reader_refuses(tmp_path, monkeypatch) -> None:
+    """Whatever goes wrong in the compiler's own steps, the file it would write passes the
+    reader's checks or is a ModelError, and nothing is written."""
+    import dvsdk.compiler.build as build
+
+    def bad_golden(net, graph):   # what the compiler wrote before issue 25
+        net.meta["golden"] = {"inputs": {}, "outputs": {}, "tolerance": {},
+                              "sim_max_abs_error": {"y": None}}
+
+    monkeypatch.setattr(build, "add_golden", bad_golden)
+    out = tmp_path / "net.bin"
+    with pytest.raises(ModelError, match="internal: the compiled net.bin fails") as ei:
+        dvsdk.compile(_conv(1.0), out)
+    assert ei.value.field.startswith("golden")
+    assert not out.exists()
+
+
+def test_light_onnx_models_that_overflow_load() -> None:
+    """The ONNX package's "light" squeezenet overflows FP16 on the golden input (one of
+    six light models that did): it compiles to a file that loads."""
+    import os
+
+    import onnx
+
+    path = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", "light",
+                        "light_squeezenet.onnx")
+    if not os.path.exists(path):
+        pytest.skip("this onnx package ships no light models")
+    with pytest.warns(PrecisionWarning):
+        net = dvsdk.compile(path)
+    assert "golden_omitted" in net.meta
+    with dvsdk.load(dvsdk.netfile.decode(dvsdk.netfile.encode(net)), "sim://") as n:
+        assert n.outputs
 
 
 def test_bool_output_golden(sim) -> None:

@@ -200,16 +200,100 @@ def test_flipped_header_or_table_byte(data: bytes, pos: int) -> None:
     assert ei.value.field in ("header_crc32", "format_version", "file_size", "section_count")
 
 
-def test_padding_between_sections_is_not_checked(data: bytes) -> None:
-    """Bytes between sections belong to no CRC; a flip there is harmless (and the file
-    still loads).  Recorded so that a format change that starts checking it is deliberate."""
+def test_padding_between_sections_must_be_zero(data: bytes) -> None:
+    """Bytes between sections belong to no CRC, so the reader requires them zero: a flip
+    there is refused (it was accepted before issue 25), as is a gap of a whole 64-byte
+    block or more, or bytes after the last section."""
     off, size = sections(data)["META"]
     gap = off + size
     if gap % 64 == 0:
         pytest.skip("META fills its last 64-byte block")
     bad = bytearray(data)
     bad[gap] ^= 0xFF
-    assert decode(bytes(bad)).meta == decode(data).meta
+    with pytest.raises(NetFileError, match="non-zero padding before section") as ei:
+        decode(bytes(bad))
+    assert ei.value.field == "padding" and ei.value.value == gap
+
+
+def _retable(data: bytes, edit) -> bytes:
+    """``data`` with its header and section table changed by ``edit(header, entries)``
+    (dicts, edited in place), the header CRC recomputed: what lies beyond the CRC."""
+    import zlib
+
+    hdr = HEADER.unpack(data)
+    entries = [SECTION.unpack(data, HEADER.size + i * SECTION.size)
+               for i in range(hdr["section_count"])]
+    edit(hdr, entries)
+    table = b"".join(SECTION.pack(e) for e in entries)
+    crc = zlib.crc32(HEADER.pack({**hdr, "header_crc32": 0}) + table) & 0xFFFFFFFF
+    head = HEADER.pack({**hdr, "header_crc32": crc}) + table
+    out = bytearray(data)
+    out[: len(head)] = head
+    return bytes(out)
+
+
+@pytest.mark.parametrize("field, value, message", [
+    ("header_size", 128, "header size"),
+    ("flags", 1, "header has flags"),
+    ("rsvd", [0, 0, 7, 0], "reserved fields"),
+])
+def test_header_fields_fixed_by_version_1_are_checked(data: bytes, field, value, message):
+    """header_size, flags and the reserved words were read and ignored before issue 25."""
+    def edit(hdr, entries):
+        hdr[field] = value
+
+    with pytest.raises(NetFileError, match=message) as ei:
+        decode(_retable(data, edit))
+    assert ei.value.field == field
+
+
+def test_section_flags_are_checked(data: bytes) -> None:
+    def edit(hdr, entries):
+        entries[1]["flags"] = 2
+
+    with pytest.raises(NetFileError, match="section CMDS has flags") as ei:
+        decode(_retable(data, edit))
+    assert ei.value.field == "CMDS.flags" and ei.value.value == 2
+
+
+def test_overlapping_sections_are_refused(data: bytes) -> None:
+    """A sixth table entry (an unknown tag, which readers keep and otherwise ignore) over
+    META's first 64 bytes, its CRC made to match: accepted before issue 25."""
+    import zlib
+
+    meta_off, _ = sections(data)["META"]
+    assert HEADER.size + 6 * SECTION.size <= meta_off   # room for the entry
+
+    def edit(hdr, entries):
+        hdr["section_count"] += 1
+        entries.append({"tag": list(b"XTRA\0\0\0\0"), "offset": meta_off, "size": 64,
+                        "crc32": zlib.crc32(data[meta_off : meta_off + 64]) & 0xFFFFFFFF,
+                        "flags": 0})
+
+    with pytest.raises(NetFileError, match="overlaps") as ei:
+        decode(_retable(data, edit))
+    assert ei.value.field in ("META", "XTRA")
+
+
+def test_a_gap_or_tail_no_section_holds_is_refused(data: bytes) -> None:
+    """Room for bytes no CRC covers: a whole zero block between sections, or after the
+    last one."""
+    def grow(hdr, entries):
+        hdr["file_size"] += 64
+
+    with pytest.raises(NetFileError, match="after its last section"):
+        decode(_retable(data + bytes(64), grow))
+    last = max(range(len(TAGS)), key=lambda i: sections(data)[TAGS[i]][0])
+    off = sections(data)[TAGS[last]][0]
+
+    def shift(hdr, entries):
+        hdr["file_size"] += 64
+        entries[last]["offset"] += 64
+
+    moved = data[:off] + bytes(64) + data[off:]
+    with pytest.raises(NetFileError, match="bytes no section holds") as ei:
+        decode(_retable(moved, shift))
+    assert ei.value.field == "padding"
 
 
 def test_bad_magic(data: bytes) -> None:

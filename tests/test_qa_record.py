@@ -6,8 +6,12 @@ here with numpy and the chunked-layout math; a truncated or foreign file is a cl
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
+import os
+import subprocess
+import sys
 import zipfile
 
 import numpy as np
@@ -79,13 +83,13 @@ def test_a_tampered_output_byte_is_found_at_its_command_and_position(digits_rec,
     e = 5                                           # element 5 of the last command's output
     data[2 * e + 1] ^= 0x40                         # flip an exponent bit of that FP16 value
     bad = tmp_path / "tampered.dvrec"
-    with zipfile.ZipFile(bad, "w") as out:
-        item["blob"] = "tampered"
+    with zipfile.ZipFile(bad, "w") as out:   # a consistent recording of another output
+        item["blob"] = hashlib.sha256(bytes(data)).hexdigest()
         out.writestr("manifest.json", json.dumps(m))
         for name in z.namelist():
             if name.startswith("blobs/"):
                 out.writestr(name, z.read(name))
-        out.writestr("blobs/tampered", bytes(data))
+        out.writestr(f"blobs/{item['blob']}", bytes(data))
     results, _ = replay(bad)
     r = results[0]
     assert not r.identical and len(r.differences) == 1
@@ -278,3 +282,169 @@ def test_a_recording_replays_identically_in_other_configurations(tmp_path):
                            env={**os.environ, **extra}, capture_output=True, text=True,
                            timeout=300)
         assert r.returncode == 0 and "bit-identical" in r.stdout, (extra, r.stdout, r.stderr)
+
+
+# -- issue 25, item 9: a failed --record keeps the old file; replay checks what it reads --
+
+def _rewrite(src, dst, edit=None, blob=None):
+    """A copy of recording ``src`` at ``dst`` with ``edit(manifest)`` applied and, where
+    ``blob`` is ``(name, bytes)``, that blob's content replaced under its old name."""
+    z = zipfile.ZipFile(src)
+    m = json.loads(z.read("manifest.json"))
+    if edit is not None:
+        edit(m)
+    with zipfile.ZipFile(dst, "w") as out:
+        out.writestr("manifest.json", json.dumps(m))
+        for name in z.namelist():
+            if name.startswith("blobs/"):
+                data = blob[1] if blob and name == f"blobs/{blob[0]}" else z.read(name)
+                out.writestr(name, data)
+    return dst
+
+
+def test_a_run_that_fails_before_the_first_kick_keeps_the_old_recording(digits_rec, tmp_path,
+                                                                        capsys):
+    """It replaced the recording with an empty one, which replayed as bit-identical."""
+    path = tmp_path / "run.dvrec"
+    path.write_bytes(digits_rec.read_bytes())
+    before = path.read_bytes()
+    missing = str(tmp_path / "nope.bin")
+    assert run_cli(["dvsdk-run", missing, SEVEN, "--record", str(path)]) == 2
+    assert path.read_bytes() == before
+    capsys.readouterr()
+    # a run that completes without a kick (its one input is unreadable) records nothing
+    bad = tmp_path / "bad.png"
+    bad.write_bytes(b"not an image")
+    rc = run_cli(["dvsdk-run", str(MODELS / "digits.bin"), str(bad), "--record", str(path)])
+    err = capsys.readouterr().err
+    assert rc == 2 and "nothing to record" in err and "left as it was" in err
+    assert path.read_bytes() == before
+    assert not (tmp_path / "fresh.dvrec").exists()
+    assert run_cli(["dvsdk-run", missing, "--record", str(tmp_path / "fresh.dvrec")]) == 2
+    assert not (tmp_path / "fresh.dvrec").exists()
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
+
+
+def test_a_temporary_file_left_by_a_killed_recorder_is_removed_by_the_next_run(digits_rec,
+                                                                             tmp_path):
+    """A writer SIGKILLed mid-save leaves its temporary file beside the recording; the next
+    --record run removes it, even one that fails before recording anything."""
+    path = tmp_path / "run.dvrec"
+    code = ("import os, signal, sys\n"
+            "from dvsdk.fsutil import atomic_write\n"
+            "def write(f):\n"
+            "    f.write(b'half a recording')\n"
+            "    f.flush()\n"
+            "    os.kill(os.getpid(), signal.SIGKILL)\n"
+            "atomic_write(sys.argv[1], write)\n")
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    killed = subprocess.run([sys.executable, "-c", code, str(path)], env=env, timeout=120)
+    assert killed.returncode == -9
+    stray = [p for p in tmp_path.iterdir() if p.name.startswith(".run.dvrec.")]
+    assert len(stray) == 1 and not path.exists()
+    assert run_cli(["dvsdk-run", str(tmp_path / "nope.bin"), "--record", str(path)]) == 2
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_recording_with_no_execs_is_refused(digits_rec, tmp_path, capsys):
+    empty = _rewrite(digits_rec, tmp_path / "empty.dvrec", lambda m: m.update(execs=[]))
+    with pytest.raises(RecordError, match="holds no kick"):
+        replay(empty)
+    assert run(["replay", str(empty)]) == 2
+    assert "holds no kick" in capsys.readouterr().err
+
+
+def test_a_tampered_blob_is_a_bad_recording_not_a_device_difference(digits_rec, tmp_path,
+                                                                    capsys):
+    """A blob whose content no longer has the SHA-256 it is named by read as a device
+    difference (exit 5); now it is a damaged recording (exit 2)."""
+    m = json.loads(zipfile.ZipFile(digits_rec).read("manifest.json"))
+    item = m["execs"][0]["writes"][-1]
+    data = bytearray(zipfile.ZipFile(digits_rec).read(f"blobs/{item['blob']}"))
+    data[11] ^= 0x40
+    bad = _rewrite(digits_rec, tmp_path / "t.dvrec", blob=(item["blob"], bytes(data)))
+    with pytest.raises(RecordError, match="damaged") as ei:
+        replay(bad)
+    assert ei.value.field == f"blobs/{item['blob'][:12]}"
+    assert run(["replay", str(bad)]) == 2
+    assert "damaged" in capsys.readouterr().err
+
+
+def _set(path, value):
+    """An edit that sets the manifest entry at ``path`` (keys and indexes) to ``value``,
+    or deletes it where ``value`` is ``...``."""
+    def edit(m):
+        node = m
+        for key in path[:-1]:
+            node = node[key]
+        if value is ...:
+            del node[path[-1]]
+        else:
+            node[path[-1]] = value
+    return edit
+
+
+@pytest.mark.parametrize("path, value, field", [
+    (("execs",), ..., "execs"),                                   # a KeyError before
+    (("execs",), {"0": 1}, "execs"),
+    (("execs", 0), "conv", "execs[0]"),
+    (("execs", 0, "reads", 0, "offset"), -64, "execs[0].reads[0].offset"),
+    (("execs", 0, "writes", 0, "offset"), -2, "execs[0].writes[0].offset"),
+    (("execs", 0, "reads", 0, "nbytes"), 1 << 40, "execs[0].reads[0].nbytes"),
+    (("execs", 0, "reads", 0, "buf"), 99, "execs[0].reads[0].buf"),
+    (("execs", 0, "reads", 0, "blob"), "tampered", "execs[0].reads[0].blob"),
+    (("execs", 0, "unit"), "gpu", "execs[0].unit"),
+    (("execs", 0, "commands"), [], "execs[0].commands"),
+    (("execs", 0, "commands", 0, "type"), "ConvRun", "execs[0].commands[0].type"),
+    (("execs", 0, "commands", 0, "input_buf", "offset"), -8,
+     "execs[0].commands[0].input_buf.offset"),
+    (("execs", 0, "time_us"), "fast", "execs[0].time_us"),
+    (("buffers",), None, "buffers"),
+    (("buffers", 0, "size"), -1, "buffers[0].size"),
+    (("buffers", 1, "id"), 0, "buffers[1].id"),
+])
+def test_a_malformed_manifest_is_a_bad_recording(digits_rec, tmp_path, capsys, path, value,
+                                                 field):
+    """Exit 2 with the JSON path, never "internal error" (a missing ``execs`` was one)."""
+    bad = _rewrite(digits_rec, tmp_path / "m.dvrec", _set(path, value))
+    with pytest.raises(RecordError) as ei:
+        replay(bad)
+    assert ei.value.field == field
+    assert run(["replay", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "internal error" not in err and field in err
+
+
+def test_edited_manifests_are_replayed_or_refused_never_crash(digits_rec, tmp_path):
+    """150 seeded edits of one manifest entry each (junk of every JSON type): each replays
+    or is refused with a dvsdk error (found: unhashable buffer ids, commands fields of
+    the wrong type raised TypeError/AttributeError)."""
+    import copy
+    import random
+
+    from dvsdk.errors import DvsdkError
+
+    z = zipfile.ZipFile(digits_rec)
+    base = json.loads(z.read("manifest.json"))
+    junk = [None, -1, -(2**40), 2**64, "x", "", [], {}, [1, 2], {"a": 1}, 1.5, True, 0, 3,
+            float("inf"), float("nan"), "conv", {"buf": 0, "offset": 0}]
+
+    def paths(node, p=()):
+        if p:
+            yield p
+        items = node.items() if isinstance(node, dict) else enumerate(node) \
+            if isinstance(node, list) else ()
+        for k, v in items:
+            yield from paths(v, p + (k,))
+
+    every = list(paths(base))
+    rng = random.Random(25)
+    for i in range(150):
+        m = copy.deepcopy(base)
+        p = rng.choice(every)
+        _set(p, rng.choice(junk))(m)
+        bad = _rewrite(digits_rec, tmp_path / f"f{i}.dvrec", lambda doc, m=m: doc.update(m))
+        try:
+            replay(bad, "sim://?dram_mb=16")
+        except DvsdkError:
+            pass

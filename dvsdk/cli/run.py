@@ -126,17 +126,24 @@ def _main(args) -> int:
     if not args.record:
         return _run(args, args.device)
     from ..driver.device import open_device
+    from ..errors import RecordError
+    from ..fsutil import remove_stale_temp_files
     from ..qa.record import Recorder
 
+    # a recording whose writer was killed (SIGKILL) mid-save left a temporary file beside it
+    remove_stale_temp_files(args.record)
     with open_device(args.device) as dev:
         recorder = Recorder().attach(dev)
-        try:
-            return _run(args, dev)
-        finally:
-            recorder.save(args.record)
-            if not args.quiet and not args.json:
-                print(f"recorded {len(recorder.execs)} kicks to {args.record}",
-                      file=sys.stderr)
+        # a run that fails raises past this: nothing is saved, an existing file stays
+        status = _run(args, dev)
+        if not recorder.execs:
+            raise RecordError("the run made no kick: nothing to record", field="--record",
+                              value=args.record, limit="at least one kick",
+                              hint="an existing recording there is left as it was")
+        recorder.save(args.record)   # atomic: the old file until the new one is whole
+        if not args.quiet and not args.json:
+            print(f"recorded {len(recorder.execs)} kicks to {args.record}", file=sys.stderr)
+        return status
 
 
 def _run(args, device) -> int:

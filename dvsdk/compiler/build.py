@@ -19,8 +19,8 @@ import numpy as np
 from .. import __version__
 from ..driver.commands import BufferRef
 from ..driver.device import DeviceInfo
-from ..errors import InvalidCommand, ModelError
-from ..netfile import FORMAT_VERSION, REGIONS, BlobBuilder, NetFile, write
+from ..errors import InvalidCommand, ModelError, NetFileError
+from ..netfile import FORMAT_VERSION, REGIONS, BlobBuilder, NetFile, decode, encode, write
 from .golden import add_golden
 from .ir import Graph
 from .lower import lower
@@ -250,8 +250,23 @@ def compile_graph(graph: Graph, options: Options, source: str = "") -> NetFile:
     meta["transposed"] = options.transpose
     if options.golden:
         add_golden(net, model_graph)
+    else:
+        meta["golden_omitted"] = "compiled without one (--no-golden)"
     meta["stats"]["compile_s"] = round(time.perf_counter() - t0, 3)
+    _reader_accepts(net)
     return net
+
+
+def _reader_accepts(net: NetFile) -> None:
+    """The reader's own checks on what the compiler made (the bytes, META, commands, the
+    schedule): a file ``dvsdk.load`` would refuse is a ModelError here, never written."""
+    from ..runtime.records import verify
+
+    try:
+        verify(decode(encode(net), "the compiled net.bin"))
+    except NetFileError as e:
+        raise ModelError(f"internal: the compiled net.bin fails its reader's check: "
+                         f"{e.message}", field=e.field, value=e.value, limit=e.limit) from e
 
 
 def boundary(graph: Graph, name: str, other: str) -> tuple[list[int], str]:

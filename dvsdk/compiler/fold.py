@@ -30,6 +30,7 @@ from ..cpu.nn import (
     resolve_conv,
     resolve_conv_transpose,
     resolve_pool,
+    window_problem,
 )
 from ..cpu.ops import KERNELS, full_pads, run_op, slice_index, split_sizes
 from ..errors import ModelError, UnsupportedOps
@@ -101,8 +102,18 @@ def _norm_axis(c: _Ctx, rank: int, key: str = "axis", default: int = 0) -> int:
     return axis
 
 
+def _check_window(c: _Ctx) -> None:
+    """ModelError naming the op and the attribute out of range (:func:`window_problem`),
+    before any arithmetic uses it."""
+    bad = window_problem(c.op.attrs)
+    if bad is not None:
+        where, value, limit = bad
+        raise c.fail(f"{c.op.type} {where} is out of range", value=value, limit=limit)
+
+
 def _conv(c: _Ctx) -> Result:
     x, w = c.shape(0), c.shape(1)
+    _check_window(c)
     a = resolve_conv(c.op.attrs, x, w)
     if x[1] != w[1] * a["group"] or w[0] % a["group"]:
         raise c.fail("Conv channel count does not match the weights and group",
@@ -116,6 +127,7 @@ def _conv(c: _Ctx) -> Result:
 
 def _conv_transpose(c: _Ctx) -> Result:
     x, w = c.shape(0), c.shape(1)
+    _check_window(c)
     a = resolve_conv_transpose(c.op.attrs, x, w)
     if x[1] != w[0] or x[1] % a["group"]:
         raise c.fail("ConvTranspose channel count does not match the weights",
@@ -126,6 +138,7 @@ def _conv_transpose(c: _Ctx) -> Result:
 
 def _pool(c: _Ctx) -> Result:
     x = c.shape(0)
+    _check_window(c)
     a = resolve_pool(c.op.attrs, x)
     if c.op.type == "AveragePool":
         a.setdefault("count_include_pad", 0)

@@ -20,6 +20,11 @@ normal number 2**-14 (6.1e-5), where FP16 keeps few or no significant bits (nets
 op on the DV700);
 ``golden_mismatch`` when the simulator's error exceeds the tolerance cap or its output is
 not finite where the reference is (FP16 overflow, 65504).
+
+A pair whose simulator error is not finite would fail its own self-test on every device,
+and ``sim_max_abs_error`` has no number to record: then the file gets no pair, and
+``META.golden_omitted`` says why (as it does for ``--no-golden``), so the compiler never
+writes a file its reader refuses.
 """
 
 from __future__ import annotations
@@ -116,6 +121,7 @@ def add_golden(net: NetFile, graph: Graph) -> None:
         got = sim_net.run(feeds)
     blob = BlobBuilder(align=16)
     tol, errors = {}, {}
+    overflow = []
     for name, r in ref.items():
         r = np.asarray(r)
         err = golden_error(got[name], r)
@@ -128,13 +134,26 @@ def add_golden(net: NetFile, graph: Graph) -> None:
                   f"output {name!r}: largest magnitude {peak:.3g} is below FP16's smallest "
                   f"normal number {FP16_MIN_NORMAL:.3g}, where the DV700's FP16 keeps few or "
                   "no significant bits (rescale the network's outputs)")
-        if err > tol[name]:
-            what = ("non-finite values (FP16 overflows above 65504)" if not np.isfinite(err)
-                    else f"an error of {err:.3g} ({err / max(_range(r), 1e-300):.1%} of the "
-                         "output's range)")
+        if not np.isfinite(err):
+            overflow.append(name)
             _warn(net, "golden_mismatch", name,
-                  f"output {name!r}: the simulator's FP16 result has {what} against the "
+                  f"output {name!r}: the simulator's FP16 result has non-finite values "
+                  "(FP16 overflows above 65504) where the float32 reference has none (or "
+                  "the reverse); no golden pair is recorded")
+        elif err > tol[name]:
+            _warn(net, "golden_mismatch", name,
+                  f"output {name!r}: the simulator's FP16 result has an error of {err:.3g} "
+                  f"({err / max(_range(r), 1e-300):.1%} of the output's range) against the "
                   f"float32 reference (tolerance {tol[name]:.3g}); the self-test fails")
+    if overflow:
+        net.meta.pop("golden", None)
+        net.meta["golden_omitted"] = (
+            f"the simulator's FP16 result of {', '.join(map(repr, overflow))} is not finite "
+            "where the float32 reference is (FP16 overflows above 65504): a pair no device "
+            "could pass")
+        net.golden = b""
+        return
+    net.meta.pop("golden_omitted", None)
     net.meta["golden"] = {
         "inputs": {n: blob.add_array(v) for n, v in feeds.items()},
         "outputs": {n: blob.add_array(np.asarray(v)) for n, v in ref.items()},

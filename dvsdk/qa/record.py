@@ -21,6 +21,7 @@ import json
 import os
 import threading
 import time
+import typing
 import zipfile
 from dataclasses import fields, is_dataclass
 from typing import Any
@@ -76,16 +77,42 @@ def decode_command(doc: Any, buffer_of: Any) -> Any:
             raise RecordError("unknown command type in the recording", field="type",
                               value=doc["type"], limit=sorted(COMMAND_TYPES))
         kwargs = {k: decode_command(v, buffer_of) for k, v in doc.items() if k != "type"}
+        _check_types(cls, kwargs)
         if cls is C.IpuCommand and isinstance(kwargs.get("cnv_param"), list):
             kwargs["cnv_param"] = tuple(kwargs["cnv_param"])
         try:
             return cls(**kwargs)
-        except TypeError as e:
+        except (TypeError, ValueError) as e:
             raise RecordError(f"a recorded {cls.__name__} does not fit this dvsdk: {e}",
                               field="commands") from None
     if isinstance(doc, list):
         return [decode_command(v, buffer_of) for v in doc]
     return doc
+
+
+def _fits(v: Any, hint: Any) -> bool:
+    """Whether a decoded value has a command field's declared type (int, BufferRef,
+    ConvRun, list[...] or tuple[...] of those)."""
+    if hint is int:   # (a bool is an int: flags recorded as true/false)
+        return isinstance(v, int) and -(1 << 63) <= v < 1 << 64
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin is list:
+        return isinstance(v, list) and all(_fits(x, args[0]) for x in v)
+    if origin is tuple:
+        return (isinstance(v, (list, tuple)) and len(v) == len(args)
+                and all(_fits(x, a) for x, a in zip(v, args)))
+    return isinstance(v, hint) if isinstance(hint, type) else True
+
+
+def _check_types(cls: type, kwargs: dict[str, Any]) -> None:
+    """RecordError unless every field of a recorded ``cls`` has its declared type."""
+    hints = typing.get_type_hints(cls)
+    for name, v in kwargs.items():
+        if name in hints and not _fits(v, hints[name]):
+            text = repr(v)
+            raise RecordError(f"a recorded {cls.__name__} has a {name} of the wrong type",
+                              field=name, value=text if len(text) <= 64 else text[:60] + "...",
+                              limit=getattr(hints[name], "__name__", str(hints[name])))
 
 
 # -- the recorder ------------------------------------------------------------------------

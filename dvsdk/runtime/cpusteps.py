@@ -122,11 +122,13 @@ def segments(steps: list[tuple[str, Any]]) -> dict[int, Segment]:
             continue
         seg = Segment(i, i)
         made: set[str] = set()
+        seen: set[str] = set()  # seg.reads as a set (a list lookup grows with the segment)
         while seg.end < len(steps) and steps[seg.end][0] == "cpu":
             _, _, inputs, outputs, _ = steps[seg.end][1]
             for t in inputs:
-                if t and t not in made and t not in seg.reads:
+                if t and t not in made and t not in seen:
                     seg.reads.append(t)
+                    seen.add(t)
             made.update(t for t in outputs if t)
             out[seg.end] = seg
             seg.end += 1

@@ -335,7 +335,8 @@ class Net:
         """Run the golden pair stored in the file; report pass/fail and the worst error."""
         gold = self.meta.get("golden")
         if not gold:
-            raise NetFileError("this net.bin has no golden pair", field="GOLD")
+            raise NetFileError("this net.bin has no golden pair", field="GOLD",
+                               hint=self.meta.get("golden_omitted"))
         feeds = {n: self.file.array(e, "GOLD") for n, e in gold["inputs"].items()}
         with self.lock:
             got = self.run(feeds)

@@ -19,8 +19,7 @@ rejects"):
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any, NoReturn
 
 import numpy as np
@@ -34,6 +33,7 @@ from ..errors import DvsdkError, NetFileError
 from ..hw import dims
 from ..hw.spec import SPEC
 from ..netfile import ALIGNMENT, LIMITS, NB, REGIONS, MetaReader, NetFile
+from .schedule import Access, Piece, PieceIndex, check_schedule, merge
 
 #: element types an input or output may have: those the CPU kernels handle
 IO_DTYPES = tuple(sorted({np.dtype(t).name for t in ONNX_DTYPES.values()}))
@@ -53,63 +53,6 @@ class _Region:
 
     def __init__(self, name: str, size: int) -> None:
         self.name, self.size, self.phys, self.freed = name, size, 0, False
-
-
-@dataclass(frozen=True)
-class Piece:
-    """Channels ``c`` of an (H, W) tensor a command reads or writes at arena ``base``."""
-
-    base: int
-    h: int
-    w: int
-    c: int
-
-    def holds(self, off: int, hwc: tuple[int, int, int]) -> bool:
-        """Whether a tensor at ``off`` of shape ``hwc`` is this piece or a chunk-aligned
-        channel slice of it, in the same chunked layout (§1)."""
-        h, w, c = hwc
-        if (self.h, self.w) == (1, 1) and off == self.base and h * w * c == self.c:
-            return True   # a 1x1xC command (a flattening FC) reads the tensor's bytes in place
-        rel, plane = off - self.base, 2 * h * w
-        if (h, w) != (self.h, self.w) or rel < 0 or rel % (8 * plane):
-            return False
-        c0 = rel // plane
-        return c0 + c <= self.c and (c % 8 == 0 or c0 + c == self.c)
-
-
-@dataclass
-class Access:
-    """The arena pieces one command reads and writes."""
-
-    reads: list[Piece]
-    writes: list[Piece]
-
-
-def merge(pieces: Iterable[Piece]) -> list[Piece]:
-    """The pieces, and every run of pieces back to back along C (the runs of one command,
-    §4.1, or the producers of a zero-copy concat) read as one tensor, where every non-last
-    piece fills whole 8-channel chunks.  An arena slot holds different tensors at different
-    times, so several pieces may start at one address: each continuation is followed
-    (a greedy merge of the first one missed e.g. a concat of 64 + 80 channels whose second
-    slot earlier held a 64-channel tensor)."""
-    uniq = sorted(set(pieces), key=lambda p: (p.base, p.h, p.w, p.c))
-    starts: dict[tuple[int, int, int], list[Piece]] = {}
-    for p in uniq:
-        starts.setdefault((p.base, p.h, p.w), []).append(p)
-    out = set(uniq)
-    for first in uniq:
-        stack = [(first.c, first)]
-        while stack:
-            total, last = stack.pop()
-            if last.c % 8:
-                continue  # a partial chunk ends the run
-            nxt = (last.base + 2 * last.h * last.w * last.c, last.h, last.w)
-            for q in starts.get(nxt, ()):
-                merged = Piece(first.base, q.h, q.w, total + q.c)
-                if merged not in out:  # the same start and end: the same continuations
-                    out.add(merged)
-                    stack.append((total + q.c, q))
-    return sorted(out, key=lambda p: (p.base, p.h, p.w, p.c))
 
 
 def hardware_info(meta: dict[str, Any]) -> DeviceInfo:
@@ -171,20 +114,19 @@ def command_access(k: int, cmd: ConvCommand, info: DeviceInfo) -> Access:
     except DvsdkError as e:
         raise NetFileError(f"net.bin CMDS[{k}] is not a valid command: {e.message}",
                            field=f"CMDS[{k}].{e.field}", value=e.value, limit=e.limit) from None
-    reads = []
-    if cmd.version == 0:   # a v1 command reads uint8, which the runtime never uploads
-        reads.append(Piece(cmd.input_buf.offset, cmd.h, cmd.w, cmd.c))
+    # a v1 command reads uint8, which the runtime never uploads
+    inputs = [Piece(cmd.input_buf.offset, cmd.h, cmd.w, cmd.c) if cmd.version == 0 else None]
     if cmd.output_mode == 1:   # the addend has the shape before max-pool/upsample (§4.4)
         r0 = cmd.runs[0]
         pre = r0 if r0.pool_enable == POOL_ENABLE.avg else replace(r0, pool_enable=0)
         (ew, eh, _, ec), _ = dims.run_output_shape(pre, (cmd.w, cmd.h, cmd.z, cmd.c))
-        reads.append(Piece(cmd.eltwise_buf.offset, eh, ew, ec))
+        inputs.append(Piece(cmd.eltwise_buf.offset, eh, ew, ec))
     writes, base = [], cmd.output_buf.offset
     for i, (w, h, _, c) in enumerate(plan.out_shapes):
         if cmd.topo >> i & 1:
             writes.append(Piece(base, h, w, c))
             base += 2 * w * h * c
-    return Access(reads, merge(writes))
+    return Access([p for p in inputs if p is not None], merge(writes), inputs)
 
 
 # --------------------------------------------------------------------------- attributes
@@ -409,60 +351,25 @@ def verify(net: NetFile) -> list[ConvCommand]:
     access = [command_access(k, cmd, info) for k, cmd in enumerate(commands)]
     dev = {n: (t["device"]["offset"], tuple(t["device"]["hwc"]))
            for n, t in tensors.items() if t.get("device") is not None}
-
-    merged: dict[tuple, list[Piece]] = {}
-
-    def fits(name: str, cmds: Iterable[int], kind: str) -> bool:
-        key = (kind, tuple(cmds))
-        if key not in merged:
-            merged[key] = merge(p for k in key[1] for p in getattr(access[k], kind))
-        off, hwc = dev[name]
-        return any(p.holds(off, hwc) for p in merged[key])
-
-    every = range(len(access))
-    for name in dev:
-        if not (fits(name, every, "reads") or fits(name, every, "writes")):
+    reads = PieceIndex(merge(p for a in access for p in a.reads))
+    writes = PieceIndex(merge(p for a in access for p in a.writes))
+    for name, place in dev.items():
+        if not (reads.holds(place) or writes.holds(place)):
             _fail(f"tensors.{name}.device", "is not where any command reads or writes it "
-                  "(offset, H, W or channel chunk)", list(dev[name]), "a command buffer")
-    program = meta["program"]
-    later = [[] for _ in range(len(program) + 1)]   # commands of hw steps after step i
-    for i in range(len(program) - 1, -1, -1):
-        later[i] = later[i + 1][:]
-        if program[i]["kind"] == "hw":
-            first, count = program[i]["commands"]
-            later[i] += range(first, first + count)
-    host = {s["tensor"] for s in meta["inputs"]}           # values the CPU has set
-    written: list[int] = []                                 # commands run so far
-    for name in host & set(dev):
-        if not fits(name, later[0], "reads"):
-            _fail(f"tensors.{name}.device", "is an input no command reads", list(dev[name]))
-    for i, step in enumerate(program):
-        path = f"program[{i}]"
+                  "(offset, H, W or channel chunk)", [place[0], list(place[1])],
+                  "a command buffer")
+    for i, step in enumerate(meta["program"]):
         if step["kind"] == "hw":
-            first, count = step["commands"]
-            written += range(first, first + count)
             continue
+        path = f"program[{i}]"
         if step["op"] not in KERNELS:
             _fail(f"{path}.op", "has no CPU kernel", step["op"], "an op of dvsdk.cpu.ops")
-        ranks = []
-        for j, t in enumerate(step["inputs"]):
-            if t and t not in constants and t not in host and not (t in dev and fits(
-                    t, written, "writes")):
-                _fail(f"{path}.inputs[{j}]", "has no value when the step runs", t)
-            ranks.append(len((constants.get(t) or tensors.get(t) or {"shape": []})["shape"])
-                         if t else None)
+        ranks = [len((constants.get(t) or tensors.get(t) or {"shape": []})["shape"])
+                 if t else None for t in step["inputs"]]
         attrs = {k: decode_attr(v, f"{path}.attrs.{k}")
                  for k, v in step.get("attrs", {}).items()}
         check_attrs(step["op"], attrs, ranks, f"{path}.attrs")
-        for t in step["outputs"]:
-            if t in dev and not fits(t, later[i], "reads"):
-                _fail(f"{path}.outputs", f"uploads {t} where no later command reads it", t)
-            host.add(t)
-    for j, spec in enumerate(meta["outputs"]):
-        t = spec["tensor"]
-        if t not in constants and t not in host and not (t in dev and fits(t, written,
-                                                                            "writes")):
-            _fail(f"outputs[{j}].tensor", "is produced by no step", t)
+    check_schedule(meta, dev, access)
     return commands
 
 

@@ -160,3 +160,12 @@ class CoreState:
         self.faults = Faults()
         if self.r5 is not None:
             self.r5.reset()
+
+    def discard(self) -> None:
+        """Let go of DRAM and of every cache over it (the device closed): see
+        :meth:`Dram.discard`; the register files stay readable."""
+        self.mem.discard()
+        self.weight_cache.clear()
+        self.weight_cache_bytes = 0
+        self.conv_plans.clear()
+        self._chunks.clear()

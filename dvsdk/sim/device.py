@@ -43,7 +43,14 @@ from ..driver.device import (
 )
 from ..driver.kick import DEFAULT_KICK, KICK_PROTOCOLS, protocol
 from ..driver.regdump import describe_registers
-from ..errors import CoherenceError, DeviceTimeout, InvalidArgument, InvalidURL
+from ..errors import (
+    CoherenceError,
+    DeviceError,
+    DeviceTimeout,
+    InvalidArgument,
+    InvalidURL,
+    OutOfDeviceMemory,
+)
 from ..hw import arith
 from .core import IRQ_REGS, Faults, R, SimParams
 from .dram import Dram, remove_span, same_bytes
@@ -92,6 +99,23 @@ def _acks(unit: str, value: int) -> bool:
     """Whether ``value`` written to the unit's acknowledge register clears its interrupt:
     0 for the units (§10.5), the channel bit 0x100 for the IPI (write 1 to clear, §10.4)."""
     return bool(value & 0x100) if unit == "ipi" else not value & 1
+
+
+def _no_host_memory(nbytes: int, what: str, **kw: object) -> OutOfDeviceMemory:
+    """The typed error for host memory the simulator could not get (a MemoryError)."""
+    return OutOfDeviceMemory(f"no host memory for {what} ({nbytes} bytes)",
+                             requested=nbytes, limit="the host's free memory and "
+                             "address-space limit (ulimit -v)",
+                             hint="close devices no longer used, or ask for less "
+                             "(sim://?dram_mb=...)", **kw)
+
+
+def _host_memory(nbytes: int, what: str, **kw: object) -> np.ndarray:
+    """``nbytes`` zeroed bytes of host memory, or OutOfDeviceMemory naming ``what``."""
+    try:
+        return np.zeros(nbytes, np.uint8)
+    except MemoryError:
+        raise _no_host_memory(nbytes, what, **kw) from None
 
 
 class SimDmaBuffer(DmaBuffer):
@@ -245,9 +269,13 @@ class SimDevice(Device):
         self.url = url
         self.params = params or SimParams()
         self.dram_base = DRAM_BASE
+        self.closed = True  # (until the memory is there: close() has nothing to do)
         #: the simulated DRAM's bytes; written only through ``core.mem`` (the Dram) or
-        #: after ``core.mem.release`` of the range, which the Dram's lazy mode relies on
-        self.dram = np.zeros(dram_mb << 20, np.uint8)
+        #: after ``core.mem.release`` of the range, which the Dram's lazy mode relies on.
+        #: close() lets go of it (and of every cache over it) at once.
+        self.dram = _host_memory(dram_mb << 20, f"the simulator's {dram_mb} MiB of DRAM",
+                                 field="dram_mb", value=dram_mb)
+        self.dram_size = int(self.dram.size)
         self.allocator = RegionAllocator(self.dram.size, base=self.dram_base)
         self.buffers: dict[int, SimDmaBuffer] = {}
         self._starts: list[int] = []  # the buffers' offsets, sorted (for _buffers_in)
@@ -261,10 +289,15 @@ class SimDevice(Device):
         self._running: str | None = None  # the unit whose kick runs now
         self._clean_in_kick: set[int] = set()  # buffers found clean since the last kick
         self._irq = {u: threading.Event() for u in WINDOWS}
-        mem = Dram(self.dram, self.dram_base, on_read=self._device_read,
-                   on_write=self._device_write, lazy=True)
-        self.core = Dv700Core(self.dram, self.dram_base, params=self.params,
-                              on_irq=self._on_irq, memory=mem)
+        try:
+            mem = Dram(self.dram, self.dram_base, on_read=self._device_read,
+                       on_write=self._device_write, lazy=True)
+            self.core = Dv700Core(self.dram, self.dram_base, params=self.params,
+                                  on_irq=self._on_irq, memory=mem)
+        except MemoryError:
+            self.dram = np.zeros(0, np.uint8)
+            raise _no_host_memory(self.dram_size, "the simulator's DRAM bookkeeping",
+                                  field="dram_mb", value=dram_mb) from None
         self._ack = _ACK[self.params.kick]
         self.closed = False
         protocol(self.params.kick).on_open(self)  # the driver's probe-time writes
@@ -307,6 +340,8 @@ class SimDevice(Device):
         return self.params.kick
 
     def _unit(self, unit: str, offset: int) -> None:
+        if self.closed:
+            raise DeviceError("device is closed", field="device", value=self.url)
         if (unit, offset) in self._checked:  # (checked once: the rule never changes)
             return
         self.check_reg(unit, offset)
@@ -340,8 +375,15 @@ class SimDevice(Device):
 
     def alloc(self, nbytes: int, align: int = 64, name: str = "") -> SimDmaBuffer:
         with self.lock:
+            if self.closed:
+                raise DeviceError("device is closed", field="device", value=self.url)
             off = self.allocator.alloc(int(nbytes), align)
-            buf = SimDmaBuffer(self, off, int(nbytes), name or f"buf{len(self.buffers)}")
+            try:
+                buf = SimDmaBuffer(self, off, int(nbytes), name or f"buf{len(self.buffers)}")
+            except MemoryError:
+                self.allocator.free(off)
+                raise _no_host_memory(int(nbytes), f"the CPU view of a {int(nbytes)}-byte "
+                                      "DMA buffer", field="nbytes", value=int(nbytes)) from None
             # every byte is zeroed: what was stored there goes, unwritten
             self.core.mem.release(self.dram_base + off, int(nbytes), whole=True)
             self.dram[off : off + nbytes] = 0
@@ -377,7 +419,7 @@ class SimDevice(Device):
         return DeviceInfo(ub_size=p.ub_size, mac_num=p.mac_num, max_kernel_size=7,
                           conv_freq=int(p.clock_mhz), hw_version=p.hw_version, svn_version=93,
                           max_input_size=p.max_input_size, backend="sim", units=p.units,
-                          simulated=True, dma_size=self.dram.size, kick=p.kick,
+                          simulated=True, dma_size=self.dram_size, kick=p.kick,
                           extra={"clock_mhz": p.clock_mhz, "dram_base": self.dram_base})
 
     def reset(self) -> None:
@@ -389,10 +431,19 @@ class SimDevice(Device):
                 errors.clear()
 
     def close(self) -> None:
+        """Free every buffer and return the simulated DRAM's host memory at once (not when
+        the garbage collector gets to it): the DRAM array and every cache over it are
+        dropped, and the reference cycles through the DRAM's watchers are cut."""
         with self.lock:
+            if self.closed:
+                return
             for buf in list(self.buffers.values()):
                 buf.free()
             self.closed = True
+            self.core.discard()
+            self.dram = np.zeros(0, np.uint8)
+            self._in_cache.clear()
+            self._clean_in_kick.clear()
 
     # -- simulator extras -------------------------------------------------------------
     def inject(self, fault: str, times: int = 1) -> None:
@@ -494,5 +545,5 @@ class SimDevice(Device):
     def __repr__(self) -> str:
         p = self.params
         return (f"<SimDevice ub={p.ub_size} macs={p.mac_num} clock={p.clock_mhz:g}MHz "
-                f"dram={self.dram.size >> 20}MiB>")
+                f"dram={self.dram_size >> 20}MiB>")
 

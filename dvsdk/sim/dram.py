@@ -313,6 +313,22 @@ class Dram:
         self._versions[key] = (pages, sub, fine)
         return fine
 
+    def discard(self) -> None:
+        """Let go of the memory and of everything kept over it (its owner closed): the
+        array, the stored tensors (lazy ones are views of it), the write clocks and the
+        watchers (bound methods of the owner, a reference cycle).  Afterwards the DRAM is
+        empty, so any access is out of range; the host memory is returned at once where
+        nothing else holds a view of it."""
+        self.array = np.zeros(0, np.uint8)
+        self.on_read = self.on_write = None
+        self.tensors.clear()
+        self._starts, self._ends, self._owners = [], [], []
+        self._kept_bytes = 0
+        self._line_clock = np.zeros(0, np.uint64)
+        self._page_clock, self._sub_clock = [], []
+        self._versions.clear()
+        self._read_raw.clear()
+
     # -- bookkeeping --------------------------------------------------------------------
     def _register(self, t: StoredTensor) -> StoredTensor:
         """``t`` registered by its range, its values made read-only (its live range is
