@@ -1,0 +1,121 @@
+"""Model files that asked for impossible things (issue 25, items 10 and 11).
+
+Each bad number in a model (a stride of 0, a negative split, a 2^31-element input, a Range
+to 1e12, a million-image batch, opset 0 or 99, a negative declared dimension, a 50 MiB XML
+attribute) is a typed :class:`~dvsdk.errors.ModelError` naming the field, the value and the
+limit, never a raw ZeroDivisionError, ValueError or MemoryError; and a free batch written as
+-1 (PaddleOCR's exports) is a free dimension again, as onnxruntime and OpenVINO take it.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import dvsdk
+from dvsdk.errors import ModelError, UnsupportedOps
+
+from .conftest import DATA
+
+F = TensorProto.FLOAT
+OV = DATA / "openvino"
+KERAS = DATA / "keras"
+
+
+def model(nodes, inputs, inits=None, opset=13, outputs=("y",)):
+    ins = [helper.make_tensor_value_info(n, F, s) for n, s in inputs]
+    outs = [helper.make_tensor_value_info(o, F, None) for o in outputs]
+    init = [numpy_helper.from_array(np.asarray(v), k) for k, v in (inits or {}).items()]
+    graph = helper.make_graph(nodes, "m", ins, outs, init)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+
+
+def refused(m, match: str, **options) -> ModelError:
+    with pytest.raises(ModelError, match=match) as e:
+        dvsdk.compile(m.SerializeToString(), **options)
+    assert not isinstance(e.value, UnsupportedOps)
+    return e.value
+
+
+W = {"w": np.ones((4, 3, 3, 3), np.float32)}
+
+
+# --------------------------------------------------------------------------- ONNX windows
+@pytest.mark.parametrize("attr, value", [("strides", [0, 0]), ("strides", [1, -1]),
+                                         ("dilations", [0, 1]), ("pads", [-1, 0, 0, 0]),
+                                         ("kernel_shape", [0, 3])])
+def test_conv_window_out_of_range_names_the_attribute(attr, value):
+    """strides 0 was a ZeroDivisionError from the shape rule."""
+    m = model([helper.make_node("Conv", ["x", "w"], ["y"], name="c", **{attr: value})],
+              [("x", [1, 3, 8, 8])], W)
+    e = refused(m, f"{attr} out of range")
+    assert e.field == f"Conv c.{attr}" and e.value == value
+
+
+@pytest.mark.parametrize("op", ["MaxPool", "AveragePool"])
+def test_pool_stride_zero(op):
+    m = model([helper.make_node(op, ["x"], ["y"], name="p", kernel_shape=[2, 2],
+                                strides=[0, 2])], [("x", [1, 3, 8, 8])])
+    assert refused(m, "strides out of range").field == f"{op} p.strides"
+
+
+def test_conv_transpose_stride_zero():
+    m = model([helper.make_node("ConvTranspose", ["x", "w"], ["y"], name="t", strides=[0, 0])],
+              [("x", [1, 4, 8, 8])], W)
+    assert refused(m, "strides out of range").field == "ConvTranspose t.strides"
+
+
+def test_split_with_negative_sizes():
+    """[6, -2] sums to 4 and used to pass, ending in a reshape ValueError."""
+    m = model([helper.make_node("Split", ["x", "s"], ["a", "b"], name="sp", axis=1)],
+              [("x", [1, 4, 8, 8])], {"s": np.array([6, -2], np.int64)}, outputs=("a", "b"))
+    e = refused(m, "Split sizes must not be negative")
+    assert e.field == "Split sp.split" and e.value == [6, -2] and e.limit == ">= 0"
+
+
+# --------------------------------------------------------------------------- ONNX sizes
+@pytest.mark.parametrize("shape", [[1, 1, 1 << 16, 1 << 15], [1, 1 << 31], [1 << 20, 3, 224, 224]])
+def test_inputs_beyond_the_tensor_limit(shape):
+    """A 2^31-element input and a batch of a million 224x224 images were raw MemoryErrors
+    (the golden pair's random input)."""
+    from dvsdk.compiler.limits import MAX_TENSOR_BYTES
+
+    m = model([helper.make_node("Relu", ["x"], ["y"])], [("x", shape)])
+    e = refused(m, "more than a compiled program may hold")
+    assert e.field == "input x" and e.value == tuple(shape)
+    assert str(MAX_TENSOR_BYTES) in str(e.limit).replace(",", "")
+
+
+@pytest.mark.parametrize("dtype, limit", [(np.int64, 10**12), (np.float32, 1e12)])
+def test_range_up_to_1e12(dtype, limit):
+    """Range's shape rule materialized the range: a 7 TiB MemoryError."""
+    m = model([helper.make_node("Range", ["s", "l", "d"], ["r"], name="rg"),
+               helper.make_node("Add", ["x", "r"], ["y"])], [("x", [1])],
+              {"s": np.array(0, dtype), "l": np.array(limit, dtype), "d": np.array(1, dtype)})
+    e = refused(m, "tensor 'r' would need")
+    assert e.field == "Range rg" and e.value[0] >= 10**11
+
+
+def test_range_with_step_zero():
+    m = model([helper.make_node("Range", ["s", "l", "d"], ["r"], name="rg"),
+               helper.make_node("Add", ["x", "r"], ["y"])], [("x", [1])],
+              {"s": np.array(0, np.int64), "l": np.array(5, np.int64),
+               "d": np.array(0, np.int64)})
+    assert refused(m, "Range step is 0").field == "Range rg.delta"
+
+
+def test_intermediate_tensor_beyond_the_limit():
+    """A small input made huge by an op (Tile) is refused at that op, before any array."""
+    m = model([helper.make_node("Tile", ["x", "r"], ["y"], name="big")], [("x", [1, 3, 8, 8])],
+              {"r": np.array([100000, 1, 100, 100], np.int64)})
+    e = refused(m, "tensor 'y' would need")
+    assert e.field == "Tile big" and e.value == (100000, 3, 800, 800)
+
+
+def test_a_large_batch_within_the_limit_compiles():
+    m = model([helper.make_node("Conv", ["x", "w"], ["y"])], [("x", [4096, 3, 8, 8])], W)
+    net = dvsdk.compile(m.SerializeToString(), golden=False)
+    assert net.meta["inputs"][0]["shape"] == [4096, 3, 8, 8]
+
+
