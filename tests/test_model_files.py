@@ -9,7 +9,11 @@ limit, never a raw ZeroDivisionError, ValueError or MemoryError; and a free batc
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import numpy as np
+import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
@@ -117,5 +121,25 @@ def test_a_large_batch_within_the_limit_compiles():
     m = model([helper.make_node("Conv", ["x", "w"], ["y"])], [("x", [4096, 3, 8, 8])], W)
     net = dvsdk.compile(m.SerializeToString(), golden=False)
     assert net.meta["inputs"][0]["shape"] == [4096, 3, 8, 8]
+
+
+# --------------------------------------------------------------------------- ONNX opsets
+@pytest.mark.parametrize("opset", [0, 99])
+def test_opset_outside_the_known_range_is_refused(opset):
+    """Both compiled silently."""
+    m = model([helper.make_node("Relu", ["x"], ["y"])], [("x", [1, 3, 4, 4])], opset=opset)
+    e = refused(m, f"opset {opset} is not an ONNX opset")
+    newest = onnx.defs.onnx_opset_version()
+    assert e.field == "opset_import" and e.value == opset and e.limit == f"1..{newest}"
+
+
+def test_the_cli_names_the_opset_in_one_line(tmp_path):
+    m = model([helper.make_node("Relu", ["x"], ["y"])], [("x", [1, 3, 4, 4])], opset=99)
+    path = tmp_path / "m.onnx"
+    path.write_bytes(m.SerializeToString())
+    r = subprocess.run([sys.executable, "-m", "dvsdk.cli.compile", str(path)],
+                       capture_output=True, text=True)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "opset 99" in r.stderr
+    assert not (tmp_path / "m.bin").exists()
 
 

@@ -75,9 +75,20 @@ def _read(model_or_path: Any) -> tuple[onnx.ModelProto, str]:
 
 
 def _opset(model: onnx.ModelProto) -> int:
+    """The model's default-domain opset: 1 up to the newest the installed onnx package
+    defines (an op's meaning depends on it, so one outside that range is refused)."""
+    newest = int(onnx.defs.onnx_opset_version())
     for imp in model.opset_import:
         if imp.domain in ("", "ai.onnx"):
-            return int(imp.version)
+            version = int(imp.version)
+            if not 1 <= version <= newest:
+                raise ModelError(f"opset {version} is not an ONNX opset this SDK knows",
+                                 field="opset_import", value=version, limit=f"1..{newest}",
+                                 hint="newer than the installed onnx package defines: "
+                                      "upgrade onnx, or export with an older opset"
+                                      if version > newest else
+                                      "opsets start at 1: the file is damaged or hand-made")
+            return version
     raise ModelError("model has no default-domain opset import", field="opset_import")
 
 
