@@ -143,3 +143,53 @@ def test_the_cli_names_the_opset_in_one_line(tmp_path):
     assert not (tmp_path / "m.bin").exists()
 
 
+# --------------------------------------------------------------------------- batch -1 (item 11)
+def paddle_cls_model(batch: int | str = -1) -> onnx.ModelProto:
+    """The shape of PP-OCR's text-direction classifier: (batch, 3, 48, 192) in, 2 classes
+    out, its batch dimension stored as dim_value -1 (as paddle2onnx writes it)."""
+    rng = np.random.default_rng(11)
+    inits = {"w1": rng.normal(0, 0.3, (8, 3, 3, 3)).astype(np.float32),
+             "b1": rng.normal(0, 0.1, 8).astype(np.float32),
+             "fc": rng.normal(0, 0.3, (8, 2)).astype(np.float32)}
+    nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["c"], strides=[2, 2], pads=[1] * 4),
+             helper.make_node("Relu", ["c"], ["r"]),
+             helper.make_node("GlobalAveragePool", ["r"], ["g"]),
+             helper.make_node("Flatten", ["g"], ["f"]),
+             helper.make_node("MatMul", ["f", "fc"], ["l"]),
+             helper.make_node("Softmax", ["l"], ["y"], axis=1)]
+    return model(nodes, [("x", [batch, 3, 48, 192])], inits)
+
+
+def test_batch_minus_one_is_a_free_batch(sim):
+    """Compiled at 4eae059; refused as "a negative dimension" since 7f52c77."""
+    m = paddle_cls_model()
+    assert m.graph.input[0].type.tensor_type.shape.dim[0].dim_value == -1
+    net = dvsdk.compile(m.SerializeToString())
+    assert net.meta["inputs"][0]["shape"] == [1, 3, 48, 192]
+    x = np.random.default_rng(0).uniform(0, 1, (1, 3, 48, 192)).astype(np.float32)
+    ort = pytest.importorskip("onnxruntime")
+    ref = ort.InferenceSession(m.SerializeToString(),
+                               providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    with dvsdk.load(net, sim) as n:
+        got = n.run(x)["y"]
+    np.testing.assert_allclose(got, ref, atol=2e-3)
+
+
+def test_negative_spatial_dimensions_come_from_input_size(tmp_path):
+    m = model([helper.make_node("Relu", ["x"], ["y"])], [("x", [-1, 3, -1, -1])])
+    with pytest.raises(ModelError, match="free dimension '-1' at axis 2"):
+        dvsdk.compile(m.SerializeToString(), golden=False)
+    net = dvsdk.compile(m.SerializeToString(), golden=False, input_size=(5, 7))
+    assert net.meta["inputs"][0]["shape"] == [1, 3, 5, 7]
+    path = tmp_path / "m.onnx"
+    path.write_bytes(m.SerializeToString())
+    r = subprocess.run([sys.executable, "-m", "dvsdk.cli.compile", str(path), "--input-size",
+                        "6x4", "-q"], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+
+
+def test_zero_dimension_is_still_refused():
+    m = model([helper.make_node("Relu", ["x"], ["y"])], [("x", [1, 0, 4])])
+    refused(m, "zero-size dimension at axis 1")
+
+

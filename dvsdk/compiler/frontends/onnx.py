@@ -7,7 +7,8 @@ with latest-opset semantics (see :mod:`dvsdk.compiler.ir`): attribute forms of o
 ``Upsample`` and opset-10 ``Resize`` become ``Resize`` with ``asymmetric`` coordinates;
 ``Constant`` nodes become constant tensors; ``Softmax``/``LogSoftmax`` record the model opset.
 Graph inputs get static shapes: a free batch dimension becomes 1, other free dimensions must
-come from ``input_sizes``.
+come from ``input_sizes``.  A dimension is free when it is symbolic (``dim_param``), unset,
+or negative (``-1``, as PaddlePaddle exports write a free batch), as onnxruntime reads it.
 
 Shapes of intermediate tensors are not computed here; run
 :func:`dvsdk.compiler.fold.infer_and_fold` next (or :func:`dvsdk.compiler.simplify.optimize`).
@@ -140,13 +141,14 @@ def _input_shape(vi: onnx.ValueInfoProto, given: Sequence[int] | None) -> tuple[
     if tt.HasField("shape"):
         dims = []
         for i, d in enumerate(tt.shape.dim):
-            if d.HasField("dim_value") and d.dim_value <= 0:
-                size = "zero-size" if d.dim_value == 0 else "negative"
-                raise ModelError(f"input {name!r} has a {size} dimension at axis {i}",
-                                 field=f"{name}[{i}]", value=int(d.dim_value), limit=">= 1",
+            if d.HasField("dim_value") and d.dim_value == 0:
+                raise ModelError(f"input {name!r} has a zero-size dimension at axis {i}",
+                                 field=f"{name}[{i}]", value=0, limit=">= 1",
                                  hint="an empty tensor carries no data to compute on")
-            if d.HasField("dim_value"):
+            if d.HasField("dim_value") and d.dim_value > 0:
                 dims.append((int(d.dim_value), ""))
+            elif d.HasField("dim_value"):   # -1 (PaddlePaddle's export): a free dimension
+                dims.append((None, str(int(d.dim_value))))
             else:
                 dims.append((None, d.dim_param or "?"))
     if given is not None:
