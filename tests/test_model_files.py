@@ -9,6 +9,7 @@ limit, never a raw ZeroDivisionError, ValueError or MemoryError; and a free batc
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 
@@ -18,6 +19,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import dvsdk
+from dvsdk.compiler.frontends import load
 from dvsdk.errors import ModelError, UnsupportedOps
 
 from .conftest import DATA
@@ -191,5 +193,90 @@ def test_negative_spatial_dimensions_come_from_input_size(tmp_path):
 def test_zero_dimension_is_still_refused():
     m = model([helper.make_node("Relu", ["x"], ["y"])], [("x", [1, 0, 4])])
     refused(m, "zero-size dimension at axis 1")
+
+
+# --------------------------------------------------------------------------- OpenVINO
+@pytest.fixture
+def digits_ir(tmp_path):
+    for suffix in (".xml", ".bin"):
+        shutil.copy(OV / f"digits_fp32{suffix}", tmp_path / f"d{suffix}")
+    return tmp_path / "d.xml"
+
+
+def edit(xml, old: str, new: str) -> None:
+    text = xml.read_text()
+    assert old in text, old
+    xml.write_text(text.replace(old, new, 1))
+
+
+PARAM = '<data shape="1,1,16,16" element_type="f32" />'
+
+
+def test_openvino_negative_declared_dimension_is_refused(digits_ir):
+    """The Parameter's declared shape (1, -3, 16, 16) was accepted."""
+    pytest.importorskip("defusedxml")
+    edit(digits_ir, PARAM, '<data shape="1,-3,16,16" element_type="f32" />')
+    with pytest.raises(ModelError, match="negative dimension") as e:
+        load(digits_ir)
+    assert e.value.field == "Parameter image.shape" and e.value.value == -3
+
+
+def test_openvino_declared_shape_must_agree_with_the_port(digits_ir):
+    pytest.importorskip("defusedxml")
+    edit(digits_ir, PARAM, '<data shape="1,1,16,15" element_type="f32" />')
+    with pytest.raises(ModelError, match="disagrees with the output port"):
+        load(digits_ir)
+
+
+@pytest.mark.parametrize("declared", ["-1,1,16,16", "?,1,16,16", "[?,1,16,16]"])
+def test_openvino_dynamic_batch_declared_as_minus_one_or_question_mark(digits_ir, declared):
+    pytest.importorskip("defusedxml")
+    edit(digits_ir, PARAM, f'<data shape="{declared}" element_type="f32" />')
+    assert load(digits_ir).shape("image") == (1, 1, 16, 16)
+
+
+@pytest.mark.parametrize("mib", [16, 50])
+def test_openvino_huge_attribute_is_refused_before_parsing(digits_ir, monkeypatch, mib):
+    """16 MiB took 13.5 s to parse and 50 MiB never finished: expat re-scans a long token
+    on every chunk.  Now one linear pass refuses the tag before the parser sees it."""
+    pytest.importorskip("defusedxml")
+    import defusedxml.ElementTree as SafeET
+
+    edit(digits_ir, PARAM, PARAM.replace(" />", ' junk="' + "a" * (mib << 20) + '" />'))
+
+    def never(*a, **k):
+        raise AssertionError("the XML parser ran on an over-long tag")
+
+    monkeypatch.setattr(SafeET, "fromstring", never)
+    with pytest.raises(ModelError, match="an XML tag of the IR is too long") as e:
+        load(digits_ir)
+    assert e.value.field == f"{digits_ir} line 5"
+    assert e.value.value.startswith("<data junk=...> of ") and str(mib << 20)[:2] in \
+        e.value.value.replace(",", "")
+    from dvsdk.compiler.frontends.openvino_ir import MAX_TAG_BYTES
+
+    assert e.value.limit == f"{MAX_TAG_BYTES:,} bytes per tag"
+
+
+def test_openvino_many_long_tags_under_the_limit_still_load(digits_ir):
+    """The limit is per tag: 20 attributes just under it (20 MiB of XML) load."""
+    pytest.importorskip("defusedxml")
+    from dvsdk.compiler.frontends.openvino_ir import MAX_TAG_BYTES
+
+    text = digits_ir.read_text()
+    extra = "".join(f'<rt_info><attribute name="a{i}" value="{"x" * (MAX_TAG_BYTES - 100)}"/>'
+                    f"</rt_info>" for i in range(20))
+    digits_ir.write_text(text.replace("</net>", extra + "</net>"))
+    assert load(digits_ir).inputs == ["image"]
+
+
+def test_openvino_xml_size_is_bounded(digits_ir, monkeypatch):
+    pytest.importorskip("defusedxml")
+    from dvsdk.compiler.frontends import openvino_ir
+
+    monkeypatch.setattr(openvino_ir, "MAX_XML_BYTES", 1000)
+    with pytest.raises(ModelError, match="the IR XML is too large") as e:
+        load(digits_ir)
+    assert e.value.limit == "1,000 bytes"
 
 
