@@ -9,6 +9,7 @@ limit, never a raw ZeroDivisionError, ValueError or MemoryError; and a free batc
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import sys
@@ -280,3 +281,25 @@ def test_openvino_xml_size_is_bounded(digits_ir, monkeypatch):
     assert e.value.limit == "1,000 bytes"
 
 
+# --------------------------------------------------------------------------- Keras 3
+def test_keras3_arithmetic_on_a_tensor_is_not_a_merge_layer():
+    """``x + 3.0`` was read as the merge layer Add: "needs at least two inputs"."""
+    pytest.importorskip("h5py")
+    net = dvsdk.compile(KERAS / "k3_ops.h5", golden=False)
+    sources = {r["source"] for r in net.meta["report"]}
+    assert {"ops.Add add", "ops.Subtract subtract", "ops.TrueDivide true_divide",
+            "ops.Maximum maximum", "Add merge"} <= sources
+
+
+def test_keras3_unknown_operation_is_refused_by_name(tmp_path):
+    h5py = pytest.importorskip("h5py")
+    path = tmp_path / "m.h5"
+    shutil.copy(KERAS / "k3_ops.h5", path)
+    with h5py.File(path, "r+") as f:
+        cfg = json.loads(f.attrs["model_config"])
+        for ly in cfg["config"]["layers"]:
+            if ly["name"] == "true_divide":
+                ly["class_name"] = "Power"
+        f.attrs["model_config"] = json.dumps(cfg)
+    with pytest.raises(UnsupportedOps, match=r"ops\.Power \(true_divide\)"):
+        dvsdk.compile(path, golden=False)
