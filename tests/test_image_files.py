@@ -4,8 +4,8 @@ The bundled "seven" saved as a 16-bit PNG ran as 69.5% "eight" (clipped at 255),
 float TIFF as 61.7% "one" (decoded black), as a phone JPEG stored rotated with EXIF
 orientation 6 as 99.5% "nine", all with exit status 0.  Each file here is made from that
 sample with Pillow; every decoding must equal the 8-bit original's (with and without the
-IPU), and an image over the pixel limit is an ImageError naming the limit and how to raise
-it.
+IPU), an image over the pixel limit is an ImageError naming the limit and how to raise it,
+and a tensor input holding complex, NaN or infinite values is refused as such.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from PIL import Image
 
 import dvsdk
 from dvsdk.cli import run as run_cli
-from dvsdk.errors import ImageError
+from dvsdk.errors import ImageError, InvalidArgument
 from dvsdk.runtime.images import as_rgb
 
 from .conftest import ROOT
@@ -232,3 +232,28 @@ def test_a_12000_square_image_runs_without_pillow_warnings(tmp_path):
         with dvsdk.load(DIGITS, "sim://") as n:
             y = n.run_image(path)
     assert np.isfinite(next(iter(y.values()))).all()
+
+
+# --------------------------------------------------------------------------- tensors
+def test_complex_npy_is_refused_not_cast(tmp_path, capsys):
+    path = tmp_path / "c.npy"
+    np.save(path, np.full((1, 1, 16, 16), 1 + 2j, np.complex64))
+    rc, _, err = call([DIGITS, "--input", path], capsys)
+    assert rc == 2 and err.count("\n") == 1 and "complex numbers" in err and str(path) in err
+    with dvsdk.load(DIGITS, "sim://") as n, pytest.raises(InvalidArgument, match="complex"):
+        n.run(np.load(path))
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
+def test_nan_or_inf_in_an_input_says_so(tmp_path, capsys, bad):
+    """It ran to non-finite outputs blamed on FP16 overflow and the input scaling."""
+    x = np.zeros((1, 1, 16, 16), np.float32)
+    x[0, 0, 3, 5] = bad
+    path = tmp_path / "x.npy"
+    np.save(path, x)
+    rc, _, err = call([DIGITS, "--input", path], capsys)
+    assert rc == 2 and err.count("\n") == 1 and "NaN or infinity (1 of 256 values)" in err
+    assert "FP16" not in err and "scaling" not in err and str(path) in err
+    with dvsdk.load(DIGITS, "sim://") as n, pytest.raises(InvalidArgument) as e:
+        n.run(x)
+    assert e.value.field == "image" and "[0, 0, 3, 5]" in e.value.value

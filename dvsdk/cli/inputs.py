@@ -95,6 +95,14 @@ def _load(path: str, kind: str) -> Any:
 
 
 def _check_shape(spec: dict, arr: np.ndarray, source: str) -> None:
+    """The array fits input ``spec``: its values (real, finite for a float input) and
+    shape; errors name the file ``source``."""
+    from ..runtime.handle import feed_array
+
+    try:
+        feed_array(spec, arr)
+    except InvalidArgument as e:
+        raise InvalidArgument(e.message, field=source, value=e.value, limit=e.limit) from None
     want = tuple(spec["shape"])
     if arr.shape == want or (arr.size == int(np.prod(want)) and arr.ndim == len(want) - 1):
         return
