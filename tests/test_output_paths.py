@@ -16,12 +16,18 @@ import os
 import shutil
 
 import numpy as np
+import onnx
 import pytest
+from onnx import TensorProto, helper, numpy_helper
 
+import dvsdk
+from dvsdk.cli import compile as compile_cli
 from dvsdk.cli import run as run_cli
 from dvsdk.cli.main import run as main_run
+from dvsdk.errors import InvalidArgument, ModelError
+from dvsdk.netfile import read
 
-from .conftest import ROOT
+from .conftest import DATA, ROOT
 
 MODELS = ROOT / "examples" / "models"
 OUTPUTS = ("--save", "--trace", "--record", "--save-mask")
@@ -134,3 +140,76 @@ def test_analyze_plot_never_replaces_an_input(work, capsys):
     assert digest(work / "digits.bin") == before
 
 
+# --------------------------------------------------------------------------- compile
+@pytest.mark.parametrize("kind", ["same", "symlink", "hardlink"])
+def test_api_compile_never_replaces_its_model(work, kind):
+    model = work / "digits.onnx"
+    before = digest(model)
+    target = link(kind, model, work / f"alias_{kind}.bin")
+    with pytest.raises(InvalidArgument, match="output would replace the model itself"):
+        dvsdk.compile(model, target, golden=False)
+    assert digest(model) == before and onnx.load(str(model)).graph.node
+
+
+def test_compile_never_replaces_an_openvino_weights_file_or_the_labels(work, capsys):
+    """dvsdk-compile m.xml's default output is m.bin, the IR's own weights."""
+    pytest.importorskip("defusedxml")
+    for suffix in (".xml", ".bin"):
+        shutil.copy(DATA / "openvino" / f"digits_fp32{suffix}", work / f"ir{suffix}")
+    before = digest(work / "ir.bin")
+    rc, _, err = call(compile_cli.run, [work / "ir.xml", "--force"], capsys)
+    assert rc == 2 and "output would replace the model's weights" in err
+    with pytest.raises(InvalidArgument, match="the model's weights"):
+        dvsdk.compile(work / "ir.xml", work / "ir.bin", golden=False)
+    assert digest(work / "ir.bin") == before
+    labels = work / "digits_labels.txt"
+    rc, _, err = call(compile_cli.run, [work / "digits.onnx", "--labels", labels, "-o", labels,
+                                        "--force"], capsys)
+    assert rc == 2 and "output would replace the labels file" in err
+
+
+# --------------------------------------------------------------------------- one validation
+def five_classes() -> bytes:
+    """A 5-class scorer: (1, 3) in, (1, 5) out."""
+    w = numpy_helper.from_array(np.ones((3, 5), np.float32), "w")
+    g = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"])], "m",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], [w])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]).SerializeToString()
+
+
+def test_api_refuses_labels_that_do_not_match_the_classes(tmp_path, capsys):
+    """Two names for a 5-class model compiled through the API; the CLI refused them."""
+    with pytest.raises(InvalidArgument, match="2 labels for a model that scores 5 classes"):
+        dvsdk.compile(five_classes(), labels=["a", "b"], golden=False)
+    model = tmp_path / "m.onnx"
+    model.write_bytes(five_classes())
+    two = tmp_path / "two.txt"
+    two.write_text("a\nb\n")
+    rc, _, err = call(compile_cli.run, [model, "--labels", two], capsys)
+    assert rc == 2 and "2 labels for a model that scores 5 classes" in err and str(two) in err
+    assert not (tmp_path / "m.bin").exists()
+    net = dvsdk.compile(five_classes(), labels=list("abcde"), golden=False)
+    assert net.meta["labels"] == list("abcde")
+
+
+@pytest.mark.parametrize("field, value", [("mean", (1, 2)), ("std", (1, 2, 3, 4))])
+def test_api_refuses_a_mean_or_std_of_the_wrong_length(tmp_path, capsys, field, value):
+    with pytest.raises(ModelError, match=f"{field} needs 1 or 3 values") as e:
+        dvsdk.compile(five_classes(), golden=False, **{field: value})
+    assert e.value.field == field
+    model = tmp_path / "m.onnx"
+    model.write_bytes(five_classes())
+    rc, _, err = call(compile_cli.run, [model, f"--{field}", ",".join(map(str, value))], capsys)
+    assert rc == 2 and field in err
+
+
+def test_one_mean_value_is_every_channels_in_both(tmp_path, capsys):
+    net = dvsdk.compile(five_classes(), golden=False, mean=5)
+    assert net.meta["inputs"][0]["preprocess"]["mean"] == [5.0, 5.0, 5.0]
+    model = tmp_path / "m.onnx"
+    model.write_bytes(five_classes())
+    rc, _, err = call(compile_cli.run, [model, "--mean", "5", "-q"], capsys)
+    assert rc == 0, err
+    cli = read(tmp_path / "m.bin").meta["inputs"][0]["preprocess"]["mean"]
+    assert cli == [5.0, 5.0, 5.0]
