@@ -229,6 +229,21 @@ def test_openvino_declared_shape_must_agree_with_the_port(digits_ir):
         load(digits_ir)
 
 
+def test_openvino_legacy_pooling_stride_zero(tmp_path):
+    """The legacy Pooling's output-size sum divided by the stride: a ZeroDivisionError."""
+    pytest.importorskip("defusedxml")
+    from .ov_legacy import Twin
+
+    t = Twin("pool", (1, 3, 8, 8))
+    t.pool("data", "p", "max", 2, 2)
+    xml = tmp_path / "pool.xml"
+    t.write(xml, ["p"])
+    edit(xml, 'strides="2,2"', 'strides="0,2"')
+    with pytest.raises(ModelError, match="strides out of range") as e:
+        load(xml)
+    assert e.value.field == "Pooling p.strides" and e.value.value == [0, 2]
+
+
 @pytest.mark.parametrize("declared", ["-1,1,16,16", "?,1,16,16", "[?,1,16,16]"])
 def test_openvino_dynamic_batch_declared_as_minus_one_or_question_mark(digits_ir, declared):
     pytest.importorskip("defusedxml")

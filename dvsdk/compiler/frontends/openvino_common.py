@@ -12,6 +12,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from ...errors import ModelError
+from ..limits import check_window
 from .openvino_ir import ONNX_TYPES, Builder, Layer, dim
 
 _HINT_SIZE = "pass --input-size HxW (input_size=(H, W))"
@@ -135,6 +136,7 @@ def pool(b: Builder, layer: Layer, x: str, out: str, method: str, exclude_pad: b
     k = kernel(layer, nsp, legacy)
     a = window(layer, nsp, legacy)
     a["kernel_shape"] = k
+    check_window(a, nsp, layer.where())   # before the floor/ceil sums below divide
     if method != "max":  # ONNX AveragePool (opset 13) has no dilations
         if any(d != 1 for d in a.pop("dilations")):
             return b.refuse("dilations")
