@@ -257,3 +257,17 @@ def test_nan_or_inf_in_an_input_says_so(tmp_path, capsys, bad):
     with dvsdk.load(DIGITS, "sim://") as n, pytest.raises(InvalidArgument) as e:
         n.run(x)
     assert e.value.field == "image" and "[0, 0, 3, 5]" in e.value.value
+
+
+def test_an_input_only_cpu_steps_read_keeps_nan_and_infinity():
+    """ONNX gives NaN and -inf meaning (an attention mask, a Cast); only the DV700's inputs
+    are refused."""
+    g = helper.make_graph([helper.make_node("ReduceMax", ["x"], ["y"], keepdims=0)], "m",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    net = dvsdk.compile(m.SerializeToString(), golden=False)
+    assert "device" not in net.meta["tensors"]["x"]
+    with dvsdk.load(net, "sim://") as n:
+        y = n.run(np.array([[-np.inf, 1.0, -np.inf, 2.0]], np.float32))["y"]
+    assert float(y) == 2.0

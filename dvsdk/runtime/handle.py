@@ -26,10 +26,12 @@ def spec_dtype(spec: dict) -> np.dtype:
                            value=spec.get("dtype")) from None
 
 
-def feed_array(spec: dict, value: Any) -> np.ndarray:
+def feed_array(spec: dict, value: Any, *, device: bool) -> np.ndarray:
     """``value`` as the element type of input ``spec``: real numbers only (a complex array
-    is not silently cast to its real part), and finite ones for a float input (NaN or
-    infinity would run to non-finite outputs that look like an FP16 overflow)."""
+    is not silently cast to its real part), and, for a float input the DV700 reads
+    (``device``), finite ones: there NaN or infinity would run to non-finite outputs that
+    look like an FP16 overflow.  An input only CPU steps read keeps ONNX's meaning of NaN
+    and infinity (an attention mask of -inf, a Cast of NaN)."""
     name = spec.get("name")
     arr = np.asarray(value)
     if arr.dtype.kind not in "buif":
@@ -37,7 +39,7 @@ def feed_array(spec: dict, value: Any) -> np.ndarray:
         raise InvalidArgument(f"input {name!r} holds {what}, not real numbers", field=name,
                               value=str(arr.dtype), limit="bool, integer or float")
     dtype = spec_dtype(spec)
-    if arr.dtype.kind == "f" and dtype.kind == "f":
+    if device and arr.dtype.kind == "f" and dtype.kind == "f":
         bad = ~np.isfinite(arr)
         if bad.any():
             raise InvalidArgument(f"input {name!r} holds NaN or infinity "

@@ -175,7 +175,7 @@ class Net:
             if name not in feeds:
                 raise InvalidArgument("missing input", field="inputs", value=sorted(feeds),
                                       limit=name)
-            arr = feed_array(spec, feeds.pop(name))
+            arr = feed_array(spec, feeds.pop(name), device=self._dev(spec["tensor"]) is not None)
             want = tuple(spec["shape"])
             if arr.shape != want:
                 if arr.size == int(np.prod(want)) and arr.ndim == len(want) - 1:
