@@ -10,6 +10,11 @@ directory is synced).
 
 Errors name the target, never the temporary file: an ``OSError`` raised here carries the
 path the caller asked for as its ``filename``.
+
+:func:`check_outputs` is what every writer (a CLI's output flags, ``dvsdk.compile``) asks
+before it starts: an output path must not be one of the command's own inputs (the same file
+by ``os.stat``, so a symlink or a hard link to an input counts), nor a directory, nor name
+the same file as another output, nor an existing file unless the user said ``--force``.
 """
 
 from __future__ import annotations
@@ -17,9 +22,14 @@ from __future__ import annotations
 import os
 import secrets
 import socket
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import IO
+
+from .errors import InvalidArgument
+
+#: an input of a command: (what it is, for messages, e.g. "the net.bin"; its path)
+Input = tuple[str, "str | os.PathLike[str]"]
 
 TMP_SUFFIX = ".tmp"
 
@@ -128,3 +138,48 @@ def atomic_write(path: str | os.PathLike, write: Callable[[IO[bytes]], None]) ->
             raise OSError(e.errno, e.strerror or str(e), str(target)) from e
         raise
     _sync_dir(parent)
+
+
+def _identity(path: str | os.PathLike[str]) -> tuple[int, int] | None:
+    """(device, inode) of the file at ``path`` (symlinks followed), None if there is none."""
+    try:
+        st = os.stat(path)
+    except (OSError, ValueError):
+        return None
+    return st.st_dev, st.st_ino
+
+
+def check_outputs(outputs: Mapping[str, str | os.PathLike[str] | None],
+                  inputs: Iterable[Input], *, force: bool) -> None:
+    """Refuse, before any work, an output that would destroy a file.
+
+    ``outputs`` maps each output's option name (``--save``) to its path (None: not asked
+    for); ``inputs`` are what the command reads, as (what, path) pairs, iterated only when
+    an output already exists (so a dataset's many files cost nothing otherwise).  Raises
+    :class:`~dvsdk.errors.InvalidArgument` naming the option and the path for an output
+    that is one of the inputs (same device and inode: symlinks and hard links count), a
+    directory, the same file as another output, or an existing file without ``force``.
+    """
+    named = [(opt, Path(p)) for opt, p in outputs.items() if p is not None and str(p) != ""]
+    existing = {opt: _identity(p) for opt, p in named if os.path.lexists(p)}
+    if any(existing.values()):
+        for what, path in inputs:
+            ident = _identity(path)
+            for opt, p in named:
+                if ident is not None and existing.get(opt) == ident:
+                    raise InvalidArgument(f"{opt} would replace {what}", field=opt,
+                                          value=str(p), limit="a file this command does not "
+                                          "read", hint=f"{path} is read by this command")
+    seen: dict[object, str] = {}
+    for opt, p in named:
+        if p.is_dir():
+            raise InvalidArgument(f"{opt} is a directory; name a file", field=opt,
+                                  value=str(p))
+        key = existing.get(opt) or os.path.abspath(p)
+        if key in seen:
+            raise InvalidArgument(f"{opt} and {seen[key]} name the same file", field=opt,
+                                  value=str(p), hint="give each output its own file")
+        seen[key] = opt
+        if opt in existing and not force:
+            raise InvalidArgument("the output file already exists: not replaced", field=opt,
+                                  value=str(p), hint="pass --force to replace it")

@@ -258,8 +258,8 @@ def test_two_input_network_by_name_and_by_npz(nets, tmp_path, capsys):
                      + b.astype(np.float16).astype(np.float32), 0)
     for inputs in (["--input", f"a={tmp_path / 'a.npy'}", "--input", f"b={tmp_path / 'b.npy'}"],
                    ["--input", tmp_path / "feeds.npz"]):
-        rc, out, err = call([nets["two"], *inputs, "--save", tmp_path / "y.npz", "--json"],
-                            capsys)
+        rc, out, err = call([nets["two"], *inputs, "--save", tmp_path / "y.npz", "--json",
+                             "--force"], capsys)   # the second run replaces the first's
         assert rc == 0, err
         assert len(json.loads(out)["results"]) == 1
         np.testing.assert_allclose(np.load(tmp_path / "y.npz")["y"], ref, atol=4e-3)

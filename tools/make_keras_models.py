@@ -9,7 +9,8 @@ the reference the tests compare the simulator against.  Two generations:
 * Keras 3 with the jax backend (``k3_*.h5``),
 * Keras 2 as ``tf-keras`` (TensorFlow backend, ``k2_*.h5``),
 
-each with the same architectures: ``convs`` (Conv2D variants, DepthwiseConv2D,
+each with the same architectures (and, Keras 3 only, ``ops``: arithmetic on tensors,
+``x + 3.0``, which Keras 3 saves as operation calls): ``convs`` (Conv2D variants, DepthwiseConv2D,
 SeparableConv2D, Conv2DTranspose, BatchNormalization, Add/Multiply/Concatenate ...),
 ``acts`` (every activation and activation layer), ``shapes`` (pooling, padding, cropping,
 upsampling, Flatten/Reshape/Permute, Dense), ``seq`` (a Sequential CNN), ``free``
@@ -24,7 +25,7 @@ plus the whole argmax map, to stay small).
 Needs (not dvsdk dependencies; ~700 MB)::
 
     pip install keras jax tf-keras scikit-learn
-    python3 tools/make_keras_models.py [--only k2|k3|segnet]
+    python3 tools/make_keras_models.py [--only k2|k3|k3-ops|segnet]
 """
 
 from __future__ import annotations
@@ -234,6 +235,38 @@ def build_free(k):
     return k.Model(x, y, name="free")
 
 
+def build_ops(k):
+    """Keras 3 arithmetic on tensors (``x + 3.0``): operation calls, not layers, in the file."""
+    L = k.layers
+    x = k.Input((6, 5, 3), name="img")
+    y = L.Conv2D(4, 3, padding="same", name="conv")(x)
+    plus = y + 3.0
+    rsub = 3.0 - y
+    half = y / 2.0
+    minus_int = y - 1
+    per_channel = y * np.array([0.5, -1.0, 2.0, 1.5], np.float32)
+    both = plus + half                       # two tensors, positionally (not a merge layer)
+    floor = k.ops.maximum(both, 0.25)
+    merged = L.Add(name="merge")([rsub, half])
+    d = L.Dense(3, name="dense")(L.GlobalAveragePooling2D(name="gap")(y))
+    scaled = 2.0 * d + np.array([1.0, -2.0, 0.5], np.float32)
+    return k.Model(x, [per_channel, floor, merged, minus_int, scaled], name="ops")
+
+
+def make_ops() -> None:
+    """``k3_ops`` alone (the other Keras 3 files stay as they are)."""
+    global KERAS_VERSION, BACKEND
+    os.environ["KERAS_BACKEND"] = "jax"
+    import keras as k
+    BACKEND = k.backend.backend()
+    KERAS_VERSION = k.__version__
+    k.utils.set_random_seed(SEED)
+    rng = np.random.default_rng(SEED + 30)
+    model = build_ops(k)
+    randomize(model, rng)
+    save(model, "k3_ops", [rng.uniform(-1, 1, (1, 6, 5, 3)).astype(np.float32)])
+
+
 def build_bad(k):
     L = k.layers
     x = k.Input((8, 8, 3), name="x")
@@ -358,14 +391,16 @@ KERAS_VERSION = BACKEND = ""
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--only", choices=("k2", "k3", "segnet"))
+    p.add_argument("--only", choices=("k2", "k3", "k3-ops", "segnet"))
     args = p.parse_args(argv)
     if args.only is None:   # one framework per process: Keras 3 and tf-keras do not mix
-        for part in ("k3", "k2", "segnet"):
+        for part in ("k3", "k3-ops", "k2", "segnet"):
             subprocess.run([sys.executable, __file__, "--only", part], check=True)
         return 0
     if args.only == "segnet":
         make_segnet()
+    elif args.only == "k3-ops":
+        make_ops()
     else:
         make(int(args.only[1]))
     return 0

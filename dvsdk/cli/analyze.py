@@ -39,8 +39,22 @@ def build_parser() -> Parser:
     p.add_argument("--json", action="store_true", help="print the rows as JSON")
     p.add_argument("--plot", metavar="PNG", help="error per layer along the network "
                    "(needs matplotlib: pip install 'dvsdk[plot]')")
+    p.add_argument("-f", "--force", action="store_true",
+                   help="replace an existing --plot file (never an input)")
     p.add_argument("--debug", action="store_true", help="show tracebacks")
     return p
+
+
+def _check_outputs(args) -> None:
+    """--plot never names the net.bin, a file of the reference model or the --input (nor
+    a directory, nor an existing file without --force)."""
+    from ..compiler.frontends import source_files
+    from ..fsutil import check_outputs
+
+    inputs = [("the net.bin", args.net), *source_files(args.reference)]
+    if args.input:
+        inputs.append(("the --input file", args.input))
+    check_outputs({"--plot": args.plot}, inputs, force=args.force)
 
 
 def load_input(net, path: str | None):
@@ -80,6 +94,7 @@ def main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
     if args.top < 0:
         raise InvalidArgument("--top must be >= 0", field="top", value=args.top, limit=">= 0")
+    _check_outputs(args)
     with load(args.net, args.device) as net:
         x = load_input(net, args.input)
         if args.quantize_candidates:

@@ -62,41 +62,6 @@ def build_parser() -> Parser:
     return p
 
 
-def read_labels(path: str) -> list[str]:
-    """One label a line (blank lines ignored); every error names the file."""
-    from ..errors import InvalidArgument
-
-    p = Path(path)
-    try:
-        data = p.read_bytes()
-    except FileNotFoundError:
-        raise InvalidArgument("labels file not found", field="labels", value=path) from None
-    except IsADirectoryError:
-        raise InvalidArgument("labels file is a directory", field="labels",
-                              value=path) from None
-    except OSError as e:
-        raise InvalidArgument(f"cannot read the labels file: {e.strerror}", field="labels",
-                              value=path) from None
-    try:
-        if b"\0" in data:
-            raise UnicodeDecodeError("utf-8", data, data.index(b"\0"), data.index(b"\0") + 1,
-                                     "NUL byte")
-        text = data.decode("utf-8-sig")
-    except UnicodeDecodeError:
-        raise InvalidArgument("labels file is not a text file (UTF-8, one label a line)",
-                              field="labels", value=path) from None
-    return [ln.strip() for ln in text.splitlines() if ln.strip()]
-
-
-def classes(meta: dict) -> int | None:
-    """How many classes a single-output model scores: the channel axis of (1, K[, H, W])."""
-    outs = meta["outputs"]
-    if len(outs) != 1:
-        return None
-    shape = outs[0]["shape"]
-    return int(shape[1]) if len(shape) >= 2 and shape[0] == 1 else None
-
-
 def default_output(model: Path) -> Path:
     """``MODEL`` with ``.bin`` for its format's suffix: ``m.onnx``, ``m.tar.gz``, ``m.nnef/``,
     ``m.xml`` → ``m.bin`` beside it."""
@@ -111,33 +76,26 @@ def default_output(model: Path) -> Path:
 
 
 def _output_path(args) -> Path:
-    from ..errors import InvalidArgument
+    """The net.bin to write: never one of the model's files or the labels file (symlinks
+    and hard links count), a directory, or an existing file without --force."""
+    from ..compiler.frontends import source_files
+    from ..fsutil import check_outputs
 
-    model = Path(args.model)
-    out = Path(args.output) if args.output else default_output(model)
-    if out.exists() and model.exists() and out.resolve() == model.resolve():
-        raise InvalidArgument("the output would replace the model itself", field="output",
-                              value=str(out))
-    if out.is_dir():
-        raise InvalidArgument("the output is a directory; name a file", field="output",
-                              value=str(out))
-    if out.exists() and not args.force:
-        raise InvalidArgument("the output file already exists: not replaced", field="output",
-                              value=str(out),
-                              hint="pass --force to replace it, or -o another name")
+    out = Path(args.output) if args.output else default_output(Path(args.model))
+    inputs = source_files(args.model) + ([("the labels file", args.labels)]
+                                         if args.labels else [])
+    check_outputs({"output": out}, inputs, force=args.force)
     return out
 
 
 def main(argv: list[str]) -> int:
     from ..compiler.build import compile as compile_model
-    from ..errors import InvalidArgument
     from ..netfile import write
 
     args = build_parser().parse_args(argv)
     input_size = parse_hw(args.input_size) if args.input_size else None
     mean = parse_floats(args.mean, 3, "mean")
     std = parse_floats(args.std, 3, "std", nonzero=True) if args.std else None
-    labels = read_labels(args.labels) if args.labels else None
     out = _output_path(args)
     t0 = time.perf_counter()
     tty = sys.stderr.isatty() and not args.quiet
@@ -153,15 +111,10 @@ def main(argv: list[str]) -> int:
             quantize_skip=args.quantize_skip,
             input_size=input_size,
             mean=mean, scale=args.scale if args.scale is not None else 1.0, std=std,
-            channel_order=args.channel_order, resize=args.resize, labels=labels,
+            channel_order=args.channel_order, resize=args.resize, labels=args.labels,
             ub_size=args.ub_size, golden=not args.no_golden, format=args.format,
             chain=not args.no_chain, progress=progress)
         meta = net.meta
-        k = classes(meta)
-        if labels is not None and k is not None and len(labels) != k:
-            raise InvalidArgument(f"the labels file has {len(labels)} labels, the model "
-                                  f"scores {k} classes", field="labels", value=args.labels,
-                                  limit=k)
         progress(f"writing {out}")
         write(net, out)
     finally:

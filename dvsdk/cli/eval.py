@@ -34,6 +34,9 @@ def build_parser() -> Parser:
     p.add_argument("--output", help="which net output holds the scores (default: the first)")
     p.add_argument("--json", action="store_true", help="print the results as JSON")
     p.add_argument("--confusion", metavar="PNG", help="write the confusion matrix image")
+    p.add_argument("-f", "--force", action="store_true",
+                   help="replace an existing --confusion file (never the net.bin or a file "
+                        "of the dataset)")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     p.add_argument("--debug", action="store_true", help="show tracebacks")
     return p
@@ -65,6 +68,7 @@ def main(argv: list[str]) -> int:
             channels = o["shape"][1]
             break
     ds = open_dataset(args.dataset, labels, channels)
+    _check_outputs(args, ds)
     tty = sys.stderr.isatty() and not args.quiet and not args.json
     result = evaluate(args.net, ds, devices=args.device, jobs=args.jobs,
                       scheduler=args.scheduler, output=args.output, progress=_progress(tty))
@@ -81,6 +85,22 @@ def main(argv: list[str]) -> int:
     for image, message in result.errors:
         print(f"dvsdk eval: {image}: {message}", file=sys.stderr)
     return 2 if result.errors else 0
+
+
+def _check_outputs(args, ds) -> None:
+    """--confusion never names the net.bin, the dataset's CSV or one of its images or masks
+    (nor a directory, nor an existing file without --force)."""
+    from ..fsutil import check_outputs
+
+    def inputs():
+        yield "the net.bin", args.net
+        yield "the dataset", args.dataset
+        for s in ds.samples:
+            yield "an image of the dataset", s.image
+            if s.mask:
+                yield "a mask of the dataset", s.mask
+
+    check_outputs({"--confusion": args.confusion}, inputs(), force=args.force)
 
 
 def _print_classification(result) -> None:

@@ -94,7 +94,15 @@ def _load(path: str, kind: str) -> Any:
                               value=path) from None
 
 
-def _check_shape(spec: dict, arr: np.ndarray, source: str) -> None:
+def _check_shape(spec: dict, arr: np.ndarray, source: str, net: Any) -> None:
+    """The array fits input ``spec`` of ``net``: its values (real; finite for a float
+    input the DV700 reads) and shape; errors name the file ``source``."""
+    from ..runtime.handle import feed_array
+
+    try:
+        feed_array(spec, arr, device="device" in net.tensors.get(spec["tensor"], {}))
+    except InvalidArgument as e:
+        raise InvalidArgument(e.message, field=source, value=e.value, limit=e.limit) from None
     want = tuple(spec["shape"])
     if arr.shape == want or (arr.size == int(np.prod(want)) and arr.ndim == len(want) - 1):
         return
@@ -119,7 +127,7 @@ def tensor_jobs(net: Any, items: list[str]) -> list[Job]:
                 raise InvalidArgument("NAME=FILE takes a .npy file", field="input",
                                       value=path)
             arr = _load(path, "npy")
-            _check_shape(specs[name], arr, path)
+            _check_shape(specs[name], arr, path, net)
             named[name] = arr
             named_from.append(item)
             continue
@@ -144,7 +152,7 @@ def tensor_jobs(net: Any, items: list[str]) -> list[Job]:
                                       "name", field="input", value=item, limit=names)
             feed = data
         for n, arr in (feed.items() if isinstance(feed, dict) else [(names[0], feed)]):
-            _check_shape(specs[n], arr, item)
+            _check_shape(specs[n], arr, item, net)
         jobs.append(Job(item, "tensor", feed, Path(item).stem))
     if named:
         missing = [n for n in names if n not in named]

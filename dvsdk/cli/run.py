@@ -74,6 +74,9 @@ def build_parser() -> Parser:
                    help="segmentation: save the per-pixel class map as a colored PNG")
     p.add_argument("--ipu", action="store_true",
                    help="resize and convert the image on the device's IPU")
+    p.add_argument("-f", "--force", action="store_true",
+                   help="replace existing output files (--save, --trace, --record, "
+                        "--save-mask); an input is never replaced")
     p.add_argument("-q", "--quiet", action="store_true")
     p.add_argument("-v", "--verbose", action="store_true")
     p.add_argument("--debug", action="store_true", help="show tracebacks")
@@ -122,7 +125,33 @@ def main(argv: list[str]) -> int:
         return _main(args)
 
 
+def _check_outputs(args) -> None:
+    """No output flag may name an input (the net.bin, an image, an --input file), a
+    directory, another output's file, or an existing file without --force."""
+    from pathlib import Path
+
+    from ..fsutil import check_outputs
+    from ..runtime.images import IMAGE_SUFFIXES
+
+    def inputs():
+        yield "the net.bin", args.net
+        for item in args.images:
+            p = Path(item)
+            if p.is_dir():
+                yield from (("an input image", q) for q in p.iterdir()
+                            if q.suffix.lower() in IMAGE_SUFFIXES)
+            else:
+                yield "an input image", p
+        for item in args.input:
+            name, sep, path = item.partition("=")
+            yield "an --input file", path if sep and not Path(item).exists() else item
+
+    check_outputs({"--save": args.save, "--trace": args.trace, "--record": args.record,
+                   "--save-mask": args.save_mask}, inputs(), force=args.force)
+
+
 def _main(args) -> int:
+    _check_outputs(args)
     if not args.record:
         return _run(args, args.device)
     from ..driver.device import open_device

@@ -19,7 +19,7 @@ import numpy as np
 from .. import __version__
 from ..driver.commands import BufferRef
 from ..driver.device import DeviceInfo
-from ..errors import InvalidCommand, ModelError, NetFileError
+from ..errors import InvalidArgument, InvalidCommand, ModelError, NetFileError
 from ..netfile import FORMAT_VERSION, REGIONS, BlobBuilder, NetFile, decode, encode, write
 from .golden import add_golden
 from .ir import Graph
@@ -56,9 +56,9 @@ class Options:
     def __post_init__(self) -> None:
         """Refuse preprocessing the runtime could not apply: ``(x - mean) * scale / std``
         needs finite means, a finite non-zero scale and finite positive stds."""
-        self.mean = _floats(self.mean, "mean")
+        self.mean = _per_channel(_floats(self.mean, "mean"), "mean")
         if self.std is not None:
-            self.std = _floats(self.std, "std")
+            self.std = _per_channel(_floats(self.std, "std"), "std")
             bad = [v for v in self.std if not v > 0]
             if bad:
                 raise ModelError("std must be positive (the image is divided by it)",
@@ -82,6 +82,24 @@ class Options:
         if self.quantize_skip and not self.quantize:
             raise ModelError("quantize_skip needs quantize", field="quantize_skip",
                              value=list(self.quantize_skip))
+        if self.labels is not None:
+            if isinstance(self.labels, (str, bytes)) or not all(
+                    isinstance(x, str) and x.strip() for x in self.labels):
+                raise ModelError("labels must be a list of non-empty names (or a file)",
+                                 field="labels", value=str(self.labels)[:80])
+            self.labels = [x.strip() for x in self.labels]
+
+
+def _per_channel(values: tuple[float, ...], name: str) -> tuple[float, ...]:
+    """One value for all three channels (R, G, B), or one each: the images are RGB (a
+    1-channel input takes the first after the gray conversion), as dvsdk-compile reads
+    ``--mean`` and ``--std``."""
+    if len(values) == 1:
+        return values * 3
+    if len(values) != 3:
+        raise ModelError(f"{name} needs 1 or 3 values (R, G, B)", field=name,
+                         value=list(values), limit="1 or 3 values")
+    return values
 
 
 def _floats(values: Any, name: str) -> tuple[float, ...]:
@@ -291,16 +309,59 @@ def _max_kernel(program: Program) -> int:
     return min(k, 7)
 
 
+def read_labels(path: str | os.PathLike) -> list[str]:
+    """One label a line (blank lines ignored); every error names the file."""
+    p = Path(path)
+    try:
+        data = p.read_bytes()
+    except FileNotFoundError:
+        raise InvalidArgument("labels file not found", field="labels", value=str(path)) from None
+    except IsADirectoryError:
+        raise InvalidArgument("labels file is a directory", field="labels",
+                              value=str(path)) from None
+    except OSError as e:
+        raise InvalidArgument(f"cannot read the labels file: {e.strerror}", field="labels",
+                              value=str(path)) from None
+    try:
+        if b"\0" in data:
+            raise UnicodeDecodeError("utf-8", data, data.index(b"\0"), data.index(b"\0") + 1,
+                                     "NUL byte")
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError:
+        raise InvalidArgument("labels file is not a text file (UTF-8, one label a line)",
+                              field="labels", value=str(path)) from None
+    return [ln.strip() for ln in text.splitlines() if ln.strip()]
+
+
+def scored_classes(meta: dict) -> int | None:
+    """How many classes a single-output model scores: the channel axis of (1, K[, H, W])."""
+    outs = meta["outputs"]
+    if len(outs) != 1:
+        return None
+    shape = outs[0]["shape"]
+    return int(shape[1]) if len(shape) >= 2 and shape[0] == 1 else None
+
+
 def compile(model: Any, output: str | os.PathLike | None = None, *,
             progress: Any = None, **options: Any) -> NetFile:
     """Compile ``model`` (a model file or directory of any format :mod:`.frontends` reads,
     or ONNX bytes or a ModelProto); write ``output`` if given.
 
-    ``progress(stage)`` is called as each stage starts (the CLI draws it on a terminal)."""
+    ``labels`` is a list of class names or a file of them (one a line); a classifier must
+    get one per class.  ``output`` must not be one of the model's files or the labels file
+    (InvalidArgument before any work).  ``progress(stage)`` is called as each stage starts
+    (the CLI draws it on a terminal)."""
+    from ..fsutil import check_outputs
+    from .frontends import source_files
+
     say = progress or (lambda stage: None)
     labels = options.pop("labels", None)
-    if isinstance(labels, (str, os.PathLike)):
-        labels = [ln.strip() for ln in Path(labels).read_text().splitlines() if ln.strip()]
+    label_file = labels if isinstance(labels, (str, os.PathLike)) else None
+    if label_file is not None:
+        labels = read_labels(label_file)
+    if output is not None:
+        inputs = source_files(model) + ([("the labels file", label_file)] if label_file else [])
+        check_outputs({"output": output}, inputs, force=True)
     unknown = sorted(set(options) - {f.name for f in fields(Options)})
     if unknown:
         raise ModelError("unknown compile option", field=unknown[0],
@@ -312,6 +373,12 @@ def compile(model: Any, output: str | os.PathLike | None = None, *,
         + (", golden self-test" if opts.golden else ""))
     net = compile_graph(graph, opts, source=Path(model).name
                         if isinstance(model, (str, os.PathLike)) else "<memory>")
+    k = scored_classes(net.meta)
+    if opts.labels is not None and k is not None and len(opts.labels) != k:
+        raise InvalidArgument(f"{len(opts.labels)} labels for a model that scores {k} "
+                              "classes", field="labels",
+                              value=str(label_file) if label_file else len(opts.labels),
+                              limit=k)
     if output is not None:
         say(f"writing {output}")
         write(net, output)

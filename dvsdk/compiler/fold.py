@@ -35,6 +35,7 @@ from ..cpu.nn import (
 from ..cpu.ops import KERNELS, full_pads, run_op, slice_index, split_sizes
 from ..errors import ModelError, UnsupportedOps
 from .ir import Graph, Op
+from .limits import check_split, check_tensor, check_window, range_length
 
 __all__ = ["infer_shapes", "fold_constants", "infer_and_fold", "check_dtypes", "SHAPE_RULES"]
 
@@ -63,6 +64,10 @@ class _Ctx:
 
     def const(self, i: int) -> np.ndarray | None:
         return self.g.const(self.op.input(i))
+
+    @property
+    def where(self) -> str:
+        return f"{self.op.type} {self.op.name}"
 
     def fail(self, message: str, **kw: Any) -> ModelError:
         return ModelError(message, field=f"{self.op.type} {self.op.name}", **kw)
@@ -115,6 +120,7 @@ def _conv(c: _Ctx) -> Result:
     x, w = c.shape(0), c.shape(1)
     _check_window(c)
     a = resolve_conv(c.op.attrs, x, w)
+    check_window(a, len(x) - 2, c.where)
     if x[1] != w[1] * a["group"] or w[0] % a["group"]:
         raise c.fail("Conv channel count does not match the weights and group",
                      value=(x[1], tuple(w), a["group"]))
@@ -129,6 +135,7 @@ def _conv_transpose(c: _Ctx) -> Result:
     x, w = c.shape(0), c.shape(1)
     _check_window(c)
     a = resolve_conv_transpose(c.op.attrs, x, w)
+    check_window(a, len(x) - 2, c.where, pads=False)
     if x[1] != w[0] or x[1] % a["group"]:
         raise c.fail("ConvTranspose channel count does not match the weights",
                      value=(x[1], tuple(w), a["group"]))
@@ -140,6 +147,7 @@ def _pool(c: _Ctx) -> Result:
     x = c.shape(0)
     _check_window(c)
     a = resolve_pool(c.op.attrs, x)
+    check_window(a, len(x) - 2, c.where)
     if c.op.type == "AveragePool":
         a.setdefault("count_include_pad", 0)
     c.op.attrs = a
@@ -284,6 +292,7 @@ def _split(c: _Ctx) -> Result:
     attrs = dict(c.op.attrs)
     attrs.setdefault("num_outputs", len(c.op.outputs))
     sizes = split_sizes(x[axis], c.const(1) if c.has(1) else None, attrs)
+    check_split(sizes, c.where)
     if sum(sizes) != x[axis] or len(sizes) != len(c.op.outputs):
         raise c.fail("Split sizes do not match", value=(x[axis], sizes))
     return [(x[:axis] + (s,) + x[axis + 1:], c.dtype(0)) for s in sizes]
@@ -374,6 +383,7 @@ def _range(c: _Ctx) -> Result:
     vals = [c.const(i) for i in range(3)]
     if any(v is None for v in vals):
         return None
+    check_tensor(c.op.outputs[0], (range_length(*vals, c.where),), c.dtype(0), c.where)
     return [(run_op("Range", vals, {})[0].shape, c.dtype(0))]
 
 
@@ -509,6 +519,7 @@ def _infer_in_place(g: Graph, strict: bool) -> bool:
                 continue
             t = g.tensors[name]
             shape = tuple(int(d) for d in shape)
+            check_tensor(name, shape, dtype, f"{op.type} {op.name}")
             if t.shape != shape or t.dtype != dtype:
                 t.shape, t.dtype = shape, np.dtype(dtype)
                 changed = True
@@ -528,6 +539,7 @@ def infer_shapes(graph: Graph, *, strict: bool = False) -> Graph:
         if t.shape is None or any(d <= 0 for d in t.shape):
             raise ModelError("graph input has no static shape", field=name, value=t.shape,
                              hint="pass --input-size HxW")
+        check_tensor(name, t.shape, t.dtype, f"input {name}")
     _infer_in_place(g, strict)
     return g
 

@@ -95,8 +95,10 @@ def _load_mask(path: str | None, shape: tuple[int, ...]) -> np.ndarray:
     """A class-index mask (palette or grayscale image), nearest-resized to ``shape``."""
     from PIL import Image, UnidentifiedImageError
 
+    from ..runtime.decode import open_image
+
     try:
-        with Image.open(path) as img:
+        with open_image(path) as img:
             if img.mode not in ("P", "L", "I", "I;16"):
                 raise DatasetError("a mask must be a palette or grayscale image of class "
                                    "indices", field="mask", value=path, limit="mode P or L")

@@ -14,7 +14,7 @@ import numpy as np
 
 from ..driver.cmdlist import CommandList
 from ..driver.commands import ConvCommand
-from ..errors import NetFileError
+from ..errors import InvalidArgument, NetFileError
 
 
 def spec_dtype(spec: dict) -> np.dtype:
@@ -24,6 +24,34 @@ def spec_dtype(spec: dict) -> np.dtype:
     except TypeError:
         raise NetFileError("unknown element type", field=f"{spec.get('name')}.dtype",
                            value=spec.get("dtype")) from None
+
+
+def feed_array(spec: dict, value: Any, *, device: bool) -> np.ndarray:
+    """``value`` as the element type of input ``spec``: real numbers only (a complex array
+    is not silently cast to its real part), and, for a float input the DV700 reads
+    (``device``), finite ones: there NaN or infinity would run to non-finite outputs that
+    look like an FP16 overflow.  An input only CPU steps read keeps ONNX's meaning of NaN
+    and infinity (an attention mask of -inf, a Cast of NaN)."""
+    name = spec.get("name")
+    arr = np.asarray(value)
+    if arr.dtype.kind not in "buif":
+        what = "complex numbers" if arr.dtype.kind == "c" else f"{arr.dtype} values"
+        raise InvalidArgument(f"input {name!r} holds {what}, not real numbers", field=name,
+                              value=str(arr.dtype), limit="bool, integer or float")
+    dtype = spec_dtype(spec)
+    if device and arr.dtype.kind == "f" and dtype.kind == "f":
+        bad = ~np.isfinite(arr)
+        if bad.any():
+            raise InvalidArgument(f"input {name!r} holds NaN or infinity "
+                                  f"({int(np.count_nonzero(bad))} of {arr.size} values)",
+                                  field=name, value=_first_bad(arr, bad),
+                                  limit="finite values")
+    return np.asarray(arr, dtype)
+
+
+def _first_bad(arr: np.ndarray, bad: np.ndarray) -> str:
+    i = tuple(int(v) for v in np.argwhere(bad)[0])
+    return f"{arr[i]} at {list(i)}"
 
 
 @dataclass

@@ -1,7 +1,8 @@
 """Images in, tensors out: Pillow decoding and the preprocessing a net.bin records.
 
-PNG, JPEG, BMP (anything Pillow reads); grayscale, RGBA and palette images are
-converted.  :func:`preprocess` resizes (stretch or letterbox), orders channels,
+PNG, JPEG, BMP, TIFF (anything Pillow reads), decoded to 8-bit RGB as a viewer shows
+them (:mod:`.decode`: EXIF orientation, 16-bit and float pixels scaled, a pixel limit).
+:func:`preprocess` resizes (stretch or letterbox), orders channels,
 subtracts the mean, multiplies by the scale and divides by the std, and returns
 the model's float32 input in its own layout (NCHW, or NHWC for Keras).
 """
@@ -14,31 +15,19 @@ from typing import Any
 import numpy as np
 
 from ..errors import ImageError
+from .decode import load_image
+
+__all__ = ["IMAGE_SUFFIXES", "load_image", "as_rgb", "resize", "preprocess"]
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff", ".webp", ".ppm",
                   ".pgm")
 
 
-def load_image(path: str | os.PathLike) -> np.ndarray:
-    """Decode an image file to RGB uint8 (H, W, 3)."""
-    from PIL import Image, UnidentifiedImageError
-
-    try:
-        with Image.open(path) as img:
-            img.load()
-            if img.mode in ("RGBA", "LA") or (img.mode == "P" and "transparency" in img.info):
-                img = img.convert("RGBA")
-                bg = Image.new("RGBA", img.size, (0, 0, 0, 255))
-                img = Image.alpha_composite(bg, img)
-            return np.asarray(img.convert("RGB"), np.uint8)
-    except FileNotFoundError:
-        raise ImageError("image file not found", field="image", value=str(path)) from None
-    except (UnidentifiedImageError, OSError, ValueError) as e:
-        raise ImageError(f"cannot decode image: {e}", field="image", value=str(path)) from None
-
-
 def as_rgb(image: Any) -> np.ndarray:
-    """A path, or an (H, W), (H, W, 1|3|4) array, as RGB uint8 (H, W, 3)."""
+    """A path (decoded by :func:`~.decode.load_image`), or an (H, W), (H, W, 1|3|4) array,
+    as RGB uint8 (H, W, 3).  Arrays: uint8 as they are, uint16 scaled from 0..65535, float
+    in [0, 1] scaled by 255 (else taken as 0..255), other integers clipped to 0..255; NaN,
+    infinity and complex values are refused."""
     if isinstance(image, (str, os.PathLike)):
         return load_image(image)
     arr = np.asarray(image)
@@ -47,10 +36,18 @@ def as_rgb(image: Any) -> np.ndarray:
     if arr.ndim != 3 or arr.shape[2] not in (1, 3, 4) or min(arr.shape[:2]) < 1:
         raise ImageError("image array must be (H, W) or (H, W, 1|3|4)", field="image",
                          value=arr.shape)
-    if arr.dtype != np.uint8:
-        if np.issubdtype(arr.dtype, np.floating) and arr.size and arr.max() <= 1.0:
+    if arr.dtype.kind not in "buif":
+        raise ImageError("image array must hold real numbers", field="image",
+                         value=str(arr.dtype), limit="bool, integer or float")
+    if arr.dtype.kind == "f" and not np.all(np.isfinite(arr)):
+        raise ImageError("image array holds NaN or infinity", field="image",
+                         value=int(np.count_nonzero(~np.isfinite(arr))), limit="finite values")
+    if arr.dtype == np.uint16:
+        arr = ((arr.astype(np.uint32) + 128) // 257).astype(np.uint8)
+    elif arr.dtype != np.uint8:
+        if arr.dtype.kind == "f" and arr.size and arr.max() <= 1.0:
             arr = arr * 255.0
-        arr = np.clip(np.nan_to_num(arr), 0, 255).astype(np.uint8)
+        arr = np.clip(arr, 0, 255).astype(np.uint8)
     if arr.shape[2] == 1:
         arr = np.repeat(arr, 3, axis=2)
     return np.ascontiguousarray(arr[..., :3])

@@ -33,7 +33,7 @@ from ..errors import DeviceError, InvalidArgument, NetFileError
 from ..hw import layout
 from ..netfile import NetFile, check, check_hardware, read
 from . import cpusteps
-from .handle import RunContext, RunHandle, RunStats, SegmentStats, spec_dtype, to_ir
+from .handle import RunContext, RunHandle, RunStats, SegmentStats, feed_array, to_ir
 from .records import decode_attr, relocate, verify
 
 
@@ -175,7 +175,7 @@ class Net:
             if name not in feeds:
                 raise InvalidArgument("missing input", field="inputs", value=sorted(feeds),
                                       limit=name)
-            arr = np.asarray(feeds.pop(name), spec_dtype(spec))
+            arr = feed_array(spec, feeds.pop(name), device=self._dev(spec["tensor"]) is not None)
             want = tuple(spec["shape"])
             if arr.shape != want:
                 if arr.size == int(np.prod(want)) and arr.ndim == len(want) - 1:

@@ -71,6 +71,22 @@ def expected() -> str:
     return "; ".join(f"{fe.title}: {fe.expects}" for fe in FRONTENDS.values())
 
 
+def source_files(model: Any) -> list[tuple[str, Path]]:
+    """The files a model on disk consists of, as (what, path) for
+    :func:`dvsdk.fsutil.check_outputs`: the model file, an OpenVINO IR's ``.bin`` beside
+    its ``.xml``, every file of a model directory (NNEF); none for an in-memory model."""
+    if not isinstance(model, (str, os.PathLike)):
+        return []
+    p = Path(model)
+    if p.is_dir():
+        return [("a file of the model", Path(root) / f)
+                for root, _, names in os.walk(p) for f in names]
+    files = [("the model itself", p)]
+    if p.suffix.lower() == ".xml":
+        files.append(("the model's weights", p.with_suffix(".bin")))
+    return files
+
+
 def frontend(fmt: str) -> Any:
     """The module that reads format ``fmt``."""
     if fmt not in FRONTENDS:

@@ -35,6 +35,7 @@ from ...errors import ModelError, UnsupportedOps
 from ..ir import Graph
 from .keras_ir import KT, Builder, Layer, ir_shape
 from .keras_layers import LAYERS
+from .keras_ops import OPERATIONS, convert_operation, is_operation, origin_class
 
 __all__ = ["load", "load_keras", "LAYERS", "MAX_CONFIG_BYTES", "MAX_DEPTH", "MAX_LAYERS"]
 
@@ -202,10 +203,12 @@ _ORDER = {"Conv2D": ("kernel", "bias"), "Conv2DTranspose": ("kernel", "bias"),
 
 # --------------------------------------------------------------------------- the topology
 class _Node:
-    """One call of a layer: its inputs as (layer, node, tensor) references."""
+    """One call of a layer: its inputs as (layer, node, tensor) references, and the call as
+    the file has it (``raw``)."""
 
-    def __init__(self, layer: dict, index: int, refs: list[tuple[str, int, int]]) -> None:
-        self.layer, self.index, self.refs = layer, index, refs
+    def __init__(self, layer: dict, index: int, refs: list[tuple[str, int, int]],
+                 raw: Any = None) -> None:
+        self.layer, self.index, self.refs, self.raw = layer, index, refs, raw
 
     @property
     def key(self) -> tuple[str, int]:
@@ -308,7 +311,10 @@ def _refusals(layers: list[dict], version: tuple[int, int]) -> list[tuple[str, s
     for ly in layers:
         cls = ly["class_name"]
         spec = LAYERS.get(cls)
-        if cls == "UpSampling2D" and ly["config"].get("interpolation") == "bilinear" \
+        if is_operation(ly):   # Keras 3 arithmetic on a tensor (x + 3.0): not a layer
+            if cls not in OPERATIONS:
+                bad.append((origin_class(cls), ly["name"]))
+        elif cls == "UpSampling2D" and ly["config"].get("interpolation") == "bilinear" \
                 and version < (2, 4):   # TF1-era resize (no half-pixel centers): not mapped
             bad.append((f"{cls}[bilinear, Keras {version[0]}.{version[1]}]", ly["name"]))
         elif cls in _NESTED:
@@ -338,13 +344,17 @@ def _build(b: Builder, layers: list[dict], seq: bool, inner: dict, weights: _Wei
         values[(name, 0, 0)] = KT(b.input(name, ir_shape(shape)), shape)
         inputs.append(name)
 
-    def call(ly: dict, xs: list[KT], index: int) -> KT:
+    def call(ly: dict, xs: list[KT], index: int, raw: Any = None) -> KT:
         nonlocal first_op
         cls, name = ly["class_name"], ly["name"]
+        operation = is_operation(ly)
+        if operation:
+            cls = origin_class(cls)
         layer = Layer(cls, name, ly["config"],
                       weights.getter(name, f"{cls} {name}", _ORDER.get(cls, ())))
         b.origin, first_op = layer.origin, len(b.ops)
-        y = LAYERS[cls].convert(b, layer, xs)
+        y = convert_operation(b, layer, raw, xs) if operation else \
+            LAYERS[cls].convert(b, layer, xs)
         want = name if index == 0 else f"{name}_{index}"
         if b.rename(y.name, want, first_op):
             y = KT(want, y.shape, y.chw)
@@ -382,7 +392,7 @@ def _build(b: Builder, layers: list[dict], seq: bool, inner: dict, weights: _Wei
         if not isinstance(nodes, list) or not nodes:
             raise ModelError("layer has no inbound nodes", field=ly["name"])
         for i, node in enumerate(nodes):
-            pending.append(_Node(ly, i, _node_refs(node, ly["name"])))
+            pending.append(_Node(ly, i, _node_refs(node, ly["name"]), node))
     while pending:   # topological order, whatever the file's
         ready = [n for n in pending if all(r in values for r in n.refs)]
         if not ready:
@@ -394,7 +404,7 @@ def _build(b: Builder, layers: list[dict], seq: bool, inner: dict, weights: _Wei
             if not n.refs:
                 raise ModelError("layer call has no tensor inputs", field=n.layer["name"])
             values[(n.layer["name"], n.index, 0)] = call(n.layer, [values[r] for r in n.refs],
-                                                         n.index)
+                                                         n.index, n.raw)
     outs: list[str] = []
     taken: set[str] = set()
     for r in _io_refs(inner.get("output_layers"), "output_layers"):

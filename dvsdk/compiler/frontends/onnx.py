@@ -7,7 +7,8 @@ with latest-opset semantics (see :mod:`dvsdk.compiler.ir`): attribute forms of o
 ``Upsample`` and opset-10 ``Resize`` become ``Resize`` with ``asymmetric`` coordinates;
 ``Constant`` nodes become constant tensors; ``Softmax``/``LogSoftmax`` record the model opset.
 Graph inputs get static shapes: a free batch dimension becomes 1, other free dimensions must
-come from ``input_sizes``.
+come from ``input_sizes``.  A dimension is free when it is symbolic (``dim_param``), unset,
+or negative (``-1``, as PaddlePaddle exports write a free batch), as onnxruntime reads it.
 
 Shapes of intermediate tensors are not computed here; run
 :func:`dvsdk.compiler.fold.infer_and_fold` next (or :func:`dvsdk.compiler.simplify.optimize`).
@@ -75,9 +76,20 @@ def _read(model_or_path: Any) -> tuple[onnx.ModelProto, str]:
 
 
 def _opset(model: onnx.ModelProto) -> int:
+    """The model's default-domain opset: 1 up to the newest the installed onnx package
+    defines (an op's meaning depends on it, so one outside that range is refused)."""
+    newest = int(onnx.defs.onnx_opset_version())
     for imp in model.opset_import:
         if imp.domain in ("", "ai.onnx"):
-            return int(imp.version)
+            version = int(imp.version)
+            if not 1 <= version <= newest:
+                raise ModelError(f"opset {version} is not an ONNX opset this SDK knows",
+                                 field="opset_import", value=version, limit=f"1..{newest}",
+                                 hint="newer than the installed onnx package defines: "
+                                      "upgrade onnx, or export with an older opset"
+                                      if version > newest else
+                                      "opsets start at 1: the file is damaged or hand-made")
+            return version
     raise ModelError("model has no default-domain opset import", field="opset_import")
 
 
@@ -129,13 +141,14 @@ def _input_shape(vi: onnx.ValueInfoProto, given: Sequence[int] | None) -> tuple[
     if tt.HasField("shape"):
         dims = []
         for i, d in enumerate(tt.shape.dim):
-            if d.HasField("dim_value") and d.dim_value <= 0:
-                size = "zero-size" if d.dim_value == 0 else "negative"
-                raise ModelError(f"input {name!r} has a {size} dimension at axis {i}",
-                                 field=f"{name}[{i}]", value=int(d.dim_value), limit=">= 1",
+            if d.HasField("dim_value") and d.dim_value == 0:
+                raise ModelError(f"input {name!r} has a zero-size dimension at axis {i}",
+                                 field=f"{name}[{i}]", value=0, limit=">= 1",
                                  hint="an empty tensor carries no data to compute on")
-            if d.HasField("dim_value"):
+            if d.HasField("dim_value") and d.dim_value > 0:
                 dims.append((int(d.dim_value), ""))
+            elif d.HasField("dim_value"):   # -1 (PaddlePaddle's export): a free dimension
+                dims.append((None, str(int(d.dim_value))))
             else:
                 dims.append((None, d.dim_param or "?"))
     if given is not None:

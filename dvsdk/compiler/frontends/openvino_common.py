@@ -12,7 +12,8 @@ from collections.abc import Sequence
 import numpy as np
 
 from ...errors import ModelError
-from .openvino_ir import ONNX_TYPES, Builder, Layer
+from ..limits import check_window
+from .openvino_ir import ONNX_TYPES, Builder, Layer, dim
 
 _HINT_SIZE = "pass --input-size HxW (input_size=(H, W))"
 F32 = np.float32
@@ -20,8 +21,19 @@ F32 = np.float32
 
 def graph_input(b: Builder, layer: Layer, dims: Sequence[int], dtype: np.dtype,
                 name: str) -> str:
-    """Register a graph input: a free batch becomes 1, free H, W come from ``input_size``."""
+    """Register a graph input: a free batch becomes 1, free H, W come from ``input_size``.
+
+    The layer's declared ``shape`` attribute, when it has one, must be a shape (each entry
+    ``?``, ``-1``, a range ``a..b`` or a size >= 0) that agrees with the port's ``dims``."""
     dims = [int(d) for d in dims]
+    if layer.has("shape"):
+        declared = [dim(t, layer.where("shape"))
+                    for t in layer.text("shape").strip("[]").split(",")]
+        if len(declared) != len(dims) or any(
+                a >= 0 and b >= 0 and a != b for a, b in zip(declared, dims)):
+            raise ModelError("the declared shape disagrees with the output port's dims",
+                             field=layer.where("shape"), value=layer.text("shape"),
+                             limit=tuple(dims))
     given = b.input_size
     if given is not None and len(dims) == 4:
         for i, v in zip((2, 3), given):
@@ -124,6 +136,7 @@ def pool(b: Builder, layer: Layer, x: str, out: str, method: str, exclude_pad: b
     k = kernel(layer, nsp, legacy)
     a = window(layer, nsp, legacy)
     a["kernel_shape"] = k
+    check_window(a, nsp, layer.where())   # before the floor/ceil sums below divide
     if method != "max":  # ONNX AveragePool (opset 13) has no dilations
         if any(d != 1 for d in a.pop("dilations")):
             return b.refuse("dilations")

@@ -44,6 +44,10 @@ ONNX_TYPES = {np.dtype(np.float32): 1, np.dtype(np.uint8): 2, np.dtype(np.int8):
               np.dtype(np.int64): 7, np.dtype(np.bool_): 9, np.dtype(np.float64): 11,
               np.dtype(np.uint32): 12, np.dtype(np.uint64): 13}
 _FOLD_LIMIT = 1 << 22  # elements: larger constant results stay ops (fold may take them)
+#: the largest IR XML read, and the longest tag in it (both in bytes): an IR keeps its
+#: weights in the .bin, so its XML is small and each layer's attributes short
+MAX_XML_BYTES = 256 << 20
+MAX_TAG_BYTES = 1 << 20
 _HINT_EXTRA = 'pip install "dvsdk[openvino]"'
 
 
@@ -185,6 +189,48 @@ class Net:
         return out
 
 
+def _read_bounded(path: Path) -> bytes:
+    """The XML's bytes, refused when the file exceeds :data:`MAX_XML_BYTES`."""
+    try:
+        size = path.stat().st_size
+        if size > MAX_XML_BYTES:
+            raise ModelError("the IR XML is too large", field=str(path), value=size,
+                             limit=f"{MAX_XML_BYTES:,} bytes")
+        return path.read_bytes()
+    except OSError as exc:
+        raise ModelError("cannot read the IR XML", field=str(path), value=str(exc)) from None
+
+
+def _check_tags(data: bytes, path: Path) -> None:
+    """Refuse a tag longer than :data:`MAX_TAG_BYTES`, in one linear pass before parsing.
+
+    Expat re-scans a token that a chunk of input leaves unfinished from its start on every
+    further chunk (CPython feeds it 1 MiB at a time), so one 50 MiB attribute would take
+    quadratic time; a start tag with all its attributes is one token.  The distance between
+    two ``<`` bounds every tag (``<`` cannot occur inside one)."""
+    arr = np.frombuffer(data, np.uint8)
+    bounds = np.concatenate(([0], np.flatnonzero(arr == ord("<")), [arr.size]))
+    gaps = np.diff(bounds)
+    i = int(np.argmax(gaps)) if gaps.size else 0
+    if not gaps.size or int(gaps[i]) <= MAX_TAG_BYTES:
+        return
+    start, end = int(bounds[i]), int(bounds[i + 1])
+    head = data[start:start + 64].split(None, 1)[0].decode("utf-8", "replace")
+    quotes = np.flatnonzero(arr[start:end] == ord('"')) + start
+    what = f"{head}...>"
+    if quotes.size >= 2:  # name the longest attribute value
+        pairs = quotes[: quotes.size // 2 * 2].reshape(-1, 2)
+        q = int(pairs[int(np.argmax(pairs[:, 1] - pairs[:, 0])), 0])
+        name = data[max(start, q - 64):q].rstrip(b"= \t\r\n").split()[-1:]
+        if name:
+            what = f"{head} {name[0].decode('utf-8', 'replace')}=...>"
+    line = data.count(b"\n", 0, start) + 1
+    raise ModelError("an XML tag of the IR is too long", field=f"{path} line {line}",
+                     value=f"{what} of {end - start:,} bytes",
+                     limit=f"{MAX_TAG_BYTES:,} bytes per tag",
+                     hint="OpenVINO writes weights to the .bin, never into the XML")
+
+
 def _safe_parse(path: Path) -> Any:
     try:
         from defusedxml import DefusedXmlException
@@ -194,9 +240,11 @@ def _safe_parse(path: Path) -> Any:
                          value=str(path), hint=_HINT_EXTRA) from None
     from xml.etree.ElementTree import ParseError
 
-    try:
-        return SafeET.parse(str(path), forbid_dtd=True, forbid_entities=True,
-                            forbid_external=True).getroot()
+    data = _read_bounded(path)
+    _check_tags(data, path)
+    try:  # one buffer, not a file read in 64 KiB pieces: fewer re-scans of long tokens
+        return SafeET.fromstring(data, forbid_dtd=True, forbid_entities=True,
+                                 forbid_external=True)
     except DefusedXmlException as exc:
         raise ModelError("refused: the IR XML declares a DTD or entities", field=str(path),
                          value=type(exc).__name__,
@@ -215,13 +263,16 @@ def _int(text: str | None, what: str) -> int:
         raise ModelError("not an integer", field=what, value=text) from None
 
 
-def _dim(text: str | None, what: str) -> int:
+def dim(text: str | None, what: str) -> int:
+    """One dimension as the IR writes it: a size >= 0, or -1 for a dynamic one (``?``,
+    ``-1``, a range ``a..b``); any other negative number is a ModelError."""
     t = (text or "").strip()
     if t in ("?", "-1") or ".." in t:
         return -1
     v = _int(t, what)
     if v < 0:
-        raise ModelError("negative dimension", field=what, value=v)
+        raise ModelError("negative dimension", field=what, value=v,
+                         limit=">= 0, or -1 / ? for a dynamic one")
     return v
 
 
@@ -231,7 +282,7 @@ def _ports(elem: Any, layer: str, kind: str) -> list[Port]:
         return ports
     for p in elem.findall("port"):
         pid = _int(p.get("id"), f"{layer} {kind} port id")
-        dims = tuple(_dim(d.text, f"{layer} port {pid} dim") for d in p.findall("dim"))
+        dims = tuple(dim(d.text, f"{layer} port {pid} dim") for d in p.findall("dim"))
         ports.append(Port(pid, dims, (p.get("precision") or "").strip(),
                           _port_names(p.get("names") or "")))
     ids = [p.id for p in ports]
