@@ -309,13 +309,15 @@ def test_a_run_that_fails_before_the_first_kick_keeps_the_old_recording(digits_r
     path.write_bytes(digits_rec.read_bytes())
     before = path.read_bytes()
     missing = str(tmp_path / "nope.bin")
-    assert run_cli(["dvsdk-run", missing, SEVEN, "--record", str(path)]) == 2
+    # (--force: replacing an existing output is asked for, as every output flag needs)
+    assert run_cli(["dvsdk-run", missing, SEVEN, "--record", str(path), "--force"]) == 2
     assert path.read_bytes() == before
     capsys.readouterr()
     # a run that completes without a kick (its one input is unreadable) records nothing
     bad = tmp_path / "bad.png"
     bad.write_bytes(b"not an image")
-    rc = run_cli(["dvsdk-run", str(MODELS / "digits.bin"), str(bad), "--record", str(path)])
+    rc = run_cli(["dvsdk-run", str(MODELS / "digits.bin"), str(bad), "--record", str(path),
+                  "--force"])
     err = capsys.readouterr().err
     assert rc == 2 and "nothing to record" in err and "left as it was" in err
     assert path.read_bytes() == before

@@ -30,12 +30,11 @@ from ..cpu.nn import (
     resolve_conv,
     resolve_conv_transpose,
     resolve_pool,
-    window_problem,
 )
 from ..cpu.ops import KERNELS, full_pads, run_op, slice_index, split_sizes
 from ..errors import ModelError, UnsupportedOps
 from .ir import Graph, Op
-from .limits import check_split, check_tensor, check_window, range_length
+from .limits import check_split, check_tensor, check_window, check_window_attrs, range_length
 
 __all__ = ["infer_shapes", "fold_constants", "infer_and_fold", "check_dtypes", "SHAPE_RULES"]
 
@@ -107,18 +106,9 @@ def _norm_axis(c: _Ctx, rank: int, key: str = "axis", default: int = 0) -> int:
     return axis
 
 
-def _check_window(c: _Ctx) -> None:
-    """ModelError naming the op and the attribute out of range (:func:`window_problem`),
-    before any arithmetic uses it."""
-    bad = window_problem(c.op.attrs)
-    if bad is not None:
-        where, value, limit = bad
-        raise c.fail(f"{c.op.type} {where} is out of range", value=value, limit=limit)
-
-
 def _conv(c: _Ctx) -> Result:
     x, w = c.shape(0), c.shape(1)
-    _check_window(c)
+    check_window_attrs(c.op.attrs, c.where)
     a = resolve_conv(c.op.attrs, x, w)
     check_window(a, len(x) - 2, c.where)
     if x[1] != w[1] * a["group"] or w[0] % a["group"]:
@@ -133,7 +123,7 @@ def _conv(c: _Ctx) -> Result:
 
 def _conv_transpose(c: _Ctx) -> Result:
     x, w = c.shape(0), c.shape(1)
-    _check_window(c)
+    check_window_attrs(c.op.attrs, c.where)
     a = resolve_conv_transpose(c.op.attrs, x, w)
     check_window(a, len(x) - 2, c.where, pads=False)
     if x[1] != w[0] or x[1] % a["group"]:
@@ -145,7 +135,7 @@ def _conv_transpose(c: _Ctx) -> Result:
 
 def _pool(c: _Ctx) -> Result:
     x = c.shape(0)
-    _check_window(c)
+    check_window_attrs(c.op.attrs, c.where)
     a = resolve_pool(c.op.attrs, x)
     check_window(a, len(x) - 2, c.where)
     if c.op.type == "AveragePool":

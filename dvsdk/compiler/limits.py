@@ -26,7 +26,8 @@ import numpy as np
 
 from ..errors import ModelError
 
-__all__ = ["MAX_TENSOR_BYTES", "check_tensor", "check_window", "check_split", "range_length"]
+__all__ = ["MAX_TENSOR_BYTES", "WINDOW_RANGES", "check_tensor", "check_window_attrs",
+           "check_window", "check_split", "range_length"]
 
 #: The largest tensor (bytes) a compiled program may compute: 1 GiB.
 MAX_TENSOR_BYTES = 1 << 30
@@ -61,6 +62,30 @@ def _at_least(attrs: dict, key: str, low: int, n: int, where: str) -> None:
     if any(v < low for v in vals):
         raise ModelError(f"{key} out of range", field=f"{where}.{key}", value=vals,
                          limit=f">= {low}")
+
+
+#: the integer attributes of a Conv, ConvTranspose or pooling window as a model states
+#: them: ONNX's ranges (a 0 stride or dilation is meaningless), bounded as the net.bin
+#: reader bounds them (negative pads crop: their sign is checked once resolved)
+WINDOW_RANGES = {"kernel_shape": (1, 1 << 16), "strides": (1, 1 << 16),
+                 "dilations": (1, 1 << 16), "pads": (-(1 << 16), 1 << 16),
+                 "output_padding": (0, 1 << 16), "group": (1, 1 << 16)}
+
+
+def check_window_attrs(attrs: dict, where: str) -> None:
+    """The window attributes as the model states them, before any arithmetic uses them (a
+    0 stride divides by zero in an auto-pad rule, a 0 dilation makes an empty window): each
+    an integer within :data:`WINDOW_RANGES`; ModelError naming the attribute, its value
+    and the range."""
+    for key, (lo, hi) in WINDOW_RANGES.items():
+        v = attrs.get(key)
+        if v is None:
+            continue
+        scalar = isinstance(v, (int, np.integer))
+        vals = [v] if scalar else list(v)
+        if not all(isinstance(x, (int, np.integer)) and lo <= int(x) <= hi for x in vals):
+            raise ModelError(f"{key} out of range", field=f"{where}.{key}",
+                             value=int(v) if scalar else vals, limit=f"{lo}..{hi}")
 
 
 def check_window(attrs: dict, spatial: int, where: str, *, pads: bool = True) -> None:

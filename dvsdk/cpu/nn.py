@@ -66,29 +66,6 @@ def _window(attrs: Attrs, x_shape: Sequence[int], w_shape: Sequence[int]
             attrs.get("auto_pad", "NOTSET") or "NOTSET")
 
 
-#: the integer attributes of a Conv, ConvTranspose or pooling window: ONNX's ranges (a 0
-#: stride or dilation is meaningless), bounded as the net.bin reader bounds them
-WINDOW_RANGES = {"kernel_shape": (1, 1 << 16), "strides": (1, 1 << 16),
-                 "dilations": (1, 1 << 16), "pads": (-(1 << 16), 1 << 16),
-                 "output_padding": (0, 1 << 16), "group": (1, 1 << 16)}
-
-
-def window_problem(attrs: Attrs) -> tuple[str, Any, str] | None:
-    """The first window attribute out of :data:`WINDOW_RANGES` as ``(where, value,
-    limit)`` (``where`` e.g. ``dilations[0]``), or None: checked before any arithmetic
-    uses them (a 0 stride divides by zero, a 0 dilation makes an empty window)."""
-    for key, (lo, hi) in WINDOW_RANGES.items():
-        v = attrs.get(key)
-        if v is None:
-            continue
-        scalar = isinstance(v, (int, np.integer))
-        for i, x in enumerate([v] if scalar else list(v)):
-            if not isinstance(x, (int, np.integer)) or not lo <= int(x) <= hi:
-                return (key if scalar else f"{key}[{i}]"), (v if scalar else list(v)), \
-                    f"{lo}..{hi}"
-    return None
-
-
 def resolve_conv(attrs: Attrs, x_shape: Sequence[int], w_shape: Sequence[int]) -> Attrs:
     """Explicit Conv attributes: kernel_shape, strides, pads, dilations, group."""
     n, k, s, d, auto = _window(attrs, x_shape, w_shape)
