@@ -392,6 +392,17 @@ class Device(ABC):
                 limit=f"0x0..{limit - 4:#x}, multiple of 4",
             )
 
+    @staticmethod
+    def check_value(value: object) -> int:
+        """Every backend's register value rule: an integer (not a bool) in 0..2^32-1, as a
+        32-bit register holds it (the board's mmio, ``registers.yaml``); a wider or negative
+        value is refused, never truncated.  Returns it as an int."""
+        if isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_)) \
+                and 0 <= value <= 0xFFFFFFFF:
+            return int(value)
+        raise InvalidArgument("register value must be a 32-bit unsigned integer",
+                              field="value", value=value, limit="0..0xFFFFFFFF")
+
 
 @dataclass
 class DeviceURL:

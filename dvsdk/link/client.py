@@ -516,6 +516,7 @@ class LinkDevice(Device):
         """WRITE32; a write to a start register first mirrors the CPU's writes (link.md §7)."""
         if unit not in lp.UNITS:
             Device.check_reg(unit, 0)
+        value = self.check_value(value)  # before it is packed as the wire's i64
         with self.lock:
             if (unit, offset) in self._kick_regs:
                 self._mirror_cpu_writes()

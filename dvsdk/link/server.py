@@ -270,8 +270,9 @@ class LinkServer:
         return {"value": int(self.device.read32(a["unit"], a["offset"])) & _U32}
 
     def _write32(self, a: dict[str, Any]) -> dict[str, Any]:
-        unit, offset, value = a["unit"], a["offset"], a["value"]
+        unit, offset = a["unit"], a["offset"]
         self.device.check_reg(unit, offset)
+        value = Device.check_value(a["value"])  # whatever the served device would do
         commit = self.guard.prepare(unit, offset, value, self.buffers.values())
         self.device.write32(unit, offset, value)
         commit()
