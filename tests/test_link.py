@@ -59,7 +59,7 @@ def mem():
 
 
 def test_spec_drives_header_and_messages():
-    assert lp.HEADER.size == 12 and lp.FRAME_OVERHEAD == 16 and lp.VERSION == 3
+    assert lp.HEADER.size == 12 and lp.FRAME_OVERHEAD == 16 and lp.VERSION == 4
     assert lp.MESSAGES["READ32"].code == 0x10 and lp.BY_CODE[0x22].name == "MEM_WRITE"
     assert lp.UNITS == WINDOWS  # the units and the R5 kick's ipi and shm (v3)
     sample = {"u8": 7, "u16": 513, "u32": 0xDEADBEEF, "u64": 1 << 40, "i64": -5, "f64": 2.5,

@@ -65,10 +65,12 @@ def test_agent_process_full_cycle(mem_agent):
 
 
 def test_version_mismatch_names_both_versions(mem_agent, monkeypatch):
+    agent_version = lp.VERSION
     monkeypatch.setattr(lp, "VERSION", 7)
-    with pytest.raises(LinkError, match="client speaks v7, agent speaks v3") as e:
+    with pytest.raises(LinkError, match=f"client speaks v7, agent speaks v{agent_version}") \
+            as e:
         connect(mem_agent.url)
-    assert e.value.value == 7 and e.value.limit == 3
+    assert e.value.value == 7 and e.value.limit == agent_version
 
 
 def test_agent_with_injected_faults_both_ways():

@@ -539,9 +539,63 @@ class LinkDevice(Device):
         t = min(check_timeout(timeout), float(self.caps.get("max_wait", math.inf)))
         self._call("WAIT_IRQ", unit=unit, timeout=t, extra_wait=t)
 
+    def _read_info(self) -> dict[str, Any]:
+        """INFO's JSON document, read in chunks of the engine's chunk size (link.md §6), so
+        a noisy line carries it as it carries memory (a resent chunk is cut smaller): the
+        first chunk says how long the document is, the rest are pipelined."""
+        head = lp.MESSAGES["INFO"].response.struct.size
+        limit = lp.LIMITS["max_document"]
+        eng = self.engine
+        doc = bytearray()
+        total: list[int] = []  # the document's length, once an answer said it
+
+        def size() -> int:
+            return max(1, min(eng.chunk_bytes(), eng.max_payload - head))
+
+        def req(i: int, n: int) -> Request:
+            def done(r: dict[str, Any]) -> None:
+                t = int(r["total"])
+                if not total:
+                    if t > limit:
+                        raise LinkError("the agent's INFO document is too large",
+                                        field="total", value=t, limit=limit)
+                    total.append(t)
+                    doc.extend(bytes(t))
+                want = max(0, min(n, t - i))
+                if t != total[0] or len(r["data"]) != want:
+                    raise LinkError("INFO chunk does not match its request", field="nbytes",
+                                    value=len(r["data"]), limit=want)
+                doc[i:i + want] = r["data"]
+                eng.stats["info_chunks"] += 1
+
+            def split(k: int) -> list[Request]:
+                return [req(j, min(k, i + n - j)) for j in range(i, i + n, k)]
+
+            return Request("INFO", {"offset": i, "nbytes": n}, done, split, data_bytes=n,
+                           resp_bytes=n)
+
+        with self.lock:
+            self.engine.check_usable(self._closed)
+            first = size()
+            eng.exchange([req(0, first)])  # (offset 0: the agent takes a fresh copy)
+
+            def rest() -> Iterator[Request]:
+                i = first
+                while i < total[0]:
+                    n = min(size(), total[0] - i)
+                    yield req(i, n)
+                    i += n
+
+            eng.exchange(rest(), window=eng.window)
+        info = lp.decode_json(doc, "info")
+        if not isinstance(info, dict):
+            raise LinkError("the agent's INFO document is not an object", field="info",
+                            value=type(info).__name__)
+        return info
+
     def info(self) -> DeviceInfo:
         """The agent device's facts; ``backend`` is ``link:<remote backend>``."""
-        d = dict(self._call("INFO")["info"])
+        d = dict(self._read_info())
         known = set(DeviceInfo.__dataclass_fields__)
         extra = dict(d.pop("extra", None) or {})
         extra.update({k: d.pop(k) for k in list(d) if k not in known})

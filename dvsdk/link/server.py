@@ -98,6 +98,7 @@ class LinkServer:
         self._challenge = b""
         self._ending: str | None = None  # set when the current connection should close
         self._transport: Transport | None = None
+        self._info_doc: bytes | None = None  # the INFO document being read in chunks
         self.peer = ""
         self.stats: collections.Counter[str] = collections.Counter()
         self._handlers: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
@@ -121,6 +122,7 @@ class LinkServer:
         self._max_seq = None
         self.session = None
         self.authenticated = False
+        self._info_doc = None
         self.guard.reset()
 
     # -- one frame ------------------------------------------------------------------------------
@@ -347,7 +349,15 @@ class LinkServer:
                 raise _ClientGone(f"client left during WAIT_IRQ {unit}")
 
     def _info(self, a: dict[str, Any]) -> dict[str, Any]:
-        return {"info": self.device.info().as_dict()}
+        """A chunk of the device's facts as JSON (link.md §6): offset 0 encodes them afresh,
+        later chunks come from that copy, so the pieces of one read fit together (past its
+        end: no bytes)."""
+        offset = a["offset"]
+        if offset == 0 or self._info_doc is None:
+            self._info_doc = lp.encode_json(self.device.info().as_dict())
+        doc = self._info_doc
+        n = min(a["nbytes"], self.max_payload - lp.MESSAGES["INFO"].response.struct.size)
+        return {"total": len(doc), "data": doc[offset:offset + n]}
 
     def _reset(self, a: dict[str, Any]) -> dict[str, Any]:
         self.device.reset()
