@@ -11,7 +11,8 @@ URLs (``firmware_spec/link.md`` §1)::
 Link options: ``timeout`` (seconds per attempt and for the whole handshake,
 default 1.0), ``retries`` (default 5), ``window`` (requests in flight, default
 8), ``max_payload`` (bytes per frame, default 65536), ``secret_file`` (the
-shared secret, else ``$DVSDK_LINK_SECRET_FILE`` / ``$DVSDK_LINK_SECRET``) and
+shared secret, else ``$DVSDK_LINK_SECRET_FILE`` / ``$DVSDK_LINK_SECRET``, else the
+config folder's ``dvsdk/link-secret``, which a local agent creates) and
 ``inject`` (fault injection on what this side sends, see
 :class:`~dvsdk.link.transport.FaultSpec`).
 
@@ -195,7 +196,8 @@ class LinkDevice(Device):
     def __init__(self, transport: Transport, *, url: str = "", timeout: float = REL["timeout"],
                  retries: int = int(REL["retries"]), window: int = int(REL["window"]),
                  max_payload: int = lp.LIMITS["max_payload"], baud: int | None = None,
-                 secret: bytes | None = None, on_close: Callable[[], None] | None = None) -> None:
+                 secret: bytes | None = None, insist: bool | None = None,
+                 on_close: Callable[[], None] | None = None) -> None:
         self.url = url or f"link:{transport.name}"
         mp = max(lp.LIMITS["min_payload"], min(int(max_payload), lp.LIMITS["max_payload"]))
         self.engine = Engine(transport, self.url, float(timeout), int(retries),
@@ -203,6 +205,9 @@ class LinkDevice(Device):
         self.lock = self.engine.lock
         self.on_close = on_close
         self._secret = secret
+        #: refuse an agent that does not authenticate (a secret configured for this link;
+        #: not one merely found in the config folder)
+        self._insist = secret is not None if insist is None else insist
         self._closed = False
         self.caps: dict[str, Any] = {}
         self._live: weakref.WeakValueDictionary[int, LinkDmaBuffer] = (
@@ -255,7 +260,8 @@ class LinkDevice(Device):
         }
         try:
             inject = FaultSpec.parse(p.pop_str("inject", ""))
-            kw["secret"] = auth.load_secret(p.pop_str("secret_file", "") or None)
+            found = auth.find_secret(p.pop_str("secret_file", "") or None)
+            kw["secret"], kw["insist"] = found.secret, found.explicit
         except InvalidArgument as exc:
             raise InvalidURL(exc.message, field=exc.field, value=exc.value,
                              limit=exc.limit) from None
@@ -418,7 +424,7 @@ class LinkDevice(Device):
                       limit: float) -> None:
         secret = self._secret
         if not hello["auth"]:
-            if secret is not None:
+            if self._insist:
                 raise AuthenticationError(
                     f"the agent at {self.url} does not authenticate, but a link secret is "
                     "configured: refusing to use it (start the agent with the same secret)",
@@ -427,8 +433,9 @@ class LinkDevice(Device):
         if secret is None:
             raise AuthenticationError(
                 f"the agent at {self.url} requires the shared link secret", field="auth",
-                value=1, hint=f"set ${auth.ENV_SECRET} or ${auth.ENV_SECRET_FILE}, or add "
-                "secret_file=PATH to the URL")
+                value=1, hint="copy the secret file the agent named when it started to "
+                f"{auth.default_secret_path()} (mode 0600), add secret_file=PATH to the URL, "
+                f"or set ${auth.ENV_SECRET_FILE} or ${auth.ENV_SECRET}")
         mine = auth.challenge()
         resp = self.engine.call("AUTH", proof=auth.client_proof(secret, hello["challenge"],
                                                                  mine, nonce),

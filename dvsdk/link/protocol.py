@@ -323,6 +323,11 @@ class Deframer:
         return out
 
 
+    def leftover(self) -> bytes:
+        """The bytes of an unfinished frame held so far (to hand a stream over)."""
+        return b"" if self._overflow else bytes(self._buf)
+
+
 def max_frame_bytes(max_payload: int) -> int:
     """Worst-case stuffed size of a frame with ``max_payload`` bytes of payload."""
     return 2 * (max_payload + FRAME_OVERHEAD) + 2

@@ -126,7 +126,7 @@ class Session:
                 f"protocol version mismatch: client speaks v{frame.version}, "
                 f"agent speaks v{lp.VERSION}", field="version", value=frame.version,
                 limit=lp.VERSION))
-        elif msg is None or msg.name not in self._handlers:
+        elif msg is None:
             out = self._error(frame, LinkError("unknown message code", field="code",
                                                value=frame.code))
         elif self.session is None and msg.name != "BYE":
@@ -136,6 +136,8 @@ class Session:
             out = self._error(frame, AuthenticationError(
                 "this agent requires authentication: send AUTH first", field="code",
                 value=msg.name))
+        elif msg.name not in self._handlers:
+            out = self._error(frame, LinkError("not a request", field="code", value=msg.name))
         else:
             out = self._execute(msg, frame)
         self._remember(frame, out)
