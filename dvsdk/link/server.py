@@ -24,9 +24,10 @@ from .. import __version__
 from ..driver.device import Device, DmaBuffer
 from ..errors import DeviceError, DeviceLost, DeviceTimeout, InvalidArgument, LinkError
 from . import protocol as lp
-from .guard import KickGuard
+from .guard import KickGuard, started_unit
 from .session import ClientGone, Session, error_frame, log
 from .transport import Transport
+from .unitclaims import SessionOwner, UnitClaims
 
 __all__ = ["Limits", "LinkServer", "error_frame", "log"]
 
@@ -66,6 +67,8 @@ class LinkServer(Session):
         self.limits = limits or Limits()
         self.buffers: dict[int, DmaBuffer] = {}
         self.guard = KickGuard()
+        #: the units this session holds in the device's gate (unitclaims.py)
+        self.claims = UnitClaims(device.gate, SessionOwner(self), self.guard)
         self._next_handle = 1
         self._transport: Transport | None = None
         self._info_doc: bytes | None = None  # the INFO document being read in chunks
@@ -86,9 +89,15 @@ class LinkServer(Session):
             except Exception as exc:  # keep serving whatever the backend says
                 log(f"free of {buf!r} failed: {exc}")
         self.buffers.clear()
+        self.claims.end()
         super().end_session()
         self._info_doc = None
         self.guard.reset()
+
+    @property
+    def transport_name(self) -> str:
+        """The transport being served (named in others' DeviceBusy)."""
+        return self._transport.name if self._transport is not None else ""
 
     # -- handlers ------------------------------------------------------------------------------
     def _caps(self, a: dict[str, Any]) -> dict[str, Any]:
@@ -111,15 +120,30 @@ class LinkServer(Session):
         return {"data": a["data"]}
 
     def _read32(self, a: dict[str, Any]) -> dict[str, Any]:
+        self.claims.check(a["unit"], "register read")
         return {"value": int(self.device.read32(a["unit"], a["offset"])) & _U32}
 
     def _write32(self, a: dict[str, Any]) -> dict[str, Any]:
+        """A register write, vetted by the kick guard; a start takes its unit in the gate
+        until the session's wait for it (unitclaims.py), any other write is refused while
+        someone else holds the unit."""
         unit, offset = a["unit"], a["offset"]
         self.device.check_reg(unit, offset)
         value = Device.check_value(a["value"])  # whatever the served device would do
-        commit = self.guard.prepare(unit, offset, value, self.buffers.values())
-        self.device.write32(unit, offset, value)
+        starts = started_unit(unit, offset, value) is not None
+        taken = self.claims.take(unit, "a start") if starts else False
+        if not starts:
+            self.claims.check(unit, "register write")
+        try:
+            commit = self.guard.prepare(unit, offset, value, self.buffers.values())
+            self.device.write32(unit, offset, value)
+        except BaseException:
+            if taken:
+                self.claims.give(unit)
+            raise
         commit()
+        if not starts:
+            self.claims.wrote(unit)
         return {}
 
     def _alloc(self, a: dict[str, Any]) -> dict[str, Any]:
@@ -176,19 +200,23 @@ class LinkServer(Session):
             raise InvalidArgument("timeout must be a number of seconds >= 0", field="timeout",
                                   value=t, limit=">= 0 seconds")
         t = min(t, self.limits.max_wait)
-        end = time.monotonic() + t
-        while True:
-            step = max(0.0, min(end - time.monotonic(), self.limits.wait_slice))
-            try:
-                self.device.wait_irq(unit, step)
-                return {}
-            except DeviceTimeout as exc:
-                if time.monotonic() >= end - 1e-3:
-                    raise DeviceTimeout(f"{unit} interrupt did not arrive within {t:g} s",
-                                        registers=exc.registers, field="timeout",
-                                        value=t) from None
-            if self._transport is not None and self._transport.peer_gone():
-                raise ClientGone(f"client left during WAIT_IRQ {unit}")
+        self.claims.take(unit, "an interrupt wait")  # (nobody else's interrupt is taken)
+        try:
+            end = time.monotonic() + t
+            while True:
+                step = max(0.0, min(end - time.monotonic(), self.limits.wait_slice))
+                try:
+                    self.device.wait_irq(unit, step)
+                    return {}
+                except DeviceTimeout as exc:
+                    if time.monotonic() >= end - 1e-3:
+                        raise DeviceTimeout(f"{unit} interrupt did not arrive within {t:g} s",
+                                            registers=exc.registers, field="timeout",
+                                            value=t) from None
+                if self._transport is not None and self._transport.peer_gone():
+                    raise ClientGone(f"client left during WAIT_IRQ {unit}")
+        finally:
+            self.claims.give(unit)  # the wait ends the run, as a command list's does
 
     def _info(self, a: dict[str, Any]) -> dict[str, Any]:
         """A chunk of the device's facts as JSON (link.md §6): offset 0 encodes them afresh,
@@ -202,6 +230,9 @@ class LinkServer(Session):
         return {"total": len(doc), "data": doc[offset:offset + n]}
 
     def _reset(self, a: dict[str, Any]) -> dict[str, Any]:
+        other = self.claims.others_hold_any()
+        if other is not None:  # a reset would stop someone else's run
+            raise self.claims.busy(other, other, "a device reset")
         self.device.reset()
         self.guard.device_reset()
         return {}
