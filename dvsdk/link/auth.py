@@ -23,7 +23,6 @@ from pathlib import Path
 from typing import NamedTuple
 
 from ..errors import InvalidArgument
-from ..fsutil import temp_name
 from .protocol import AUTH
 
 DIGEST = str(AUTH["digest"])
@@ -107,7 +106,7 @@ def create_secret(path: Path) -> bytes:
     file appears whole or not at all (written beside it, then linked, never replaced)."""
     try:
         path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        tmp = temp_name(path)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}-{secrets.token_hex(4)}.tmp")
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0),
                      0o600)
         try:

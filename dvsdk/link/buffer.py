@@ -11,15 +11,12 @@ pulls the range back: the non-coherent model of the device seam.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from ..driver.device import DmaBuffer
 from . import protocol as lp
-
-if TYPE_CHECKING:
-    from .client import LinkDevice
 
 #: changed byte runs closer than this are pushed as one
 _GAP = 64
@@ -33,7 +30,7 @@ class LinkDmaBuffer(DmaBuffer):
     for :meth:`sync_for_device`, bytes never exchanged yet).
     """
 
-    def __init__(self, device: LinkDevice, handle: int, phys: int, size: int, name: str,
+    def __init__(self, device: Any, handle: int, phys: int, size: int, name: str,
                  flags: int) -> None:
         super().__init__(device, phys, np.zeros(size, np.uint8), name)
         self.handle = handle
@@ -43,8 +40,10 @@ class LinkDmaBuffer(DmaBuffer):
         self._written = np.zeros(size, bool)  # stored by write() since the last push
 
     @property
-    def _link(self) -> LinkDevice:
-        return self.device  # type: ignore[return-value]  # (only a LinkDevice makes these)
+    def _link(self) -> Any:
+        """The :class:`~dvsdk.link.client.LinkDevice` that made this buffer (not imported
+        here: it imports this module)."""
+        return self.device
 
     def _runs(self, offset: int, nbytes: int, unknown_too: bool) -> list[tuple[int, int]]:
         """Byte ranges of ``[offset, offset+nbytes)`` the agent does not hold yet."""
