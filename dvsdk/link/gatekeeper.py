@@ -275,10 +275,12 @@ class Gatekeeper:
         for raw in hs.deframer.feed(data):
             if hs.closed or hs.held is not None:
                 return
-            if hs.ready:
+            if hs.ready:  # (frames after the proof in the same read wait for the session)
                 self._while_waiting(hs, raw)
             else:
                 self._handshake_frame(hs, raw)
+        if hs.ready:
+            self._try_device(hs)
 
     def _handshake_frame(self, hs: Handshake, raw: bytes) -> None:
         hs.requests += 1
@@ -309,11 +311,10 @@ class Gatekeeper:
         if hs._ending:  # BYE
             self._close(hs, hs._ending)
             return
-        if hs.session is not None and hs.authenticated:
+        if hs.session is not None and hs.authenticated:  # the device next (_read, _tick)
             hs.ready_at = time.monotonic()
             hs.deframer.max_frame = lp.max_frame_bytes(lp.LIMITS["max_payload"])
             self._count("authenticated")
-            self._try_device(hs)
 
     def _while_waiting(self, hs: Handshake, raw: bytes) -> None:
         """Authenticated, waiting for the device: a resent HELLO or AUTH is answered from
