@@ -47,6 +47,8 @@ _AGENT = lp.AGENT_LIMITS
 _HANDSHAKE_FRAME = lp.max_frame_bytes(lp.LIMITS["min_payload"])
 #: the gatekeeper looks at deadlines and a busy device at least this often (s)
 _TICK = 0.05
+#: bytes an authenticated connection may send ahead while it waits for the device
+_QUEUE_MAX = 4 << 20
 
 
 def peer_name(addr: Any) -> str:
@@ -320,15 +322,17 @@ class Gatekeeper:
         """Authenticated, waiting for the device: a resent HELLO or AUTH is answered from
         the cache, anything else waits for the executor (or the busy answer)."""
         try:
-            frame = lp.decode_frame(raw)
+            frame: lp.Frame | None = lp.decode_frame(raw)
         except lp.FrameError:
-            hs.queued.append(raw)
-            return
-        cached = hs.replay(frame)
+            frame = None
+        cached = hs.replay(frame) if frame is not None else None
         if cached is not None:
             self._send(hs, cached)
-        else:
-            hs.queued.append(raw)
+            return
+        hs.queued.append(raw)
+        if sum(map(len, hs.queued)) > _QUEUE_MAX:
+            self._close(hs, f"more than {_QUEUE_MAX} bytes sent ahead while waiting for the "
+                            "device")
 
     # -- time ------------------------------------------------------------------------------------
     def _tick(self, now: float) -> None:
