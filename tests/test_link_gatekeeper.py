@@ -204,6 +204,22 @@ def test_a_first_frame_that_is_not_a_hello_is_closed_at_once(keyed):
         assert dev.read32("conv", COUNTER) == 0
 
 
+def test_a_hello_whose_first_delimiter_the_line_damaged_is_not_taken_for_http(keyed):
+    """Line noise may replace the leading END: a byte, then a HELLO's header.  That frame
+    fails its CRC (answered with NAK) and the client's next HELLO goes through."""
+    agent, _ = keyed
+    s = socket.create_connection(_addr(agent.url))
+    try:
+        hello = _hello()
+        s.sendall(b"\x55" + hello[1:])
+        assert _first_frame(s).code == lp.MESSAGES["NAK"].code
+        s.sendall(_hello(seq=2, nonce=9))
+        answer = _first_frame(s)
+        assert answer.code == lp.MESSAGES["HELLO"].code and not answer.is_error
+    finally:
+        s.close()
+
+
 def test_requests_sent_with_the_proof_reach_the_session(keyed):
     """A client that sends AUTH and its next requests in one packet: the gatekeeper hands
     those over with the session, in order."""

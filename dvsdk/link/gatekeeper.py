@@ -12,8 +12,9 @@ keyless connections kept open make room for newcomers, while a burst of real
 clients (whose handshakes take a round trip or two) is not cut short.  In all,
 ``handshakes_max`` (64) may be pending: past that the one quiet the longest is
 closed at once.  A connection whose
-first byte is not a frame delimiter, or whose first frame is not a ``HELLO``
-(an HTTP request, say), is closed at once.
+first bytes are not a ``HELLO``'s (a frame delimiter, or a damaged one and a
+``HELLO`` header), or whose first frame is not a ``HELLO`` (an HTTP request, say),
+is closed at once.
 
 Once a connection has authenticated (with ``--insecure``: once it said
 ``HELLO``) it asks for the device: if it is free, the connection and its
@@ -47,6 +48,7 @@ _AGENT = lp.AGENT_LIMITS
 _HANDSHAKE_FRAME = lp.max_frame_bytes(lp.LIMITS["min_payload"])
 #: the gatekeeper looks at deadlines and a busy device at least this often (s)
 _TICK = 0.05
+_HELLO_CODE = lp.MESSAGES["HELLO"].code
 #: bytes an authenticated connection may send ahead while it waits for the device
 _QUEUE_MAX = 4 << 20
 
@@ -130,7 +132,8 @@ class Handshake(Session):
         self.out: Transport = _SendNow(conn, self.peer)
         if inject:
             self.out = FaultyTransport(self.out, inject)
-        self.started = False  # the first byte has come
+        self.started = False  # the first bytes have come and look like a HELLO
+        self.head = b""  # the first bytes, until there are enough to tell
         self.hello_seen = False
         self.requests = 0
         self.ready_at: float | None = None  # authenticated: waiting for the device since
@@ -269,8 +272,11 @@ class Gatekeeper:
             return
         hs.last = time.monotonic()
         if not hs.started:
-            hs.started = True
-            if data[:1] != lp.END:  # an HTTP request line, say: not a dvlink client
+            hs.head += data
+            if len(hs.head) < 3 and lp.END not in hs.head:
+                return  # (too few bytes to tell yet)
+            data, hs.head, hs.started = hs.head, b"", True
+            if not _starts_like_hello(data):  # an HTTP request line, say
                 self._count("not_dvlink")
                 self._close(hs, f"not a dvlink client (first bytes {data[:16]!r})")
                 return
@@ -369,6 +375,15 @@ class Gatekeeper:
         hs.closed = True  # (no longer ours)
         hs.conn.setblocking(True)
         self.handoff(hs.conn, hs.peer, hs)
+
+
+def _starts_like_hello(data: bytes) -> bool:
+    """A dvlink client's first bytes: a frame delimiter, or (line noise replaced it) a
+    byte and then a HELLO's header (version, code).  No HTTP method has code 0x01 as its
+    third byte."""
+    if data[:1] == lp.END:
+        return True
+    return len(data) >= 3 and data[2] == _HELLO_CODE
 
 
 def _decoded(raw: bytes) -> lp.Frame | None:
