@@ -169,7 +169,7 @@ class RunHandle:
 
     def __init__(self, run: Run) -> None:
         self._run = run
-        weakref.finalize(self, run.abandon)
+        weakref.finalize(self, run.abandon).atexit = False  # (nothing to free at exit)
 
     def wait(self) -> dict[str, np.ndarray]:
         """The run's outputs (finishing it, and any earlier run, first).  Thread-safe."""
