@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -22,6 +25,22 @@ else:
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "tests" / "data"
+
+
+def pytest_configure(config):
+    """dvsdk-agent creates its link secret in the user's config folder on its first start
+    and clients read it there (firmware_spec/link.md §5): the tests' agents and clients
+    share a private folder instead (one for the whole run, xdist workers included)."""
+    if not os.environ.get("DVSDK_TEST_CONFIG_HOME"):
+        os.environ["DVSDK_TEST_CONFIG_HOME"] = tempfile.mkdtemp(prefix="dvsdk-test-config-")
+        config._dvsdk_config_home = os.environ["DVSDK_TEST_CONFIG_HOME"]
+    os.environ["XDG_CONFIG_HOME"] = os.environ["DVSDK_TEST_CONFIG_HOME"]
+
+
+def pytest_unconfigure(config):
+    made = getattr(config, "_dvsdk_config_home", None)
+    if made:
+        shutil.rmtree(made, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")

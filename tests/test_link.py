@@ -59,7 +59,7 @@ def mem():
 
 
 def test_spec_drives_header_and_messages():
-    assert lp.HEADER.size == 12 and lp.FRAME_OVERHEAD == 16 and lp.VERSION == 3
+    assert lp.HEADER.size == 12 and lp.FRAME_OVERHEAD == 16 and lp.VERSION == 4
     assert lp.MESSAGES["READ32"].code == 0x10 and lp.BY_CODE[0x22].name == "MEM_WRITE"
     assert lp.UNITS == WINDOWS  # the units and the R5 kick's ipi and shm (v3)
     sample = {"u8": 7, "u16": 513, "u32": 0xDEADBEEF, "u64": 1 << 40, "i64": -5, "f64": 2.5,
@@ -577,3 +577,32 @@ def test_a_session_older_than_the_limit_is_ended_with_the_reason(monkeypatch):
         stop.set()
         agent_end.close()
         t.join(5)
+
+
+# -- register values (issue 25 §3) ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("url", ["sim://", "loop://?device=sim://"])
+@pytest.mark.parametrize("value", [1 << 32, (1 << 32) + 5, -1, 1 << 40])
+def test_a_register_value_outside_32_bits_is_refused_not_truncated(url, value):
+    """sim:// stored ``value & 0xFFFFFFFF`` (2^32 + 5 became 5), locally and over the link;
+    now both refuse it as the board's mmio does, and the register keeps its value."""
+    with open_device(url) as dev:
+        dev.write32("ipu", 0x100, 7)
+        with pytest.raises(InvalidArgument) as e:
+            dev.write32("ipu", 0x100, value)
+        assert (e.value.field, e.value.value, e.value.limit) == ("value", value,
+                                                                 "0..0xFFFFFFFF")
+        assert dev.read32("ipu", 0x100) == 7
+
+
+def test_the_agent_refuses_a_value_outside_32_bits_whatever_its_device_does(mem):
+    dev, link = mem  # MemDevice masks values itself: the agent checks before it
+    raw = lp.encode_frame(lp.MESSAGES["WRITE32"].code, 1, lp.MESSAGES["WRITE32"].request.pack(
+        {"unit": "conv", "offset": BUMP, "value": 1 << 33}))
+    srv = LinkServer(dev)
+    srv.handle(lp.encode_frame(lp.MESSAGES["HELLO"].code, 0, lp.MESSAGES["HELLO"].request.pack(
+        {"version": lp.VERSION, "max_payload": 4096, "nonce": 1, "client": "t"}))[1:-1])
+    err = lp.decode_frame(srv.handle(raw[1:-1])[1:-1])
+    assert err.is_error and "32-bit" in lp.error_from_payload(err.payload).message
+    assert dev.regs["conv", COUNTER] == 0

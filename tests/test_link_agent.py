@@ -65,10 +65,12 @@ def test_agent_process_full_cycle(mem_agent):
 
 
 def test_version_mismatch_names_both_versions(mem_agent, monkeypatch):
+    agent_version = lp.VERSION
     monkeypatch.setattr(lp, "VERSION", 7)
-    with pytest.raises(LinkError, match="client speaks v7, agent speaks v3") as e:
+    with pytest.raises(LinkError, match=f"client speaks v7, agent speaks v{agent_version}") \
+            as e:
         connect(mem_agent.url)
-    assert e.value.value == 7 and e.value.limit == 3
+    assert e.value.value == 7 and e.value.limit == agent_version
 
 
 def test_agent_with_injected_faults_both_ways():
@@ -126,7 +128,8 @@ def test_killing_the_agent_gives_device_lost(port):
     (["--device", "sim://", "--port", "tcp:localhost:http"], 2, "not a number"),
     (["--device", "sim://", "--port", "tcp:70000"], 2, "out of range"),
     (["--device", "sim://", "--port", "/dev/no-such-tty"], 2, "cannot serve on"),
-    (["--device", "sim://", "--port", "tcp:0.0.0.0:0"], 2, "without a link secret"),
+    (["--device", "sim://", "--port", "pty", "--insecure", "--secret-file", "s"], 2,
+     "--insecure serves without a secret"),
     (["--device", "sim://", "--port", "pty", "--max-wait", "nan"], 2, "--max-wait"),
 ])
 def test_agent_cli_errors_are_one_line(capsys, argv, code, text):
@@ -135,7 +138,7 @@ def test_agent_cli_errors_are_one_line(capsys, argv, code, text):
     assert text in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
 
 
-def test_non_loopback_listener_needs_a_secret_or_insecure(tmp_path, capsys):
+def test_a_secret_file_or_insecure_with_a_warning(tmp_path, capsys):
     secret = tmp_path / "secret"
     secret.write_text("s" * 32)
     secret.chmod(0o644)
@@ -149,6 +152,11 @@ def test_non_loopback_listener_needs_a_secret_or_insecure(tmp_path, capsys):
         kind, where, server, _ = _setup(args)  # everything checked before serving
         assert (kind, where) == ("tcp", ("0.0.0.0", 0))
         assert (server.secret is None) == ("--insecure" in extra)
+        note = args.secret_note  # what every start says, after the URL
+        if "--insecure" in extra:
+            assert "warning: --insecure" in note and "0.0.0.0:0, not only from" in note
+        else:
+            assert note == f"link secret: {secret}"
 
 
 # -- authentication (§5) ---------------------------------------------------------------------
@@ -177,6 +185,7 @@ def test_client_without_or_with_a_wrong_secret_is_refused(secret_agent, tmp_path
     agent, _ = secret_agent
     monkeypatch.delenv("DVSDK_LINK_SECRET", raising=False)
     monkeypatch.delenv("DVSDK_LINK_SECRET_FILE", raising=False)
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path))  # (nor the config folder's)
     with pytest.raises(AuthenticationError, match="requires the shared link secret") as e:
         connect(agent.url)
     assert "DVSDK_LINK_SECRET" in str(e.value)
@@ -187,10 +196,21 @@ def test_client_without_or_with_a_wrong_secret_is_refused(secret_agent, tmp_path
         dev.ping()
 
 
-def test_a_secret_is_not_sent_to_an_agent_that_does_not_authenticate(mem_agent, monkeypatch):
+@pytest.fixture(scope="module")
+def insecure_agent():
+    with AgentProcess(factory=FACTORY, port="tcp:127.0.0.1:0", env=ENV,
+                      args=["--insecure"]) as agent:
+        yield agent
+
+
+def test_a_secret_is_not_sent_to_an_agent_that_does_not_authenticate(insecure_agent,
+                                                                       monkeypatch):
     monkeypatch.setenv("DVSDK_LINK_SECRET", "x" * 20)
     with pytest.raises(AuthenticationError, match="does not authenticate"):
-        connect(mem_agent.url)
+        connect(insecure_agent.url)
+    monkeypatch.delenv("DVSDK_LINK_SECRET")  # (a secret only found in the config folder
+    with connect(insecure_agent.url) as dev:  # does not refuse an --insecure agent)
+        dev.ping()
 
 
 # -- peers that are not agents, busy agents, silent and vanished clients (§5) ----------------

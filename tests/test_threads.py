@@ -268,3 +268,50 @@ def test_waiters_on_a_shared_uio_line(tmp_path):
             assert b.irqs["conv"] == 20 and b.irqs["ipu"] == 20
     finally:
         b.close()
+
+
+# -- issue 25 §5: a dropped run_async handle, and who holds a unit ---------------------------
+
+
+def test_a_dropped_run_async_handle_gives_its_unit_back(inputs):
+    """Before: the dropped handle's exec kept the conv unit, so the other net failed at once
+    in this thread (InvalidCommand) and, in another, waited its whole timeout for a wait
+    that never came, then got DeviceBusy."""
+    with dvsdk.open_device("sim://") as dev, dvsdk.load(DIGITS, dev) as a, \
+            dvsdk.load(DIGITS, dev) as b:
+        want = [next(iter(a.run(x).values())) for x in inputs[:2]]
+        a.run_async(inputs[1])  # kicked, and the handle dropped at once
+        np.testing.assert_array_equal(next(iter(b.run(inputs[0]).values())), want[0])
+        a.run_async(inputs[1])
+        got: list = []
+        th = threading.Thread(target=lambda: got.append(b.run(inputs[0], timeout=0.05)))
+        th.start()
+        th.join(60)  # (a bound against a hang only)
+        assert len(got) == 1  # served, not DeviceBusy after its timeout
+        np.testing.assert_array_equal(next(iter(got[0].values())), want[0])
+        # the net that dropped them completes them in order and answers right after
+        np.testing.assert_array_equal(next(iter(a.run(inputs[1]).values())), want[1])
+
+
+def test_a_unit_kept_too_long_names_its_holder(inputs):
+    with dvsdk.open_device("sim://") as dev, dvsdk.load(DIGITS, dev) as a, \
+            dvsdk.load(DIGITS, dev) as b:
+        h = a.run_async(inputs[0])  # kept, never waited for (yet)
+        errors: list = []
+
+        def other() -> None:
+            try:
+                b.run(inputs[0], timeout=0.05)
+            except DeviceBusy as e:
+                errors.append(e)
+
+        th = threading.Thread(target=other, name="other-net")
+        th.start()
+        th.join(60)
+        assert len(errors) == 1, errors
+        text = str(errors[0])
+        assert "conv unit stayed busy for 0.05 s: held by net 'digits.bin' segment" in text
+        assert "not waited for yet" in text and "thread 'MainThread'" in text
+        assert errors[0].holder in text
+        h.wait()
+        b.run(inputs[0])  # free again

@@ -14,9 +14,12 @@ DMP's kernel module) gets them through :meth:`Device.prepare
 Threads: a list may be used from several threads (its methods take its lock; ``run`` is
 one exec + wait).  ``exec`` takes the device's unit (:class:`~dvsdk.driver.device.UnitGate`)
 and ``wait`` gives it back, so lists sharing a device run one at a time per unit, as the
-hardware does: an ``exec`` waits up to its ``timeout`` for the unit (DeviceBusy after),
-and fails at once with InvalidCommand if this thread's own exec of another list still
-holds it.  Timeouts must be finite, ``0..MAX_TIMEOUT`` s (InvalidArgument otherwise).
+hardware does: an ``exec`` waits up to its ``timeout`` for the unit (DeviceBusy after,
+naming the holder), and fails at once with InvalidCommand if this thread's own exec of
+another list still holds it.  An exec nobody will wait for (:meth:`~CommandList.abandon`:
+a dropped ``run_async`` handle) is finished by whoever needs the unit next, and a late
+``wait`` gets its outcome.  Timeouts must be finite, ``0..MAX_TIMEOUT`` s
+(InvalidArgument otherwise).
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import InvalidArgument, InvalidCommand
+from ..errors import DeviceTimeout, DvsdkError, InvalidArgument, InvalidCommand
 from ..hw.spec import SPEC
 from ..hw.weights import fc_weight_size, pack_conv_weights, unpack_fc_weights
 from .commands import (
@@ -68,8 +71,12 @@ class CommandList:
         self._owned: list = []  # buffers the list allocated (FC weights)
         self._exec_id = 0
         self._pending: int | None = None
+        self._abandoned: int | None = None  # the pending exec nobody will wait for
+        self._reaped: tuple[int, ExecStats | BaseException] | None = None  # finished for it
         self._lock = threading.RLock()
         self.last = ExecStats()
+        #: what DeviceBusy and InvalidCommand call this list when it holds its unit
+        self.label = ""
 
     @property
     def stream(self) -> Any:
@@ -165,6 +172,8 @@ class CommandList:
         if not self.committed:
             raise InvalidCommand("commit the list before exec", field="state",
                                  value="not committed", limit="committed")
+        if self._pending is not None and self._pending == self._abandoned:
+            self.gate_reclaim(timeout)  # its handle was dropped: finish it first
         if self._pending is not None:
             raise InvalidCommand("the previous exec has not been waited for", field="exec_id",
                                  value=self._pending, limit="wait() first")
@@ -183,6 +192,7 @@ class CommandList:
             dev.gate.release(unit, self)
             raise
         self._pending = self._exec_id
+        self._abandoned = self._reaped = None
         return self._exec_id
 
     def wait(self, exec_id: int, timeout: float = 2.0) -> float:
@@ -194,6 +204,11 @@ class CommandList:
             return self._wait(exec_id, timeout)
 
     def _wait(self, exec_id: int, timeout: float) -> float:
+        if self._reaped is not None and self._reaped[0] == exec_id:  # finished for us
+            outcome, self._reaped = self._reaped[1], None
+            if isinstance(outcome, BaseException):
+                raise outcome
+            return outcome.exec_time_us
         if exec_id != self._pending:
             raise InvalidArgument("no such pending exec", field="exec_id", value=exec_id,
                                   limit=self._pending)
@@ -219,6 +234,52 @@ class CommandList:
             exec_id = self._exec(timeout, block=True)
             return self._wait(exec_id, timeout)
 
+    # -- an exec nobody waits for ------------------------------------------------------
+    def abandon(self, exec_id: int) -> None:
+        """Nobody will wait for ``exec_id`` (its run's handle was dropped): whoever needs
+        this unit next finishes it (:meth:`gate_reclaim`).  Takes no lock: it may run in a
+        finalizer, on any thread."""
+        if self._pending == exec_id:
+            self._abandoned = exec_id
+
+    @property
+    def gate_abandoned(self) -> bool:
+        """The unit gate's question: is the exec holding the unit one nobody waits for?"""
+        return self._pending is not None and self._pending == self._abandoned
+
+    @property
+    def gate_label(self) -> str:
+        """How a DeviceBusy or InvalidCommand of the unit gate names this list."""
+        what = self.label or f"a {self.unit} command list"
+        note = ", whose handle was dropped" if self.gate_abandoned else ", not waited for yet"
+        return f"{what} (exec {self._pending}{note})"
+
+    def gate_reclaim(self, timeout: float) -> None:
+        """Finish the abandoned exec so the unit can go to another list: wait up to
+        ``timeout`` for its interrupt, keep the outcome for a late :meth:`wait`, give the
+        unit back.  If it has not finished by then, the unit stays held: the device may
+        still be running it."""
+        with self._lock:
+            exec_id = self._pending
+            if exec_id is None or exec_id != self._abandoned:
+                return
+            recorder = self.device.recorder
+            outcome: ExecStats | BaseException
+            try:
+                self.last = outcome = self._submission.wait(timeout)
+            except DeviceTimeout:
+                return
+            except DvsdkError as exc:
+                outcome = exc
+                if recorder is not None:
+                    recorder.abandon(self)
+            else:
+                if recorder is not None:
+                    recorder.after_wait(self, self.last)
+            self._pending = self._abandoned = None
+            self._reaped = (exec_id, outcome)
+            self.device.gate.release(self.unit, self)
+
     # -- lifetime -----------------------------------------------------------------------
     def close(self) -> None:
         with self._lock:
@@ -226,7 +287,7 @@ class CommandList:
 
     def _close(self) -> None:
         if self._pending is not None:  # an exec never waited for: give the unit back
-            self._pending = None
+            self._pending = self._abandoned = None
             self.device.gate.release(self.unit, self)
         if self._submission is not None:
             self._submission.free()

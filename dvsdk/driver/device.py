@@ -17,7 +17,6 @@ import math
 import numbers
 import os
 import threading
-import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -26,7 +25,8 @@ from urllib.parse import parse_qsl, urlsplit
 
 import numpy as np
 
-from ..errors import DeviceBusy, DeviceError, InvalidArgument, InvalidCommand, InvalidURL
+from ..errors import DeviceError, InvalidArgument, InvalidURL
+from .unitgate import UnitGate
 
 UNITS = ("conv", "ipu", "maximizer")
 #: register windows: the units, plus the R5 kick's IPI channel and shared memory (§10.4)
@@ -54,65 +54,6 @@ def check_timeout(timeout: object, field: str = "timeout") -> float:
     if not math.isfinite(value) or not 0.0 <= value <= MAX_TIMEOUT:
         raise InvalidArgument("timeout out of range", field=field, value=timeout, limit=limit)
     return value
-
-
-class UnitGate:
-    """One exec at a time per unit of one device: the DV700 takes one command stream (or
-    one IPU / maximizer register program) per unit and the kernel runs them strictly in
-    order (§10.5).  A :class:`~dvsdk.driver.cmdlist.CommandList` takes its unit at
-    ``exec`` and gives it back when ``wait`` ends (completed, faulted or timed out), so
-    lists used from several threads, or several networks sharing one device, take turns
-    instead of overwriting each other's stream address or stealing each other's
-    interrupt.
-    """
-
-    def __init__(self) -> None:
-        self._cond = threading.Condition(threading.Lock())
-        self._owner: dict[str, tuple[object, int]] = {}
-        self._waiting = 0  # threads blocked in acquire
-
-    def acquire(self, unit: str, owner: object, timeout: float, block: bool = True) -> bool:
-        """Take ``unit`` for ``owner``; False if busy and not ``block``.  Blocks up to
-        ``timeout`` s, then DeviceBusy; InvalidCommand at once if this thread itself holds
-        the unit for another owner (it would wait for itself)."""
-        me = threading.get_ident()
-        with self._cond:
-            deadline = None
-            while unit in self._owner:
-                holder, thread = self._owner[unit]
-                if not block:
-                    return False
-                if thread == me and holder is not owner:
-                    raise InvalidCommand(
-                        f"the {unit} unit is still running another command list's exec "
-                        "started by this thread", field="unit", value=unit,
-                        limit="one exec per unit at a time: wait() for it first")
-                now = time.monotonic()
-                deadline = now + timeout if deadline is None else deadline
-                if now >= deadline:
-                    raise DeviceBusy(f"the {unit} unit stayed busy with another command "
-                                     f"list's exec for {timeout:g} s", field="unit",
-                                     value=unit, hint="that exec was never waited for, "
-                                     "or runs longer than this timeout")
-                self._waiting += 1
-                try:
-                    self._cond.wait(deadline - now)
-                finally:
-                    self._waiting -= 1
-            self._owner[unit] = (owner, me)
-            return True
-
-    def release(self, unit: str, owner: object) -> None:
-        """Give ``unit`` back if ``owner`` holds it (a no-op otherwise)."""
-        with self._cond:
-            if unit in self._owner and self._owner[unit][0] is owner:
-                del self._owner[unit]
-                if self._waiting:
-                    self._cond.notify_all()
-
-    def holder(self, unit: str) -> object | None:
-        with self._cond:
-            return self._owner.get(unit, (None, 0))[0]
 
 
 _GATE_LOCK = threading.Lock()
@@ -391,6 +332,17 @@ class Device(ABC):
                 value=hex(offset),
                 limit=f"0x0..{limit - 4:#x}, multiple of 4",
             )
+
+    @staticmethod
+    def check_value(value: object) -> int:
+        """Every backend's register value rule: an integer (not a bool) in 0..2^32-1, as a
+        32-bit register holds it (the board's mmio, ``registers.yaml``); a wider or negative
+        value is refused, never truncated.  Returns it as an int."""
+        if isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_)) \
+                and 0 <= value <= 0xFFFFFFFF:
+            return int(value)
+        raise InvalidArgument("register value must be a 32-bit unsigned integer",
+                              field="value", value=value, limit="0..0xFFFFFFFF")
 
 
 @dataclass

@@ -11,10 +11,13 @@ serves the simulator (``--device sim://``).  The client is
     dvsdk-agent --device uio:// --port /dev/ttyGS0 --baud 921600
 
 The first line on stdout is the URL a client opens; logs go to stderr.  The
-request executor is :class:`~dvsdk.link.server.LinkServer`; this module has the
-ports (TCP with one client at a time and a plain "busy" for the others, pty,
-serial), the command line, and :class:`AgentProcess`, which starts an agent in a
-child process for tests and benchmarks.
+agent always requires the link secret (``firmware_spec/link.md`` §5): from
+``--secret-file``, the environment, or the user's config folder, where it is
+created on the first start; ``--insecure`` serves without one and says so at
+every start.  The request executor is :class:`~dvsdk.link.server.LinkServer`;
+TCP handshakes run in :mod:`~dvsdk.link.gatekeeper`; this module has the pty and
+serial ports, the command line, and :class:`AgentProcess`, which starts an agent
+in a child process for tests and benchmarks.
 """
 
 from __future__ import annotations
@@ -23,7 +26,6 @@ import argparse
 import importlib
 import ipaddress
 import os
-import queue
 import select
 import signal
 import socket
@@ -37,24 +39,11 @@ from typing import Any
 
 from .. import __version__
 from ..driver.device import Device, open_device
-from ..errors import DeviceBusy, DvsdkError, InvalidArgument, LinkError
-from . import auth
+from ..errors import DvsdkError, InvalidArgument, LinkError
+from . import auth, gatekeeper
 from . import protocol as lp
-from .server import Limits, LinkServer, error_frame, log
-from .transport import (
-    FaultSpec,
-    FaultyTransport,
-    FdTransport,
-    SerialTransport,
-    SocketTransport,
-    Transport,
-)
-
-#: connections turned away at the same time, at most
-_MAX_TURN_AWAY = 8
-#: how long a newcomer waits for the device to come free before it is told it is busy
-_BUSY_GRACE = 0.5
-
+from .server import Limits, LinkServer, log
+from .transport import FaultSpec, FaultyTransport, FdTransport, SerialTransport, Transport
 
 # -------------------------------------------------------------------------------------------------
 # Ports
@@ -65,149 +54,12 @@ def _announce(url: str) -> None:
     print(url, flush=True)
 
 
-class _Busy:
-    """Who holds the device now (one TCP client at a time)."""
-
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.peer: str | None = None
-        self.since = 0.0
-
-    def claim(self, peer: str) -> bool:
-        with self.lock:
-            if self.peer is not None:
-                return False
-            self.peer, self.since = peer, time.time()
-            return True
-
-    def release(self) -> None:
-        with self.lock:
-            self.peer = None
-
-    def error(self) -> DeviceBusy:
-        with self.lock:
-            peer, since = self.peer, self.since
-        stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(since))
-        exc = DeviceBusy(f"device busy: dvsdk-agent is serving {peer} since {stamp} "
-                         f"({time.time() - since:.0f} s)", pid=os.getpid(), field="peer",
-                         value=peer)
-        exc.since = stamp  # type: ignore[attr-defined]
-        return exc
-
-
-def _peer_name(addr: Any) -> str:
-    host, port = addr[0], addr[1]
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-
-
-def _turn_away(conn: socket.socket, peer: str, busy: _Busy, handoff: queue.Queue,
-               server: LinkServer, slots: threading.Semaphore) -> None:
-    """A second client while one is served: read its HELLO and answer DeviceBusy, naming
-    the holder.  If the device came free meanwhile, hand the connection over instead."""
-    deframer = lp.Deframer(lp.max_frame_bytes(lp.LIMITS["max_payload"]))
-    received = b""
-    hello: lp.Frame | None = None
-    start = time.monotonic()
-    deadline = start + (server.limits.handshake_timeout or 5.0)
-    try:
-        while time.monotonic() < deadline:
-            ready, _, _ = select.select([conn], [], [], 0.05)
-            frames: list[bytes] = []
-            if ready:
-                data = conn.recv(1 << 16)
-                if not data:
-                    break
-                received += data
-                frames = deframer.feed(data)
-            if busy.claim(peer):
-                handoff.put((conn, peer, received))
-                conn = None  # type: ignore[assignment]
-                return
-            for raw in frames:
-                try:
-                    frame = lp.decode_frame(raw)
-                except lp.FrameError:
-                    continue
-                if not frame.is_response and hello is None:
-                    hello = frame
-            # a session that is just ending (BYE, a client that vanished) gets a moment
-            if hello is not None and time.monotonic() - start > _BUSY_GRACE:
-                conn.settimeout(2.0)
-                conn.sendall(error_frame(hello.code, hello.seq, busy.error()))
-                if server.verbose:
-                    log(f"turned {peer} away: busy with {busy.peer}")
-                return
-    except OSError:
-        pass
-    finally:
-        if conn is not None:
-            conn.close()
-        slots.release()
-
-
-def _listen(lsock: socket.socket, busy: _Busy, handoff: queue.Queue, server: LinkServer,
-            stop: threading.Event) -> None:
-    slots = threading.Semaphore(_MAX_TURN_AWAY)
-    while not stop.is_set():
-        ready, _, _ = select.select([lsock], [], [], 0.1)
-        if not ready:
-            continue
-        try:
-            conn, addr = lsock.accept()
-        except OSError:
-            continue
-        peer = _peer_name(addr)
-        if busy.claim(peer):
-            handoff.put((conn, peer, b""))
-        elif slots.acquire(blocking=False):
-            threading.Thread(target=_turn_away, args=(conn, peer, busy, handoff, server, slots),
-                             name="dvsdk-agent-busy", daemon=True).start()
-        else:
-            conn.close()
-
-
 def serve_tcp(server: LinkServer, host: str, port: int, stop: threading.Event, *,
-              once: bool = False, inject: FaultSpec | None = None) -> None:
-    """Listen on ``host:port`` and serve one client at a time; others are told it is busy.
-
-    A connection is one session: it ends at BYE, a failed AUTH, the handshake, idle or
-    session timeout, or when the client goes away (noticed within ``wait_slice`` even
-    during a WAIT_IRQ)."""
-    with socket.create_server((host, port), family=_family(host)) as lsock:
-        bound = lsock.getsockname()
-        _announce(f"socket://{_peer_name(bound)}")
-        busy = _Busy()
-        handoff: queue.Queue = queue.Queue()
-        done = threading.Event()
-        listener = threading.Thread(target=_listen, args=(lsock, busy, handoff, server, done),
-                                    name="dvsdk-agent-listen", daemon=True)
-        listener.start()
-        try:
-            while not stop.is_set():
-                try:
-                    conn, peer, initial = handoff.get(timeout=0.1)
-                except queue.Empty:
-                    continue
-                server.peer = peer
-                if server.verbose:
-                    log(f"connection from {peer}")
-                reason = _serve_one(server, SocketTransport(conn, f"tcp:{peer}"), stop, inject,
-                                    server.end_session, initial=initial, per_connection=True,
-                                    on_release=busy.release)
-                busy.release()
-                if server.verbose:
-                    log(f"{peer} done: {reason}")
-                if once:
-                    return
-        finally:
-            done.set()
-            listener.join(2.0)
-            while not handoff.empty():
-                handoff.get()[0].close()
-
-
-def _family(host: str) -> socket.AddressFamily:
-    return socket.AF_INET6 if ":" in host else socket.AF_INET
+              once: bool = False, inject: FaultSpec | None = None,
+              announce: Callable[[str], None] = _announce) -> None:
+    """Listen on ``host:port`` (:func:`dvsdk.link.gatekeeper.serve_tcp`)."""
+    gatekeeper.serve_tcp(server, host, port, stop, once=once, inject=inject,
+                         announce=announce)
 
 
 def _serve_one(server: LinkServer, transport: Transport, stop: threading.Event,
@@ -223,7 +75,7 @@ def _serve_one(server: LinkServer, transport: Transport, stop: threading.Event,
 
 
 def serve_pty(server: LinkServer, stop: threading.Event, *, inject: FaultSpec | None = None,
-              mode: int = 0o600) -> None:
+              mode: int = 0o600, announce: Callable[[str], None] = _announce) -> None:
     """Open a pseudo-terminal (``mode``: owner-only unless told), announce its slave path
     and serve its master side."""
     import tty
@@ -232,19 +84,20 @@ def serve_pty(server: LinkServer, stop: threading.Event, *, inject: FaultSpec | 
     tty.setraw(slave)
     path = os.ttyname(slave)
     os.chmod(path, mode)
-    _announce(f"serial://{path}")
+    announce(f"serial://{path}")
     # Keep the slave open ourselves: the master then never sees EOF/EIO between clients.
     _serve_one(server, FdTransport(master, f"pty:{path}", flush_fd=slave), stop, inject,
                lambda: os.close(slave))
 
 
 def serve_serial(server: LinkServer, port: str, baud: int, stop: threading.Event, *,
-                 inject: FaultSpec | None = None) -> None:
+                 inject: FaultSpec | None = None,
+                 announce: Callable[[str], None] = _announce) -> None:
     """Serve a real serial port (e.g. the board's USB gadget ``/dev/ttyGS0``)."""
     import serial
 
     ser = serial.serial_for_url(port, baudrate=baud)
-    _announce(f"serial://{port}?baud={baud}")
+    announce(f"serial://{port}?baud={baud}")
     _serve_one(server, SerialTransport(ser, port), stop, inject, lambda: None)
 
 
@@ -317,14 +170,15 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog=f"""examples:
   dvsdk-agent --device sim:// --port tcp:0               prints socket://127.0.0.1:PORT
-  dvsdk-agent --device uio:// --port tcp:0.0.0.0:5555 --secret-file ~/.dvsdk-link-secret
-                                                        on the board; hosts then use
-                                  DVSDK_DEVICE=socket://board:5555?secret_file=~/.dvsdk-link-secret
+  dvsdk-agent --device uio:// --port tcp:0.0.0.0:5555    on the board; copy the secret file
+                                                        it names to the host, which uses
+                                  DVSDK_DEVICE=socket://board:5555?secret_file=PATH
   dvsdk-agent --device sim:// --port pty                 prints serial:///dev/pts/N
   dvsdk-agent --device uio:// --port /dev/ttyPS1 --baud 921600   over the board's UART
-The first line printed is the device URL a client should open.  The secret may also come
-from ${auth.ENV_SECRET_FILE} or ${auth.ENV_SECRET}; a TCP listener on anything but loopback
-needs one unless --insecure.""")
+The first line printed is the device URL a client should open.  Clients must prove they
+hold the link secret: --secret-file, else ${auth.ENV_SECRET_FILE} or ${auth.ENV_SECRET},
+else {auth.default_secret_path()}, created (mode 0600) on the first start.  Local clients
+find that file themselves.  --insecure serves anyone who can connect.""")
     p.add_argument("--device", default=None,
                    help="device URL to serve (default $DVSDK_DEVICE, else sim://)")
     p.add_argument("--factory", default=None, metavar="MODULE:CALLABLE",
@@ -336,12 +190,13 @@ needs one unless --insecure.""")
     p.add_argument("--secret-file", default=None, metavar="PATH",
                    help="file holding the shared link secret (mode 0600)")
     p.add_argument("--insecure", action="store_true",
-                   help="allow a TCP listener on a non-loopback address without a secret")
+                   help="serve without a link secret: anyone who can connect may drive the "
+                        "device (a warning at every start)")
     p.add_argument("--pty-mode", default="600", metavar="OCTAL",
                    help="permissions of the pty (default 600: owner only)")
     p.add_argument("--handshake-timeout", type=float, default=d["handshake_timeout"],
                    metavar="S", help="close a TCP connection with no authenticated HELLO "
-                                     "after S seconds")
+                                     "after S seconds (handshakes run side by side)")
     p.add_argument("--idle-timeout", type=float, default=d["idle_timeout"], metavar="S",
                    help="end a session idle for S seconds (0 = never)")
     p.add_argument("--session-timeout", type=float, default=d["session_timeout"], metavar="S",
@@ -371,15 +226,29 @@ def _limits(args: argparse.Namespace) -> Limits:
     return Limits(**vals)
 
 
+def agent_secret(path: str | None, insecure: bool, reach: str = "") -> tuple[bytes | None, str]:
+    """The secret the agent requires (link.md §5) and what to say about it at the start:
+    ``--secret-file``, the environment, or the config folder's, created there on the first
+    start.  None only with ``--insecure``, and then a warning."""
+    if insecure:
+        if path:
+            raise InvalidArgument("--insecure serves without a secret: drop --secret-file or "
+                                  "--insecure", field="--insecure", value=path)
+        return None, (f"warning: --insecure: no link secret; anyone who can reach "
+                      f"{reach or 'it'} may drive the device")
+    found = auth.find_secret(path)
+    if found.secret is not None:
+        return found.secret, f"link secret: {found.where}"
+    where = auth.default_secret_path()
+    secret = auth.create_secret(where)
+    return secret, (f"link secret: {where} (created, mode 0600; clients on this machine "
+                    "read it there, copy it to a client elsewhere)")
+
+
 def _setup(args: argparse.Namespace) -> tuple[str, Any, LinkServer, FaultSpec | None]:
-    """Everything that can fail on bad input, before anything is served (exit 2)."""
+    """Everything that can fail on bad input, before anything is served (exit 2).  What
+    the start should say about the secret is in ``args.secret_note``."""
     kind, where = parse_port(args.port)
-    secret = auth.load_secret(args.secret_file)
-    if kind == "tcp" and secret is None and not args.insecure and not is_loopback(where[0]):
-        raise InvalidArgument(
-            f"refusing to listen on {where[0]} without a link secret", field="--port",
-            value=args.port, hint=f"give --secret-file (or ${auth.ENV_SECRET_FILE}, "
-            f"${auth.ENV_SECRET}), listen on 127.0.0.1, or pass --insecure")
     try:
         pty_mode = int(args.pty_mode, 8)
     except ValueError:
@@ -391,6 +260,11 @@ def _setup(args: argparse.Namespace) -> tuple[str, Any, LinkServer, FaultSpec | 
     args.pty_mode = pty_mode
     limits = _limits(args)
     inject = FaultSpec.parse(args.inject) if args.inject else None
+    reach = args.port
+    if kind == "tcp":
+        reach = f"{where[0]}:{where[1]}" + ("" if is_loopback(where[0]) else
+                                              ", not only from this machine")
+    secret, args.secret_note = agent_secret(args.secret_file, args.insecure, reach)
     device = _factory_device(args.factory) if args.factory else open_device(args.device)
     server = LinkServer(device, max_payload=args.max_payload, verbose=args.verbose,
                         secret=secret, limits=limits)
@@ -415,13 +289,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     stop = threading.Event()
     saved = {sig: signal.signal(sig, lambda signum, frame: stop.set())
              for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)}
+
+    def announce(url: str) -> None:  # the URL first, then (stderr) the secret or a warning
+        _announce(url)
+        log(args.secret_note)
+
     try:
         if kind == "pty":
-            serve_pty(server, stop, inject=inject, mode=args.pty_mode)
+            serve_pty(server, stop, inject=inject, mode=args.pty_mode, announce=announce)
         elif kind == "tcp":
-            serve_tcp(server, where[0], where[1], stop, once=args.once, inject=inject)
+            serve_tcp(server, where[0], where[1], stop, once=args.once, inject=inject,
+                      announce=announce)
         else:
-            serve_serial(server, where, args.baud, stop, inject=inject)
+            serve_serial(server, where, args.baud, stop, inject=inject, announce=announce)
     except (OSError, ValueError) as exc:
         if args.debug:
             traceback.print_exc()

@@ -11,7 +11,8 @@ URLs (``firmware_spec/link.md`` §1)::
 Link options: ``timeout`` (seconds per attempt and for the whole handshake,
 default 1.0), ``retries`` (default 5), ``window`` (requests in flight, default
 8), ``max_payload`` (bytes per frame, default 65536), ``secret_file`` (the
-shared secret, else ``$DVSDK_LINK_SECRET_FILE`` / ``$DVSDK_LINK_SECRET``) and
+shared secret, else ``$DVSDK_LINK_SECRET_FILE`` / ``$DVSDK_LINK_SECRET``, else the
+config folder's ``dvsdk/link-secret``, which a local agent creates) and
 ``inject`` (fault injection on what this side sends, see
 :class:`~dvsdk.link.transport.FaultSpec`).
 
@@ -47,6 +48,7 @@ from ..errors import (
 )
 from . import auth
 from . import protocol as lp
+from .buffer import LinkDmaBuffer
 from .engine import REL, Engine, Request
 from .transport import (
     FaultSpec,
@@ -59,9 +61,6 @@ from .transport import (
 
 #: query options pyserial's rfc2217:// handler understands
 _RFC2217_OPTIONS = {"logging", "ign_set_control", "poll_modem"}
-#: changed byte runs closer than this are pushed as one
-_GAP = 64
-
 
 def _start_registers() -> frozenset[tuple[str, int]]:
     """(unit, offset) of every register whose write lets a unit run (firmware_spec)."""
@@ -84,105 +83,6 @@ def check_timeout(timeout: Any) -> float:
     return t
 
 
-class LinkDmaBuffer(DmaBuffer):
-    """A remote DMA buffer; ``view`` is the local shadow of the CPU mapping.
-
-    ``_snap`` holds what the agent's CPU mapping is known to contain where
-    ``_known`` is set, so a push sends only the bytes the CPU changed (plus,
-    for :meth:`sync_for_device`, bytes never exchanged yet).
-    """
-
-    def __init__(self, device: LinkDevice, handle: int, phys: int, size: int, name: str,
-                 flags: int) -> None:
-        super().__init__(device, phys, np.zeros(size, np.uint8), name)
-        self.handle = handle
-        self.remote_flags = flags
-        self._snap = np.zeros(size, np.uint8)
-        self._known = np.full(size, bool(flags & lp.BUF_ZEROED))  # a zeroed buffer is known
-        self._written = np.zeros(size, bool)  # stored by write() since the last push
-
-    @property
-    def _link(self) -> LinkDevice:
-        assert isinstance(self.device, LinkDevice)
-        return self.device
-
-    def _runs(self, offset: int, nbytes: int, unknown_too: bool) -> list[tuple[int, int]]:
-        """Byte ranges of ``[offset, offset+nbytes)`` the agent does not hold yet."""
-        sl = slice(offset, offset + nbytes)
-        need = (self.view[sl] != self._snap[sl]) | self._written[sl]
-        if unknown_too:
-            need |= ~self._known[sl]
-        if need.all():
-            return [(offset, offset + nbytes)]
-        if not need.any():
-            return []
-        change = np.flatnonzero(need[1:] != need[:-1]) + 1
-        edges = np.concatenate(([0] if need[0] else [], change, [need.size] if need[-1] else []))
-        starts, ends = edges[0::2].astype(np.int64), edges[1::2].astype(np.int64)
-        if starts.size > 1:  # a gap shorter than a frame header is cheaper to resend
-            keep = (starts[1:] - ends[:-1]) >= _GAP
-            starts = np.concatenate((starts[:1], starts[1:][keep]))
-            ends = np.concatenate((ends[:-1][keep], ends[-1:]))
-        return [(offset + int(a), offset + int(b)) for a, b in zip(starts, ends, strict=True)]
-
-    def _push(self, offset: int, nbytes: int, unknown_too: bool = True) -> None:
-        """Send what the agent lacks.  The bytes are copied first and the snapshot records
-        the copy, so a store racing with the send is seen as a change next time."""
-        with self._link.lock:
-            runs = self._runs(offset, nbytes, unknown_too)
-            if not runs:
-                return
-            copies = [(a, self.view[a:b].copy()) for a, b in runs]
-            self._link._mem_write(self.handle, copies)
-            for a, data in copies:
-                b = a + data.size
-                self._snap[a:b] = data
-                self._known[a:b] = True
-                self._written[a:b] = False
-
-    def write(self, offset: int, data: Any) -> None:
-        """Copy into the shadow and remember the span as stored: it reaches the agent, in
-        coalesced runs, at the next sync or before the next kick (a store dirties its
-        bytes whatever the value, as in a cache, so rewriting a stale value counts)."""
-        with self._link.lock:
-            super().write(offset, data)
-            if self.remote_flags & lp.BUF_TRACKS_WRITES:
-                n = memoryview(np.ascontiguousarray(data)).nbytes
-                self._written[offset : offset + n] = True
-
-    def write_with(self, offset: int, nbytes: int, fill: Callable[[np.ndarray], object]
-                   ) -> None:
-        """Filled in a staging array, then :meth:`write` (the shadow tracks what it
-        stores)."""
-        offset, nbytes = self._range(offset, nbytes)
-        staged = np.empty(nbytes, np.uint8)
-        fill(staged)
-        self.write(offset, staged)
-
-    def _sync_for_device(self, offset: int, nbytes: int) -> None:
-        with self._link.lock:
-            self._push(offset, nbytes)
-            self._link._sync(self.handle, lp.SYNC_FOR_DEVICE, offset, nbytes)
-
-    def _sync_for_cpu(self, offset: int, nbytes: int) -> None:
-        # CPU writes the agent has not seen go out first (what a dirty line would do),
-        # then the agent invalidates and we reload the range.
-        with self._link.lock:
-            self._push(offset, nbytes, unknown_too=False)
-            self._link._sync(self.handle, lp.SYNC_FOR_CPU, offset, nbytes)
-            sl = slice(offset, offset + nbytes)
-            self._link._mem_read(self.handle, offset, self.view[sl])
-            self._snap[sl] = self.view[sl]
-            self._known[sl] = True
-
-    def _check_cpu_read(self, offset: int, nbytes: int) -> None:
-        if self.remote_flags & lp.BUF_CHECKS_READS and nbytes:
-            self._link._call("CHECK_READ", handle=self.handle, offset=offset, nbytes=nbytes)
-
-    def _free(self) -> None:
-        self._link._free_handle(self.handle)
-
-
 class LinkDevice(Device):
     """A :class:`Device` whose every call is a dvlink request to an agent.
 
@@ -195,7 +95,8 @@ class LinkDevice(Device):
     def __init__(self, transport: Transport, *, url: str = "", timeout: float = REL["timeout"],
                  retries: int = int(REL["retries"]), window: int = int(REL["window"]),
                  max_payload: int = lp.LIMITS["max_payload"], baud: int | None = None,
-                 secret: bytes | None = None, on_close: Callable[[], None] | None = None) -> None:
+                 secret: bytes | None = None, insist: bool | None = None,
+                 on_close: Callable[[], None] | None = None) -> None:
         self.url = url or f"link:{transport.name}"
         mp = max(lp.LIMITS["min_payload"], min(int(max_payload), lp.LIMITS["max_payload"]))
         self.engine = Engine(transport, self.url, float(timeout), int(retries),
@@ -203,6 +104,9 @@ class LinkDevice(Device):
         self.lock = self.engine.lock
         self.on_close = on_close
         self._secret = secret
+        #: refuse an agent that does not authenticate (a secret configured for this link;
+        #: not one merely found in the config folder)
+        self._insist = secret is not None if insist is None else insist
         self._closed = False
         self.caps: dict[str, Any] = {}
         self._live: weakref.WeakValueDictionary[int, LinkDmaBuffer] = (
@@ -255,7 +159,8 @@ class LinkDevice(Device):
         }
         try:
             inject = FaultSpec.parse(p.pop_str("inject", ""))
-            kw["secret"] = auth.load_secret(p.pop_str("secret_file", "") or None)
+            found = auth.find_secret(p.pop_str("secret_file", "") or None)
+            kw["secret"], kw["insist"] = found.secret, found.explicit
         except InvalidArgument as exc:
             raise InvalidURL(exc.message, field=exc.field, value=exc.value,
                              limit=exc.limit) from None
@@ -418,7 +323,7 @@ class LinkDevice(Device):
                       limit: float) -> None:
         secret = self._secret
         if not hello["auth"]:
-            if secret is not None:
+            if self._insist:
                 raise AuthenticationError(
                     f"the agent at {self.url} does not authenticate, but a link secret is "
                     "configured: refusing to use it (start the agent with the same secret)",
@@ -427,8 +332,9 @@ class LinkDevice(Device):
         if secret is None:
             raise AuthenticationError(
                 f"the agent at {self.url} requires the shared link secret", field="auth",
-                value=1, hint=f"set ${auth.ENV_SECRET} or ${auth.ENV_SECRET_FILE}, or add "
-                "secret_file=PATH to the URL")
+                value=1, hint="copy the secret file the agent named when it started to "
+                f"{auth.default_secret_path()} (mode 0600), add secret_file=PATH to the URL, "
+                f"or set ${auth.ENV_SECRET_FILE} or ${auth.ENV_SECRET}")
         mine = auth.challenge()
         resp = self.engine.call("AUTH", proof=auth.client_proof(secret, hello["challenge"],
                                                                  mine, nonce),
@@ -516,6 +422,7 @@ class LinkDevice(Device):
         """WRITE32; a write to a start register first mirrors the CPU's writes (link.md §7)."""
         if unit not in lp.UNITS:
             Device.check_reg(unit, 0)
+        value = self.check_value(value)  # before it is packed as the wire's i64
         with self.lock:
             if (unit, offset) in self._kick_regs:
                 self._mirror_cpu_writes()
@@ -538,9 +445,63 @@ class LinkDevice(Device):
         t = min(check_timeout(timeout), float(self.caps.get("max_wait", math.inf)))
         self._call("WAIT_IRQ", unit=unit, timeout=t, extra_wait=t)
 
+    def _read_info(self) -> dict[str, Any]:
+        """INFO's JSON document, read in chunks of the engine's chunk size (link.md §6), so
+        a noisy line carries it as it carries memory (a resent chunk is cut smaller): the
+        first chunk says how long the document is, the rest are pipelined."""
+        head = lp.MESSAGES["INFO"].response.struct.size
+        limit = lp.LIMITS["max_document"]
+        eng = self.engine
+        doc = bytearray()
+        total: list[int] = []  # the document's length, once an answer said it
+
+        def size() -> int:
+            return max(1, min(eng.chunk_bytes(), eng.max_payload - head))
+
+        def req(i: int, n: int) -> Request:
+            def done(r: dict[str, Any]) -> None:
+                t = int(r["total"])
+                if not total:
+                    if t > limit:
+                        raise LinkError("the agent's INFO document is too large",
+                                        field="total", value=t, limit=limit)
+                    total.append(t)
+                    doc.extend(bytes(t))
+                want = max(0, min(n, t - i))
+                if t != total[0] or len(r["data"]) != want:
+                    raise LinkError("INFO chunk does not match its request", field="nbytes",
+                                    value=len(r["data"]), limit=want)
+                doc[i:i + want] = r["data"]
+                eng.stats["info_chunks"] += 1
+
+            def split(k: int) -> list[Request]:
+                return [req(j, min(k, i + n - j)) for j in range(i, i + n, k)]
+
+            return Request("INFO", {"offset": i, "nbytes": n}, done, split, data_bytes=n,
+                           resp_bytes=n)
+
+        with self.lock:
+            self.engine.check_usable(self._closed)
+            first = size()
+            eng.exchange([req(0, first)])  # (offset 0: the agent takes a fresh copy)
+
+            def rest() -> Iterator[Request]:
+                i = first
+                while i < total[0]:
+                    n = min(size(), total[0] - i)
+                    yield req(i, n)
+                    i += n
+
+            eng.exchange(rest(), window=eng.window)
+        info = lp.decode_json(doc, "info")
+        if not isinstance(info, dict):
+            raise LinkError("the agent's INFO document is not an object", field="info",
+                            value=type(info).__name__)
+        return info
+
     def info(self) -> DeviceInfo:
         """The agent device's facts; ``backend`` is ``link:<remote backend>``."""
-        d = dict(self._call("INFO")["info"])
+        d = dict(self._read_info())
         known = set(DeviceInfo.__dataclass_fields__)
         extra = dict(d.pop("extra", None) or {})
         extra.update({k: d.pop(k) for k in list(d) if k not in known})

@@ -29,6 +29,23 @@ START = {u: SPEC.reg(u, SPEC.unit(u)["start"]) for u in UNITS + ("ipi",)}
 #: the R5's channel bit: an IPI trigger carrying it starts the stream in shared memory
 R5_CHANNEL = int(SPEC.registers["kick"]["r5"]["pending"][2])
 _CONTROLLER_REGS = (sw.CONV_CFG_ADDR, sw.CONV_CFG_DATA, sw.CONV_START)
+#: the unit gate (dvsdk.driver.unitgate) a register window belongs to: the R5 kick's
+#: windows start and finish conv streams
+GATE_UNIT = {"conv": "conv", "ipu": "ipu", "maximizer": "maximizer", "ipi": "conv",
+             "shm": "conv"}
+GATE_WINDOWS = {u: tuple(w for w, g in GATE_UNIT.items() if g == u) for u in UNITS}
+
+
+def started_unit(window: str, offset: int, value: int) -> str | None:
+    """The gate unit a register write starts, if it starts one (link.md §10): conv ``KICK``
+    or ``START``, IPU or maximizer ``START`` with a nonzero value, an IPI ``TRIG`` with
+    the R5's channel bit."""
+    if window == "ipi":
+        return "conv" if offset == START["ipi"] and value & R5_CHANNEL else None
+    if window in UNITS and value and (offset == START[window] or
+                                      (window == "conv" and offset == sw.CONV_START)):
+        return window
+    return None
 
 
 class Coverage:
@@ -90,6 +107,15 @@ class KickGuard:
     def device_reset(self) -> None:
         """The device was reset: its controller memory is unknown again."""
         self.ctrl.forget()
+
+    def forget_unit(self, unit: str) -> None:
+        """Someone else used ``unit`` (a gate unit: conv with the R5's ipi and shm windows,
+        ipu, maximizer) since this session wrote its registers: they are unknown again, so
+        a start that needs one this session has not written since is refused."""
+        for window in GATE_WINDOWS[unit]:
+            self.regs[window] = {}
+        if unit == "conv":
+            self.ctrl = sw.Controller()
 
     def prepare(self, unit: str, offset: int, value: int,
                 buffers: Iterable[DmaBuffer]) -> Callable[[], None]:

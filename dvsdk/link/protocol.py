@@ -142,7 +142,7 @@ class Layout:
         if kind == "str":
             tail = str(v).encode("utf-8")
         elif kind == "json":
-            tail = json.dumps(v, default=_json_default, separators=(",", ":")).encode("utf-8")
+            tail = encode_json(v)
         else:
             tail = v
         return head + tail
@@ -323,6 +323,11 @@ class Deframer:
         return out
 
 
+    def leftover(self) -> bytes:
+        """The bytes of an unfinished frame held so far (to hand a stream over)."""
+        return b"" if self._overflow else bytes(self._buf)
+
+
 def max_frame_bytes(max_payload: int) -> int:
     """Worst-case stuffed size of a frame with ``max_payload`` bytes of payload."""
     return 2 * (max_payload + FRAME_OVERHEAD) + 2
@@ -334,6 +339,19 @@ def max_frame_bytes(max_payload: int) -> int:
 
 _BUILTIN_ERRORS = ("ValueError", "TypeError", "KeyError", "IndexError", "RuntimeError",
                    "NotImplementedError", "OverflowError", "ZeroDivisionError")
+
+
+def encode_json(value: Any) -> bytes:
+    """A ``json`` field's bytes (UTF-8, compact), as :class:`Layout` writes it."""
+    return json.dumps(value, default=_json_default, separators=(",", ":")).encode("utf-8")
+
+
+def decode_json(data: bytes | memoryview, field: str) -> Any:
+    """The document in ``data``; LinkError if it is not UTF-8 JSON."""
+    try:
+        return json.loads(bytes(data).decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise LinkError(f"bad json field in payload: {exc}", field=field) from None
 
 
 def _json_default(obj: Any) -> Any:

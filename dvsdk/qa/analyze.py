@@ -32,7 +32,7 @@ import numpy as np
 
 from ..driver.cmdlist import CommandList
 from ..errors import InvalidArgument, ModelError
-from ..runtime.handle import RunHandle
+from ..runtime.handle import Run
 from ..runtime.net import Net
 
 
@@ -73,7 +73,7 @@ def device_tensors(net: Net, x: Any) -> list[tuple]:
         cl.commit()
         net._lists.append(cl)
         singles.append(cl)
-    h = RunHandle(net, ctx, 10.0)
+    h = Run(net, ctx, 10.0)
     for name, arr in net._feeds(x).items():
         h.host[name] = arr
         if net._dev(name) is not None:

@@ -7,6 +7,7 @@ Shared by :mod:`dvsdk.runtime.net` (which creates and advances runs) and
 from __future__ import annotations
 
 import time
+import weakref
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -118,8 +119,9 @@ class RunContext:
     lists: list[CommandList] = field(default_factory=list)
 
 
-class RunHandle:
-    """A run in flight (from :meth:`Net.run_async`); :meth:`wait` returns its outputs."""
+class Run:
+    """One run of a net moving through its steps (what :class:`RunHandle` shows, what the
+    net keeps in order until it completes)."""
 
     def __init__(self, net: Any, ctx: RunContext, timeout: float) -> None:
         self.net, self.ctx, self.timeout = net, ctx, timeout
@@ -138,6 +140,17 @@ class RunHandle:
 
     def done(self) -> bool:
         return self.result is not None
+
+    def abandon(self) -> None:
+        """Nobody will wait for this run (its handle was dropped): the segment it kicked
+        may be finished by whoever needs that unit next (``CommandList.abandon``).  Takes
+        no lock: it runs in a finalizer, on any thread."""
+        exec_id = self.exec_id
+        if exec_id is None or self.result is not None or self.pc >= len(self.net.steps):
+            return
+        kind, payload = self.net.steps[self.pc]
+        if kind == "hw":
+            self.ctx.lists[payload[1]].abandon(exec_id)
 
     def wait(self) -> dict[str, np.ndarray]:
         """The run's outputs (finishing it, and any earlier run, first).  Thread-safe."""
@@ -179,6 +192,31 @@ def canonical_nans(val: np.ndarray) -> np.ndarray:
     if val.dtype.kind == "f" and val.size and np.isnan(val.max()):
         val = np.where(np.isnan(val), np.array(np.nan, val.dtype), val)
     return val
+
+
+class RunHandle:
+    """A run in flight (from :meth:`Net.run_async`); :meth:`wait` returns its outputs.
+
+    Dropping the handle without waiting gives up the run: the unit its kicked segment
+    holds goes to whoever needs it next once the device has finished that segment (before,
+    another net waited its whole timeout for a ``wait`` that never came, then got
+    DeviceBusy).  The net still completes the run, in order, before its own later runs."""
+
+    __slots__ = ("_run", "__weakref__")
+
+    def __init__(self, run: Run) -> None:
+        self._run = run
+        weakref.finalize(self, run.abandon).atexit = False  # (nothing to free at exit)
+
+    def wait(self) -> dict[str, np.ndarray]:
+        """The run's outputs (finishing it, and any earlier run, first).  Thread-safe."""
+        return self._run.wait()
+
+    def done(self) -> bool:
+        return self._run.done()
+
+    def __getattr__(self, name: str) -> Any:  # stats, result, exec_id ...: the run's
+        return getattr(self._run, name)
 
 
 def to_ir(spec: dict, arr: np.ndarray) -> np.ndarray:

@@ -33,7 +33,15 @@ from ..errors import DeviceError, InvalidArgument, NetFileError
 from ..hw import layout
 from ..netfile import NetFile, check, check_hardware, read
 from . import cpusteps
-from .handle import RunContext, RunHandle, RunStats, SegmentStats, feed_array, to_ir
+from .handle import (
+    Run,
+    RunContext,
+    RunHandle,
+    RunStats,
+    SegmentStats,
+    feed_array,
+    to_ir,
+)
 from .records import decode_attr, relocate, verify
 
 
@@ -50,6 +58,9 @@ class Net:
             raise InvalidArgument("unknown way to run CPU steps", field="cpu_steps",
                                   value=self.cpu_steps, limit=cpusteps.MODES)
         self.file = source if isinstance(source, NetFile) else read(source)
+        #: how messages name this net (a DeviceBusy of another net waiting for its unit)
+        self.name = "net " + (repr(os.path.basename(os.fspath(source)))
+                              if not isinstance(source, NetFile) else "(in memory)")
         if isinstance(source, NetFile):
             check(source)       # read() has checked META; a NetFile may come from anywhere
         # commands, tensors and CPU steps, before touching a device
@@ -79,7 +90,7 @@ class Net:
             self.close()
             raise
         self.last_run = RunStats()
-        self._pending: list[RunHandle] = []
+        self._pending: list[Run] = []
 
     @property
     def arena(self):
@@ -105,6 +116,7 @@ class Net:
                     raise NetFileError("program refers to missing commands", field="commands",
                                        value=(start, count), limit=len(records))
                 cl = CommandList(self.device)
+                cl.label = f"{self.name} segment {step.get('name', len(ctx.lists) + 1)!r}"
                 self._lists.append(cl)
                 for cmd in commands[start : start + count]:
                     cl.add(cmd)
@@ -149,7 +161,7 @@ class Net:
                                 transpose=bool(d.get("transpose")))
             return _from_hwc(hwc, tuple(self.tensors[name]["shape"]))
 
-    def _value(self, h: RunHandle, name: str) -> np.ndarray:
+    def _value(self, h: Run, name: str) -> np.ndarray:
         if name in self.constants:
             return self.constants[name]
         if name not in h.host:
@@ -210,9 +222,9 @@ class Net:
         """
         timeout = check_timeout(timeout)
         with self.lock:
-            return self._run_async(x, timeout)
+            return RunHandle(self._run_async(x, timeout))
 
-    def _run_async(self, x: Any, timeout: float) -> RunHandle:
+    def _run_async(self, x: Any, timeout: float) -> Run:
         while len(self._pending) >= 2:
             self._pending[0].wait()
         busy = {id(h.ctx) for h in self._pending}
@@ -220,7 +232,7 @@ class Net:
         if ctx is None:
             ctx = self._context()
             self._contexts.append(ctx)
-        h = RunHandle(self, ctx, timeout)
+        h = Run(self, ctx, timeout)
         for name, arr in self._feeds(x).items():
             h.host[name] = arr
             if self._dev(name) is not None:
@@ -231,7 +243,7 @@ class Net:
             head.advance(block=False)  # oldest if the unit is free (this one, if alone)
         return h
 
-    def _step(self, h: RunHandle, block: bool) -> bool:
+    def _step(self, h: Run, block: bool) -> bool:
         """Run step ``h.pc``; returns False when it had to stop at an unfinished kick."""
         kind, payload = self.steps[h.pc]
         if kind == "hw":
@@ -317,7 +329,7 @@ class Net:
             while self._pending:
                 self._pending[0].wait()
             ctx = self._contexts[0]
-            h = RunHandle(self, ctx, timeout)
+            h = Run(self, ctx, timeout)
             with h.stats.stage("pack", "ipu"):
                 ipu_preprocess(self, ctx, spec, rgb, timeout)
             self._pending.append(h)

@@ -17,7 +17,7 @@ from ..cpu import ops as cpu_ops
 from ..driver.cmdlist import CommandList
 from ..driver.commands import ConvCommand
 from ..hw import dims
-from .handle import RunHandle
+from .handle import Run
 
 
 def command_macs(cmd: ConvCommand) -> int:
@@ -55,7 +55,7 @@ def profile_net(net: Any, x: Any | None = None) -> list[dict[str, Any]]:
             net._lists.append(cl)
             ctx.single.append(cl)
     info = net.device.info()
-    h = RunHandle(net, ctx, 10.0)
+    h = Run(net, ctx, 10.0)
     for name, arr in net._feeds(x).items():
         h.host[name] = arr
         if net._dev(name) is not None:

@@ -365,13 +365,14 @@ class SimDevice(Device):
         return regs[offset // 4 : offset // 4 + count].tolist()
 
     def write32(self, unit: str, offset: int, value: int) -> None:
+        value = self.check_value(value)  # refused, not truncated (registers hold 32 bits)
         with self.lock:
             self._unit(unit, offset)
             if self._ack.get(unit) == offset and _acks(unit, value):
                 self._irq[unit].clear()
             self._clean_in_kick.clear()  # any register write may start a unit: check afresh
             self._running = unit  # whose kick a coherence problem belongs to
-            self.core.write_reg(unit, offset, int(value))
+            self.core.write_reg(unit, offset, value)
 
     def alloc(self, nbytes: int, align: int = 64, name: str = "") -> SimDmaBuffer:
         with self.lock:
