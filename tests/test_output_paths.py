@@ -151,6 +151,24 @@ def test_api_compile_never_replaces_its_model(work, kind):
     assert digest(model) == before and onnx.load(str(model)).graph.node
 
 
+def test_api_compile_never_replaces_an_onnx_models_external_data(work):
+    """A model saved with its weights in a separate file: that file is an input too."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    w = numpy_helper.from_array(np.ones((4, 3, 3, 3), np.float32), "w")
+    g = helper.make_graph([helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1])],
+                          "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT,
+                                                              [1, 3, 8, 8])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], [w])
+    model = work / "ext.onnx"
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), str(model),
+              save_as_external_data=True, location="ext.weights", size_threshold=0)
+    before = digest(work / "ext.weights")
+    with pytest.raises(InvalidArgument, match="would replace the model's external data"):
+        dvsdk.compile(model, work / "ext.weights", golden=False)
+    assert digest(work / "ext.weights") == before
+
+
 def test_compile_never_replaces_an_openvino_weights_file_or_the_labels(work, capsys):
     """dvsdk-compile m.xml's default output is m.bin, the IR's own weights."""
     pytest.importorskip("defusedxml")

@@ -84,7 +84,34 @@ def source_files(model: Any) -> list[tuple[str, Path]]:
     files = [("the model itself", p)]
     if p.suffix.lower() == ".xml":
         files.append(("the model's weights", p.with_suffix(".bin")))
+    if p.suffix.lower() == ".onnx" and p.is_file():
+        files += [("the model's external data", f) for f in _onnx_external_files(p)]
     return files
+
+
+def _onnx_external_files(path: Path) -> list[Path]:
+    """The files an ONNX model keeps its large tensors in (``external_data`` locations,
+    relative to the model's folder), read from the model without loading them."""
+    try:
+        import onnx
+
+        model = onnx.load(str(path), load_external_data=False)
+    except Exception:  # noqa: BLE001 - an unreadable model: its reader says why, later
+        return []
+
+    def tensors(graph):  # initializers and constant attributes, subgraphs included
+        yield from graph.initializer
+        for node in graph.node:
+            for a in node.attribute:
+                if a.HasField("t"):
+                    yield a.t
+                for sub in ([a.g] if a.HasField("g") else []) + list(a.graphs):
+                    yield from tensors(sub)
+
+    found = {path.parent / e.value for t in tensors(model.graph)
+             if t.data_location == onnx.TensorProto.EXTERNAL
+             for e in t.external_data if e.key == "location"}
+    return sorted(found)
 
 
 def frontend(fmt: str) -> Any:
