@@ -56,16 +56,6 @@ typedef struct {
 #define MR 8
 #define NVMAX 3
 #include "_native_gemm_tile.h"
-#undef SFX
-#undef TARGET
-#undef VT
-#undef VW
-#undef LOADV
-#undef STOREV
-#undef SPLAT
-#undef FMA
-#undef MR
-#undef NVMAX
 
 #define SFX _avx2
 #define TARGET __attribute__((target("avx2,fma")))
@@ -78,16 +68,6 @@ typedef struct {
 #define MR 6
 #define NVMAX 1
 #include "_native_gemm_tile.h"
-#undef SFX
-#undef TARGET
-#undef VT
-#undef VW
-#undef LOADV
-#undef STOREV
-#undef SPLAT
-#undef FMA
-#undef MR
-#undef NVMAX
 
 /* x86-64's baseline: no fused multiply-add, the product and the add (the same bits) */
 #define SFX _sse2

@@ -1,6 +1,7 @@
 /*
  * One instruction set's build of the fixed-order matrix product (included by
- * _native_gemm.c once per instruction set, with these macros defined):
+ * _native_gemm.c once per instruction set, with these macros defined; it undefines them
+ * at its end):
  *
  *   SFX       name suffix of the build           TARGET  its function attribute
  *   VT        vector type (float lanes)          VW      lanes per vector
@@ -135,6 +136,17 @@ static TARGET void FN(gemm)(const float *a, Py_ssize_t k, const float *bp, Py_ss
 
 #undef VPP
 #undef FN
+/* the build's parameters too: the next build defines its own */
+#undef SFX
+#undef TARGET
+#undef VT
+#undef VW
+#undef LOADV
+#undef STOREV
+#undef SPLAT
+#undef FMA
+#undef MR
+#undef NVMAX
 #undef TILE_FN
 #undef TILE_ROWS
 #undef TILE_NAME

@@ -20,11 +20,11 @@ from onnx import TensorProto, helper, numpy_helper
 from PIL import Image
 
 import dvsdk
-from dvsdk.cli import run as run_cli
 from dvsdk.errors import ImageError, InvalidArgument
 from dvsdk.runtime.images import as_rgb
 
 from .conftest import ROOT
+from .test_cli_run import call
 
 MODELS = ROOT / "examples" / "models"
 DIGITS = MODELS / "digits.bin"
@@ -35,12 +35,6 @@ ORIENTATION = 0x0112
 @pytest.fixture(autouse=True)
 def _sim(monkeypatch):
     monkeypatch.setenv("DVSDK_DEVICE", "sim://")
-
-
-def call(argv, capsys) -> tuple[int, str, str]:
-    rc = run_cli.run([str(a) for a in argv])
-    out, err = capsys.readouterr()
-    return rc, out, err
 
 
 def gray() -> np.ndarray:
