@@ -11,11 +11,12 @@ __version__ = "0.1.0"
 from .driver.device import Device, DeviceInfo, DmaBuffer, open_device  # noqa: E402
 
 
-def load(path, device=None):  # noqa: ANN001, ANN201 - documented in dvsdk.runtime.net.load
-    """Load a net.bin on a device (see :func:`dvsdk.runtime.net.load`)."""
+def load(path, device=None, cpu_steps=None):  # noqa: ANN001, ANN201 - see runtime.net.load
+    """Load a net.bin on a device (see :func:`dvsdk.runtime.net.load`); ``cpu_steps``
+    (``"device"``, the default, or ``"unpack"``) chooses how CPU steps run."""
     from .runtime.net import load as _load
 
-    return _load(path, device)
+    return _load(path, device, cpu_steps)
 
 
 def compile(model, output=None, **options):  # noqa: A001, ANN001, ANN201

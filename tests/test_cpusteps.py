@@ -219,6 +219,21 @@ def test_unknown_cpu_steps_mode_is_refused(monkeypatch):
         assert net.cpu_steps == "unpack"
 
 
+def test_dvsdk_load_takes_cpu_steps_as_the_readme_says(monkeypatch):
+    """``dvsdk.load(..., cpu_steps="unpack")`` (README, "One inference", step 4)."""
+    import dvsdk
+
+    monkeypatch.delenv("DVSDK_CPU_STEPS", raising=False)
+    model, _ = random_net(0)
+    netfile = compile_model(model, golden=False)
+    with dvsdk.load(netfile, "sim://", cpu_steps="unpack") as net:
+        assert net.cpu_steps == "unpack"
+    with dvsdk.load(netfile, "sim://") as net:
+        assert net.cpu_steps == "device"
+    with pytest.raises(InvalidArgument):
+        dvsdk.load(netfile, "sim://", cpu_steps="fast")
+
+
 def test_one_op_segments_run_fp16_to_fp16_compiled_with_the_reference_bits(monkeypatch):
     """HardSwish and a squeeze-excitation Mul (its scale first: y_first), each alone
     between two hardware segments, go through the compiled FP16 -> FP16 loop; an input
