@@ -41,6 +41,7 @@ import time
 from dataclasses import dataclass
 
 from ..errors import DeviceError, DeviceNotFound, DeviceTimeout
+from . import convid
 from .device import (
     MAX_TIMEOUT,
     UNITS,
@@ -64,10 +65,6 @@ from .discovery import (
 from .irqline import IrqLine
 from .kick import KICK_PROTOCOLS, protocol
 from .mmio import (
-    CONV_HW_VERSION,
-    CONV_MAC_GROUPS,
-    CONV_MAX_INPUT,
-    CONV_UBUF_SIZE,
     IRQ_ACK_VALUE,
     IRQ_PENDING_MASK,
     IRQ_REG,
@@ -381,18 +378,20 @@ class UioDevice(Device):
         return out
 
     def info(self) -> DeviceInfo:
+        """The conv identity from the register map of this board's kick (pre-R5 bitstreams
+        keep it elsewhere than R5 ones: :mod:`dvsdk.driver.convid`)."""
         conv = self._windows.get("conv")
-        regs = conv.snapshot((CONV_UBUF_SIZE, CONV_MAC_GROUPS, CONV_MAX_INPUT, CONV_HW_VERSION)) \
-            if conv is not None else {}
-        ub = regs.get(CONV_UBUF_SIZE, 0)
+        ident = convid.read_identity(conv.read32, self._kick) if conv is not None else {}
+        ub = ident.get("ub_size", 0)
         dt_ub = self.board.units["conv"].node.ubuf_size if conv is not None else None
         freq, clock_src = self.clock()
         return DeviceInfo(
             ub_size=ub or (dt_ub or 0),
-            mac_num=regs.get(CONV_MAC_GROUPS, 0) * 72,
+            mac_num=ident.get("mac_num", 0),
             conv_freq=freq,
-            hw_version=regs.get(CONV_HW_VERSION, 0) & 0xFFFF,
-            max_input_size=regs.get(CONV_MAX_INPUT, 0),
+            hw_version=ident.get("hw_version", 0),
+            max_input_size=ident.get("max_input_size", 0),
+            svn_version=ident.get("svn_version", 93),
             backend="uio",
             units=self.units,
             simulated=False,
@@ -400,6 +399,7 @@ class UioDevice(Device):
             kick=self._kick,
             extra={
                 "kick_reason": self.kick_reason,
+                "register_map": convid.register_map(self._kick),
                 "r5_windows": {w: why for w, (_, why) in self.r5_windows.items()},
                 "mode": self.board.mode,
                 "windows": self.board.describe(),
