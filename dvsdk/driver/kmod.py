@@ -138,7 +138,8 @@ class KmodDevice(Device):
                  timeout: float = DEFAULT_TIMEOUT, ioctl: Ioctl = system_ioctl,
                  url: str = "dv://", module: str | None = None,
                  close_timeout: float = WORKER_BUDGET,
-                 release: Callable[[int], None] = os.close) -> None:
+                 release: Callable[[int], None] = os.close,
+                 cache_lines: object = "auto") -> None:
         self.url = url
         self.dev_root = dev_root
         self.class_dir = os.path.join(sysfs, "class", KERNEL["sysfs_class"])
@@ -178,7 +179,7 @@ class KmodDevice(Device):
                                      "(or ION) in the kernel; run: dvsdk doctor --device dv://")
         elif heap != "ion" and heap not in heaps:
             raise DeviceNotFound("no such dma-heap", field="heap", value=heap, limit=heaps)
-        self.pool = DmaBufPool(dev_root, heap, self.ioctl)
+        self.pool = DmaBufPool(dev_root, heap, self.ioctl, cache_lines)  # type: ignore[arg-type]
 
     @classmethod
     def from_url(cls, url: str) -> KmodDevice:
@@ -266,6 +267,7 @@ class KmodDevice(Device):
             backend="dv", units=self._units, simulated=False, kick="kernel",
             io_align=a.io_align,
             extra={"dma": self.pool.source, "heap": self.pool.name,
+                   "cache_lines": self.pool.lines_reason,
                    "sysfs": os.path.join(self.class_dir, DEVICE_NODES["conv"]),
                    "conv_kick_count": self._int("conv_kick_count"),
                    "module": a.version, "module_commit": a.commit,
