@@ -54,11 +54,13 @@ from ..errors import (
     DeviceError,
     DeviceNotFound,
     DeviceTimeout,
+    DvsdkError,
     InvalidArgument,
     InvalidCommand,
     InvalidURL,
     OutOfDeviceMemory,
 )
+from ..hw import quirks
 from ..hw.spec import SPEC
 from . import kabi, kmodver
 from .device import MAX_TIMEOUT, UNITS, Device, DeviceInfo, DmaBuffer, check_timeout, parse_url
@@ -139,7 +141,7 @@ class KmodDevice(Device):
                  url: str = "dv://", module: str | None = None,
                  close_timeout: float = WORKER_BUDGET,
                  release: Callable[[int], None] = os.close,
-                 cache_lines: object = "auto") -> None:
+                 cache_lines: object = "auto", hw_date: int | None = None) -> None:
         self.url = url
         self.dev_root = dev_root
         self.class_dir = os.path.join(sysfs, "class", KERNEL["sysfs_class"])
@@ -148,6 +150,7 @@ class KmodDevice(Device):
         self._ioctl = ioctl
         self._release = release
         self.closing: list[threading.Thread] = []
+        self._hw_date = hw_date
         self.closed = False
         conv = os.path.join(dev_root, DEVICE_NODES["conv"])
         if not os.path.exists(conv):
@@ -193,9 +196,14 @@ class KmodDevice(Device):
         timeout = u.pop_float("timeout", DEFAULT_TIMEOUT, lo=0.0, hi=MAX_TIMEOUT)
         close_timeout = u.pop_float("close_timeout", WORKER_BUDGET, lo=0.0, hi=MAX_TIMEOUT)
         module = u.pop_str("module", "") or None
+        try:
+            hw_date = quirks.parse_hw_version(u.pop_str("hw_version", "")) or None
+        except DvsdkError as e:
+            raise InvalidURL(e.message, field="hw_version", value=e.value,
+                             limit=e.limit) from None
         u.reject_unknown()
         return cls(dev, sysfs, heap, timeout, url=url, module=module,
-                   close_timeout=close_timeout)
+                   close_timeout=close_timeout, hw_date=hw_date)
 
     # -- the one place ioctls are issued ------------------------------------------------
     def ioctl(self, fd: int, request: int, arg: bytearray) -> int:
@@ -265,7 +273,7 @@ class KmodDevice(Device):
             conv_freq=self._int("conv_freq"), hw_version=self._int("hw_version", 16),
             svn_version=self._int("svn_version"), max_input_size=self._int("max_input_size"),
             backend="dv", units=self._units, simulated=False, kick="kernel",
-            io_align=a.io_align,
+            io_align=a.io_align, hw_date=self.hw_date,
             extra={"dma": self.pool.source, "heap": self.pool.name,
                    "cache_lines": self.pool.lines_reason,
                    "sysfs": os.path.join(self.class_dir, DEVICE_NODES["conv"]),
@@ -273,6 +281,16 @@ class KmodDevice(Device):
                    "module": a.version, "module_commit": a.commit,
                    "module_source": a.source, "module_wait": a.wait,
                    "module_kick": "r5" if a.r5 else "direct"})
+
+    @property
+    def hw_date(self) -> int:
+        """The hardware date the quirks are judged by: ``dv://?hw_version=``, else the
+        module's own date (MODULE_VERSION 7.2.20190729 -> 20190729): DMP built each module
+        for the bitstreams of its time, so that is the newest hardware it is known to
+        drive (a lower bound: quirks fixed later are assumed present)."""
+        if self._hw_date:
+            return self._hw_date
+        return int(self.abi.version.rsplit(".", 1)[-1])
 
     def set_clock(self, mhz: int) -> int:
         """Write ``conv_freq`` (§10.9) within :func:`freq_range` of this module generation

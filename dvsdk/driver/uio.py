@@ -40,7 +40,8 @@ import os
 import time
 from dataclasses import dataclass
 
-from ..errors import DeviceError, DeviceNotFound, DeviceTimeout
+from ..errors import DeviceError, DeviceNotFound, DeviceTimeout, DvsdkError, InvalidURL
+from ..hw import quirks
 from . import convid
 from .device import (
     MAX_TIMEOUT,
@@ -120,8 +121,10 @@ class UioDevice(Device):
     def __init__(self, board: Dv700Board, inventory: Inventory, *, dma: str = "",
                  timeout: float = DEFAULT_TIMEOUT, lock_dir: str | None = None,
                  clock_mhz: int = 0, cache: bool = True, sync: str = "auto",
-                 init: bool = True, url: str = "uio://", kick: str = "auto") -> None:
+                 init: bool = True, url: str = "uio://", kick: str = "auto",
+                 hw_date: int = 0) -> None:
         self.url = url
+        self.hw_date = hw_date
         self.r5_windows = inventory.r5_windows()
         self._kick, self.kick_reason = choose_kick(kick, self.r5_windows)
         self.board = board
@@ -160,6 +163,11 @@ class UioDevice(Device):
         sync = u.pop_str("sync", "auto", choices=("auto", "ioctl", "sysfs", "none"))
         init = bool(u.pop_int("init", 1, lo=0, hi=1))
         kick = u.pop_str("kick", "auto", choices=("auto",) + KICK_PROTOCOLS)
+        try:  # no register tells a bitstream's date: the URL may (dvsdk.hw.quirks)
+            hw_date = quirks.parse_hw_version(u.pop_str("hw_version", ""))
+        except DvsdkError as e:
+            raise InvalidURL(e.message, field="hw_version", value=e.value,
+                             limit=e.limit) from None
         u.reject_unknown()
         system = tuple(t.strip().upper() for t in system_text.split(",") if t.strip()) or None
         inv = discover(sysfs, dev)
@@ -182,7 +190,8 @@ class UioDevice(Device):
                                      limit=[h.name for h in inv.heaps])
             open_dma_heap(heap)
         return cls(boards[index], inv, dma=dma, timeout=timeout, lock_dir=lock_dir,
-                   clock_mhz=clock, cache=cache, sync=sync, init=init, url=url, kick=kick)
+                   clock_mhz=clock, cache=cache, sync=sync, init=init, url=url, kick=kick,
+                   hw_date=hw_date)
 
     @property
     def kick(self) -> str:
@@ -392,6 +401,7 @@ class UioDevice(Device):
             hw_version=ident.get("hw_version", 0),
             max_input_size=ident.get("max_input_size", 0),
             svn_version=ident.get("svn_version", 93),
+            hw_date=self.hw_date,
             backend="uio",
             units=self.units,
             simulated=False,

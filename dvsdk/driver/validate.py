@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from ..errors import InvalidArgument, InvalidCommand
-from ..hw import dims
+from ..hw import dims, quirks
 from ..hw.spec import SPEC
 from ..hw.weights import fc_weight_size
 from .commands import (
@@ -158,6 +158,11 @@ def validate_conv(cmd: ConvCommand, info: DeviceInfo) -> ConvPlan:
     else:
         plan.tiles = plan.run_tiles[0]
 
+    hw_date = int(getattr(info, "hw_date", 0) or 0)
+    for i, quirk in quirks.violations(cmd.runs[:nruns], plan.run_tiles, cmd.output_mode == 1,
+                                      hw_date):
+        _fail(f"hardware {hw_date} cannot run this: {quirks.describe(quirk)}", run=i,
+              field=quirk, value=hw_date, limit=int(quirks.QUIRKS[quirk]["fixed"]))
     n = cmd.batch
     io = max(2, int(getattr(info, "io_align", 2)))  # 16 on DMP's modules before 2019-07 (§6.8)
     if cmd.version == 1:

@@ -61,6 +61,9 @@ class SimParams:
     #: how conv streams are kicked: "r5" (IPI + shared memory, DMP's current stack) or
     #: "direct" (conv 0x400-0x40C, bitstreams before March 2019) (§10.4, :mod:`.r5`)
     kick: str = "r5"
+    #: the hardware's date (``hw_version`` HWMAJOR.HWMINOR.YYYYMMDD): what it cannot run is
+    #: refused (:mod:`dvsdk.hw.quirks`); 0: the newest hardware
+    hw_date: int = 0
     watchdog: Watchdog = field(default_factory=Watchdog)
     timing: TimingParams = field(init=False)
 
