@@ -272,6 +272,14 @@ def test_doctor_checks_dmps_module(dv, capsys):
     assert "[INFO] board: DMP's kernel module (dv://)" in out
     assert "[ OK ] dma: dma-heap linux,cma" in out and "conv_freq is writable" in out
     assert "kick kernel" in out
+    assert "[ OK ] module: DMP's module 7.2.20190729 (4a04f54): R5 kick, WAIT with exec " \
+        "time, 2-byte input/output alignment" in out and "(50..333)" in out
+    (dv.fake_kmod.sys / "module/dmp_dv/version").write_text("7.40.20200824\n")
+    rc = doctor.main(["--device", dv.url])
+    out = capsys.readouterr().out
+    assert rc == 3 and "[FAIL] module: DMP's kernel module 7.40.20200824 is not supported" \
+        in out
+    (dv.fake_kmod.sys / "module/dmp_dv/version").write_text("7.2.20190729\n")
     (dv.fake_kmod.sys / "class/dmp_dv/dv_conv/ub_size").write_text("0\n")
     rc = doctor.main(["--device", dv.url])
     out = capsys.readouterr().out
