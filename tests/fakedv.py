@@ -64,12 +64,13 @@ from dvsdk.sim.core import SimParams
 from dvsdk.sim.device import SimDevice
 
 from .abi_facts import FACTS, IOCTLS, fact
+from .fakedv_builds import BUILDS, GENERATIONS
+from .fakedv_units import ipu_program, maximizer_program
 
 IOC = dict(IOCTLS)  # DMP's numbers (facts), not the spec's
 S = fact
-KH, KV0, KV1, KIPU, KMAX = (S("dmp_dv_kcmdraw"), S("dmp_dv_kcmdraw_conv_v0"),
-                            S("dmp_dv_kcmdraw_conv_v1"), S("dmp_dv_kcmdraw_ipu_v0"),
-                            S("dmp_dv_kcmdraw_maximizer_v0"))
+KH, KV0, KV1 = (S("dmp_dv_kcmdraw"), S("dmp_dv_kcmdraw_conv_v0"),
+                S("dmp_dv_kcmdraw_conv_v1"))
 CONFIG, CONFIG_RUN = SPEC.struct("conv_config"), SPEC.struct("conv_config_run")  # §10.3 image
 SYNC_FLAGS = {"read": 1, "write": 2, "start": 0, "end": 4}  # linux/dma-buf.h
 ERESTARTSYS = 512
@@ -78,43 +79,6 @@ ION_HEAPS = [("system", 0, 0), ("cma", 4, 1)]  # (name, type, id): ION_HEAP_TYPE
 PRE_R5 = FACTS["pre_r5_conv_registers"]
 
 
-@dataclass(frozen=True)
-class Build:
-    """One build of DMP's module (facts ``module_versions``; commit of dv-kernel-driver)."""
-
-    version: str
-    r5: bool = True
-    wait: str = "kwait"          # "u64": _IOW(0x82, 3, __u64), before 96130ca
-    io_mask: int = 1             # input/output/eltwise offset mask (15 before 107f6a2)
-    conv_v1: bool = True
-    conv_freq: tuple[int, int] | None = (30, 400)
-
-
-#: the generations the fake can be, by the commit it models
-BUILDS = {
-    "51be037": Build("7.0.20181214", r5=False, wait="u64", io_mask=15, conv_v1=False,
-                     conv_freq=None),
-    "2994b64": Build("7.0.20190215", r5=False, wait="u64", io_mask=15, conv_v1=False,
-                     conv_freq=None),
-    "fd4fbba": Build("7.0.20190328", wait="u64", io_mask=15, conv_v1=False,
-                     conv_freq=(30, 350)),
-    "82bc07f": Build("7.1.20190410", wait="u64", io_mask=15, conv_v1=False,
-                     conv_freq=(30, 350)),
-    "5d4d343": Build("7.1.20190410", io_mask=15, conv_freq=(30, 350)),
-    "86b271f": Build("7.2.20190621", io_mask=15, conv_freq=(30, 350)),
-    "107f6a2": Build("7.2.20190716", conv_freq=(30, 350)),
-    "2defa8b": Build("7.2.20190729"),
-    "46c438e": Build("7.40.20200824"),
-}
-GENERATIONS = {"2018-12": "51be037", "2019-02": "2994b64", "2019-03": "fd4fbba",
-               "2019-04": "82bc07f", "2019-05": "5d4d343", "2019-06": "86b271f",
-               "2019-07": "107f6a2", "7.2.x": "2defa8b", "dv740": "46c438e"}
-for _commit, _b in BUILDS.items():  # the table agrees with the facts' version strings
-    _known = FACTS["module_versions"][_b.version]
-    assert _commit in [_known["commit"], *_known.get("also_at", [])], _commit
-#: the kernel's §10.6 IPU programme, (register, kipu field or computed value)
-IPU = {n: SPEC.reg("ipu", n) for n in SPEC.unit("ipu")["registers"]}
-MAXR = {n: SPEC.reg("maximizer", n) for n in SPEC.unit("maximizer")["registers"]}
 SHM = {n: SPEC.reg("shm", n) for n in SPEC.unit("shm")["registers"]}
 IPI = {n: SPEC.reg("ipi", n) for n in SPEC.unit("ipi")["registers"]}
 
@@ -420,9 +384,9 @@ class FakeKmod:
             elif session.unit == "ipu":
                 if session.program is not None:
                     raise _oserror(errno.EBUSY, "one IPU command per fd")
-                session.program = self._ipu_program(raw)
+                session.program = ipu_program(raw, self._resolve)
             else:  # the maximizer's size counter is never bumped: it overwrites (§15.8)
-                session.program = self._maximizer_program(raw)
+                session.program = maximizer_program(raw, self._resolve)
         return 0
 
     def _conv_words(self, raw: bytes) -> np.ndarray:
@@ -470,45 +434,6 @@ class FakeKmod:
         head = prefix + [0x0020F004, 0x2000, 0x0021F004 | ((image.size - 1) << 3)]
         return np.concatenate([np.array(head, "<u4"), image,
                                np.array([0x0010F004, 1], "<u4")])
-
-    def _ipu_program(self, raw: bytes) -> list[tuple[int, int]]:
-        k = KIPU.unpack(raw.ljust(KIPU.size, b"\0"))
-        r = IPU
-        w = [(r["RECT"], k["rect_width"] << 16 | k["rect_height"]),
-             (r["TRANSPOSE"], 1 if k["transpose"] else 0), (r["SCALE_H"], k["scale_height"]),
-             (r["SCALE_W"], k["scale_width"]), (r["USE_TEX"], 0x00FF0002 if k["use_tex"] else 0)]
-        if k["use_tex"]:
-            swz = ((k["ridx"] & 3) << 6 | (k["gidx"] & 3) << 4 | (k["bidx"] & 3) << 2
-                   | (k["aidx"] & 3))
-            size = k["tex_width"] << 16 | k["tex_height"]
-            w += [(r["TEX_ADDR"], self._resolve(k["tex"], 15, 1, "tex")),
-                  (r["TEX_FMT"], swz << 16 | k["fmt_tex"]), (r["TEX_SIZE"], size),
-                  (r["TEX_SIZE2"], size), (r["TEX_FILTER"], 7 if k["blf"] else 1),
-                  (r["TEX_ORIGIN"], 1)]
-        if k["use_rd"]:
-            w += [(r["RD_ADDR"], self._resolve(k["rd"], 15, 1, "rd")),
-                  (r["RD_STRIDE"], k["stride_rd"] & 0xFFFFFFFF)]
-        w += [(r["WR_ADDR"], self._resolve(k["wr"], 15, 1, "wr")),
-              (r["WR_STRIDE"], k["stride_wr"] & 0xFFFFFFFF),
-              (r["MODE"], k["alpha"] << 24 | (0x10 if k["use_const_alpha"] else 0)
-               | (0x08 if k["use_rd"] else 0) | (k["fmt_wr"] & 3) << 1 | (k["fmt_rd"] & 1)),
-              (r["CONVERSION"], (k["cnv_param"][0] << 16 | k["cnv_param"][1] << 8
-                                 | k["cnv_param"][2]) if k["cnv_type"] == 0 else 0x01000000)]
-        if k["use_tex"] and k["fmt_tex"] == 7:
-            w += [(r["LUT"], k["lut"][j]) for j in range(k["ncolor_lut"])]
-        return w
-
-    def _maximizer_program(self, raw: bytes) -> list[tuple[int, int]]:
-        k = KMAX.unpack(raw.ljust(KMAX.size, b"\0"))
-        px, nc = k["width"] * k["height"], k["nclass"]
-        src = self._resolve(k["input_buf"], 15, px * nc * 2, "input")
-        block = px * min(nc, 8) * 2
-        last = src + px * nc
-        last -= last % block if last % block else 0
-        return [(MAXR["SIZE"], nc << 24 | (px & 0xFFFFFF)), (MAXR["IN_ADDR"], src),
-                (MAXR["OUT_ADDR"], self._resolve(k["output_buf"], 15, px, "output")),
-                (MAXR["BLOCK_SIZE"], block), (MAXR["LAST_BLOCK"], (px % 128) * 2 * (nc % 8)),
-                (MAXR["LAST_BLOCK_SRC"], last & 0xFFFFFFFF)]
 
     # -- RUN / WAIT -----------------------------------------------------------------------
     def _run(self, session: Session, arg: bytearray) -> int:
