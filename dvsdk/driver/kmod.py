@@ -30,9 +30,11 @@ register access), as libdmpdv does (§2.2, §2.4):
   report them (``ExecStats`` bytes stay 0);
 * DMA memory: dma-bufs from a dma-heap, else ION (:mod:`dvsdk.driver.dmabuf`).
 
-URL: ``dv://[?dev=/dev&sysfs=/sys&heap=auto&timeout=20&close_timeout=20&module=VERSION]``;
-``heap`` is a dma-heap name, ``ion``, or ``auto`` (a contiguous dma-heap if there is one,
-else ION); ``module`` declares the module's version where sysfs does not show it.  Device
+URL: ``dv://[?dev=/dev&sysfs=/sys&heap=auto&timeout=20&close_timeout=20&module=VERSION
+&hw_version=VERSION]``; ``heap`` is a dma-heap name, ``ion``, or ``auto`` (a contiguous
+dma-heap if there is one, else ION); ``module`` declares the module's version where sysfs
+does not show it; ``hw_version`` the bitstream's (:mod:`dvsdk.hw.quirks`; default the
+module's date).  Device
 nodes are opened read-only, as libdmpdv does.  Every ioctl goes through
 :meth:`KmodDevice.ioctl` and every close of a device fd through :meth:`KmodDevice.release`,
 which tests replace with a fake module (``tests/fakedv.py``).
