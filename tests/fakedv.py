@@ -566,7 +566,8 @@ def open_fake_kmod(tmp_dir: str | Path | None = None, **kw: Any) -> Any:
     own = tmp_dir is None
     root = Path(tempfile.mkdtemp(prefix="dvsdk-fakedv-")) if own else Path(tmp_dir)
     heap = kw.pop("heap", "auto")
-    device_kw = {k: kw.pop(k) for k in ("timeout", "module", "close_timeout", "cache_lines")
+    device_kw = {k: kw.pop(k) for k in ("timeout", "module", "close_timeout", "cache_lines",
+                                        "hw_date")
                  if k in kw}
     fake = FakeKmod(root, **kw)
     try:

@@ -172,3 +172,18 @@ def test_compiled_adds_never_need_the_conv_module():
     y = b.node("MaxPool", [b.node("Add", ["x", "x2"])], kernel_shape=[2, 2], strides=[2, 2])
     model = b.model([("x", (1, 8, 8, 8)), ("x2", (1, 8, 8, 8))], [y], "add_pool")
     run_case(model, hw_version="7.2.20190716", device="sim://?hw_version=7.2.20190716")
+
+
+def test_dv_hardware_date_is_known_under_a_pre_r5_module_only(tmp_path):
+    from .fakedv import open_fake_kmod
+    for generation, date in (("2019-02", 20190215), ("7.2.x", 0)):
+        dev = open_fake_kmod(tmp_path / generation, generation=generation)
+        try:
+            assert dev.info().hw_date == date
+        finally:
+            dev.close()
+    dev = open_fake_kmod(tmp_path / "declared", hw_date=20191223)
+    try:
+        assert dev.info().hw_date == 20191223
+    finally:
+        dev.close()

@@ -286,13 +286,14 @@ class KmodDevice(Device):
 
     @property
     def hw_date(self) -> int:
-        """The hardware date the quirks are judged by: ``dv://?hw_version=``, else the
-        module's own date (MODULE_VERSION 7.2.20190729 -> 20190729): DMP built each module
-        for the bitstreams of its time, so that is the newest hardware it is known to
-        drive (a lower bound: quirks fixed later are assumed present)."""
+        """The hardware date the quirks are judged by: ``dv://?hw_version=``; else, under a
+        pre-R5 module, that module's date (its bitstreams predate the R5 firmware of
+        March 2019, so they have every quirk); else unknown (0): the last module
+        (7.2.20190729) also drives the bitstreams of 2019-12 and 2020-07, and nothing the
+        module shows tells them apart."""
         if self._hw_date:
             return self._hw_date
-        return int(self.abi.version.rsplit(".", 1)[-1])
+        return 0 if self.abi.r5 else int(self.abi.version.rsplit(".", 1)[-1])
 
     def set_clock(self, mhz: int) -> int:
         """Write ``conv_freq`` (§10.9) within :func:`freq_range` of this module generation
