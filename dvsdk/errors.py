@@ -117,6 +117,11 @@ class DeviceNotFound(DeviceError):
     """No DV700 (or no DMA memory) was found where we looked."""
 
 
+class UnsupportedDevice(DeviceError):
+    """The device (or DMP's kernel module) is of a version dvsdk does not speak, or whose
+    version it cannot tell; the message names the version and the ones it speaks."""
+
+
 class DeviceBusy(DeviceError):
     """Another process holds the device.  ``pid`` is the holder."""
 

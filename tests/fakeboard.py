@@ -44,16 +44,28 @@ import numpy as np
 
 from dvsdk.driver.discovery import DV700_COMPATIBLE, UNIT_WINDOW
 from dvsdk.driver.irqline import IRQ_COUNT_OFFSET, IRQ_CTRL_OFFSET, IRQ_FILE_SIZE
-from dvsdk.driver.mmio import (
-    CONV_HW_VERSION,
-    CONV_IRQ,
-    CONV_MAC_GROUPS,
-    CONV_MAX_INPUT,
-    CONV_UBUF_SIZE,
-    UNIT_IRQ,
-)
+from dvsdk.driver.mmio import CONV_IRQ, UNIT_IRQ
 from dvsdk.hw.spec import SPEC
 from dvsdk.sim import core as sim_core
+
+from .abi_facts import FACTS
+
+
+def _identity(kick: str, ubuf_size: int, mac_groups: int, max_input_size: int,
+              hw_version: int) -> list[tuple[int, int]]:
+    """Where DMP's kernel reads the conv identity (its register offsets from DMP's facts,
+    ``tests/data/dmp_abi_facts.json``, not dvsdk's spec): the R5 kernel (2defa8b) reads the
+    UBUF in bytes and MACs in groups of 72; the 2019-02 kernel (2994b64), which kicks the
+    conv block directly, the UBUF in KiB at 0x148 and the MAC count itself at 0x14C."""
+    if kick == "r5":
+        r = FACTS["r5_conv_registers"]
+        return [(r["ubuf_size_bytes"], ubuf_size), (r["mac_groups_x72"], mac_groups),
+                (r["max_input_size"], max_input_size), (r["hw_version"], hw_version)]
+    r = FACTS["pre_r5_conv_registers"]
+    return [(r["ubuf_size_kib"], ubuf_size >> 10), (r["mac_num"], mac_groups * 72),
+            (r["max_input_size"], max_input_size), (r["hw_version"], hw_version),
+            (r["svn_version"], 93)]
+
 
 DEFAULT_BASE = 0xA000_0000
 DEFAULT_DMA_PHYS = 0x7000_0000
@@ -217,9 +229,9 @@ class FakeBoard:
         else:
             self.core = StubCore(self.dram, dma_phys, regs=self.regs, on_irq=self._on_irq)
             self.start_regs = dict(FALLBACK_START_REGS)
-        if "conv" in self.regs:
-            for off, val in ((CONV_UBUF_SIZE, ubuf_size), (CONV_MAC_GROUPS, mac_groups),
-                             (CONV_MAX_INPUT, max_input_size), (CONV_HW_VERSION, hw_version)):
+        if "conv" in self.regs:  # the identity, where DMP's kernel of this kick reads it
+            for off, val in _identity(kick, ubuf_size, mac_groups, max_input_size,
+                                      hw_version):
                 if not self.regs["conv"][off >> 2]:
                     self.regs["conv"][off >> 2] = val
         query = {"sysfs": str(self.sysfs), "dev": str(self.dev), "lock": str(self.run),

@@ -12,6 +12,17 @@
   position: a fresh fd is at 0, so the first ioctl on it creates the open's state (its
   command buffer, §10.1) and moves the position to that state's number.
 
+The module is one of DMP's generations (``generation=``, :data:`GENERATIONS`, by the
+commit of dv-kernel-driver it models): its MODULE_VERSION in ``sys/module/dmp_dv/version``,
+its WAIT (the bare ``__u64`` before 96130ca, ``struct dmp_dv_kwait`` after), its alignment
+for input/output/eltwise (16 bytes before 107f6a2, then 2), u8 input (conv v1, 5d4d343),
+and before fd4fbba the direct conv kick on a pre-R5 register map (``sim://?kick=direct``).
+Like every generation of the real module it answers 0 to an ioctl number it does not
+know.  Its struct layouts and ioctl numbers are not dvsdk's: they come from DMP's header
+facts (``tests/abi_facts.py``, ``tests/data/dmp_abi_facts.json``), so a spec that drifts
+from DMP's headers sends the fake what the real module would misread.  (The §10.3
+configuration image it writes is the stream format of ``commands.yaml``, not a header.)
+
 What the ioctls do is what the reference says the module does: APPEND converts each
 kernel conv struct into the register stream of §10.3 (the configuration image, written
 here from ``commands.yaml``'s layouts, and ``get_conv_tiles_v0``'s tile count) after the
@@ -32,6 +43,7 @@ from __future__ import annotations
 
 import ctypes
 import errno
+import fcntl
 import mmap
 import os
 import queue
@@ -51,18 +63,22 @@ from dvsdk.hw.spec import SPEC
 from dvsdk.sim.core import SimParams
 from dvsdk.sim.device import SimDevice
 
-IOC = {name: SPEC.ioctl(name) for name in SPEC.kernel["ioctls"]}
-S = SPEC.struct
-KH, KV0, KV1, KIPU, KMAX = (S("kcmdraw_header"), S("kconv_v0"), S("kconv_v1"), S("kipu_v0"),
-                            S("kmaximizer_v0"))
-CONFIG, CONFIG_RUN = S("conv_config"), S("conv_config_run")
-SYNC_FLAGS = SPEC.kernel["dma_buf_sync"]
-ERESTARTSYS = int(SPEC.kernel["errno_restartsys"])
+from .abi_facts import FACTS, IOCTLS, fact
+from .fakedv_builds import BUILDS, GENERATIONS
+from .fakedv_units import ipu_program, maximizer_program
+
+IOC = dict(IOCTLS)  # DMP's numbers (facts), not the spec's
+S = fact
+KH, KV0, KV1 = (S("dmp_dv_kcmdraw"), S("dmp_dv_kcmdraw_conv_v0"),
+                S("dmp_dv_kcmdraw_conv_v1"))
+CONFIG, CONFIG_RUN = SPEC.struct("conv_config"), SPEC.struct("conv_config_run")  # §10.3 image
+SYNC_FLAGS = {"read": 1, "write": 2, "start": 0, "end": 4}  # linux/dma-buf.h
+ERESTARTSYS = 512
 NO_BUFFER = 0xDEADBEEF
 ION_HEAPS = [("system", 0, 0), ("cma", 4, 1)]  # (name, type, id): ION_HEAP_TYPE_DMA = 4
-#: the kernel's §10.6 IPU programme, (register, kipu field or computed value)
-IPU = {n: SPEC.reg("ipu", n) for n in SPEC.unit("ipu")["registers"]}
-MAXR = {n: SPEC.reg("maximizer", n) for n in SPEC.unit("maximizer")["registers"]}
+PRE_R5 = FACTS["pre_r5_conv_registers"]
+
+
 SHM = {n: SPEC.reg("shm", n) for n in SPEC.unit("shm")["registers"]}
 IPI = {n: SPEC.reg("ipi", n) for n in SPEC.unit("ipi")["registers"]}
 
@@ -109,6 +125,9 @@ class SubDevice:
             if item is None:
                 return
             cmd_id, job = item
+            if cmd_id is None:  # a flush marker
+                job.set()
+                continue
             self.start_time[cmd_id & 0xF] = time.monotonic()
             done = False
             try:
@@ -121,6 +140,12 @@ class SubDevice:
                     self.cond.notify_all()
             # else: the kernel's worker gives up silently and hw_id stays behind (§10.5)
 
+    def flush(self) -> None:
+        """``flush_workqueue``: return once every job queued so far has ended."""
+        done = threading.Event()
+        self.work.put((None, done))
+        done.wait()
+
     def stop(self) -> None:
         self.work.put(None)
         self.thread.join(timeout=10)
@@ -132,16 +157,25 @@ class FakeKmod:
     def __init__(self, root: Path, *, ub_size: int = 524288, mac_num: int = 576,
                  conv_freq: int = 300, units: tuple[str, ...] = ("conv", "ipu", "maximizer"),
                  ion: bool = False, heaps: tuple[str, ...] = ("linux,cma", "system"),
-                 wait_timeout: float = 2.0, hw_wait: float = 2.0) -> None:
+                 wait_timeout: float = 2.0, hw_wait: float = 2.0,
+                 generation: str = "7.2.x", version_file: bool = True,
+                 high_memory: bool = False) -> None:
         self.root = Path(root)
         self.dev, self.sys = self.root / "dev", self.root / "sys"
         self.wait_timeout, self.hw_wait = wait_timeout, hw_wait
+        self.build = BUILDS[GENERATIONS.get(generation, generation)]
+        self.high_memory = high_memory  # the heap's buffers end above 4 GiB (EPERM, §6.8)
         self.sim = SimDevice(SimParams(clock_mhz=conv_freq, mac_num=mac_num, ub_size=ub_size,
-                                       units=units, kick="r5"), dram_mb=256)
+                                       units=units,
+                                       kick="r5" if self.build.r5 else "direct"),
+                             dram_mb=256)
         self.ub_size = ub_size
         self.lock = threading.RLock()
         self.problems: list[str] = []
         self.calls: list[tuple[str, int]] = []   # (what, request) of every ioctl
+        self.unknown: list[int] = []             # ioctl numbers answered 0 unhandled
+        self.give_up = threading.Event()         # a hung job's worker gives up now (§10.5)
+        self.released: list[int] = []            # fds whose release (flush) has ended
         self.sessions: dict[int, Session] = {}
         self.bufs: dict[int, DmaBuf] = {}        # inode -> dma-buf
         self.nodes: dict[int, str] = {}          # inode -> "conv" | "heap:<name>" | "ion"
@@ -156,17 +190,55 @@ class FakeKmod:
             self._node(self.dev / "ion", "ion")
         conv = self.sys / "class" / "dmp_dv" / "dv_conv"
         conv.mkdir(parents=True)
-        for name, value in (("ub_size", ub_size), ("max_kernel_size", 7),
-                            ("conv_freq", conv_freq), ("svn_version", 93),
-                            ("mac_num", mac_num), ("max_input_size", 0x4000),
-                            ("conv_kick_count", 0), ("input_bytes", 0), ("output_bytes", 0),
-                            ("weights_bytes", 0), ("hw_version", "0700")):
+        if version_file:
+            (self.sys / "module" / "dmp_dv").mkdir(parents=True)
+            (self.sys / "module" / "dmp_dv" / "version").write_text(f"{self.build.version}\n")
+        if self.build.r5:
+            facts = (("ub_size", ub_size), ("max_kernel_size", 7), ("conv_freq", conv_freq),
+                     ("svn_version", 93), ("mac_num", mac_num), ("max_input_size", 0x4000),
+                     ("conv_kick_count", 0), ("input_bytes", 0), ("output_bytes", 0),
+                     ("weights_bytes", 0), ("hw_version", "0700"))
+        else:
+            facts = self._pre_r5_sysfs()
+        for name, value in facts:
             (conv / name).write_text(f"{value}\n")
         for unit in units[1:]:
             (self.sys / "class" / "dmp_dv" / f"dv_{unit}").mkdir()
         (self.root / "dmabuf").mkdir()
         self.sub = {u: SubDevice(self, u) for u in units}
         self.kicks = 0
+
+    def _pre_r5_sysfs(self) -> list[tuple[str, object]]:
+        """The 2019-02 module's probe and sysfs (src/dmp-dv.c at 2994b64): command-list
+        mode and ROM firmware written, the facts read from the pre-R5 offsets (facts
+        ``pre_r5_conv_registers``): UBUF in KiB, the MAC count itself, no writable clock."""
+        sim = self.sim
+        for off, value in PRE_R5["probe_writes"]:
+            sim.write32("conv", off, value)
+
+        def reg(name: str) -> int:
+            return sim.read32("conv", PRE_R5[name])
+
+        self.ub_size = (reg("ubuf_size_kib") or PRE_R5["default_ubuf_kib"]) << 10
+        return [("ub_size", self.ub_size), ("max_kernel_size", 7),
+                ("conv_freq", reg("conv_freq") & PRE_R5["conv_freq_mask"]),
+                ("svn_version", reg("svn_version")), ("mac_num", reg("mac_num")),
+                ("max_input_size", reg("max_input_size")),
+                ("hw_version", f"{reg('hw_version') & 0xFFFF:04x}"),
+                ("conv_kick_count", reg("kick_count")), ("fc_freq", 0),
+                ("max_fc_vector_size", 16384), ("loop_control", reg("loop_control")),
+                ("input_bytes", 0), ("output_bytes", 0), ("weights_bytes", 0)]
+
+    def release(self, fd: int) -> None:
+        """The kernel's ``release`` of a device fd: ``flush_workqueue`` of the unit (waits
+        for every queued job's worker, §10.1), then the close."""
+        with self.lock:
+            pos = os.lseek(fd, 0, os.SEEK_CUR)
+            session = self.sessions.get(pos)
+        if session is not None:
+            self.sub[session.unit].flush()
+        os.close(fd)
+        self.released.append(fd)
 
     def _node(self, path: Path, kind: str) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -188,6 +260,8 @@ class FakeKmod:
             return self._ion(request, arg)
         with self.lock:
             pos = os.lseek(fd, 0, os.SEEK_CUR)
+            if fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_ACCMODE != os.O_RDONLY:
+                self.problems.append(f"{kind} opened for writing (libdmpdv: O_RDONLY)")
             if pos == 0:  # a new open(): its own command buffer
                 pos = len(self.sessions) + 1
                 self.sessions[pos] = Session(kind)
@@ -197,9 +271,12 @@ class FakeKmod:
             return self._append(session, arg)
         if request == IOC["DMP_DV_IOC_RUN"]:
             return self._run(session, arg)
-        if request == IOC["DMP_DV_IOC_WAIT"]:
+        wait = IOC["DMP_DV_IOC_WAIT" if self.build.wait == "kwait"
+                   else "DMP_DV_IOC_WAIT_before_96130ca"]
+        if request == wait:
             return self._wait(session, arg)
-        raise _oserror(errno.ENOTTY, f"unknown ioctl {request:#x}")
+        self.unknown.append(request)  # every generation: `default: break;` returns 0
+        return 0
 
     # -- memory ---------------------------------------------------------------------------
     def _new_buf(self, size: int, contiguous: bool) -> int:
@@ -217,7 +294,7 @@ class FakeKmod:
             return fd
 
     def _heap_alloc(self, heap: str, request: int, arg: bytearray) -> int:
-        st = S("dma_heap_allocation_data")
+        st = S("dma_heap_allocation_data")  # linux/dma-heap.h
         if request != IOC["DMA_HEAP_IOCTL_ALLOC"]:
             raise _oserror(errno.ENOTTY, "dma-heap knows one ioctl")
         a = st.unpack(arg)
@@ -290,11 +367,13 @@ class FakeKmod:
             raise _oserror(errno.EINVAL, f"{what}: not one contiguous dma-buf")
         if kbuf["offs"] & align_mask or buf.size - kbuf["offs"] < need:
             raise _oserror(errno.EINVAL, f"{what}: offset {kbuf['offs']} / size")
+        if self.high_memory:  # dma_addr + size > 4 GiB on a 64-bit kernel: -1 (§6.8)
+            raise _oserror(errno.EPERM, f"{what}: lies in high memory")
         return buf.sim.phys + kbuf["offs"]
 
     # -- APPEND ---------------------------------------------------------------------------
     def _append(self, session: Session, arg: bytearray) -> int:
-        k = S("kcmd").unpack(arg)
+        k = S("dmp_dv_kcmd").unpack(arg)
         ptr = k["cmd_pointer"]
         for _ in range(k["cmd_num"]):
             size = KH.unpack(ctypes.string_at(ptr, KH.size))["size"]
@@ -305,22 +384,23 @@ class FakeKmod:
             elif session.unit == "ipu":
                 if session.program is not None:
                     raise _oserror(errno.EBUSY, "one IPU command per fd")
-                session.program = self._ipu_program(raw)
+                session.program = ipu_program(raw, self._resolve)
             else:  # the maximizer's size counter is never bumped: it overwrites (§15.8)
-                session.program = self._maximizer_program(raw)
+                session.program = maximizer_program(raw, self._resolve)
         return 0
 
     def _conv_words(self, raw: bytes) -> np.ndarray:
         hdr = KH.unpack(raw)
         prefix: list[int] = []
-        if hdr["version"] == 1:
+        if hdr["version"] == 1 and self.build.conv_v1:
             v1 = KV1.unpack(raw.ljust(KV1.size, b"\0"))
             table = self._resolve(v1["u8tofp16_table"], 15, 1536, "u8 table")
             prefix = [0x2000F004, (table | (1 if v1["to_bgr"] else 0)) & 0xFFFFFFFF]
             raw = raw[24:]  # the v0 body, behind the 8 bytes at 24 (§5.1)
-        elif hdr["version"] != 0:
+        elif hdr["version"] != 0:  # (v1 before 5d4d343: "Invalid CONV command version")
             raise _oserror(errno.EINVAL, f"conv struct version {hdr['version']}")
         kc = KV0.unpack(raw.ljust(KV0.size, b"\0"))
+        io = self.build.io_mask
         n = topo_num_runs(kc["topo"])
         if len(raw) < 128 or len(raw) < 72 + 56 * n or n == 0:
             raise _oserror(errno.EINVAL, f"conv struct of {len(raw)} bytes for {n} runs")
@@ -339,12 +419,12 @@ class FakeKmod:
             raise _oserror(errno.EINVAL, "multi-run UBUF")
         hdr_img = CONFIG.pack({
             "topo": kc["topo"], "w": kc["w"], "h": kc["h"], "z": kc["z"], "c": kc["c"],
-            "input_base_addr": self._resolve(kc["input_buf"], 1,
+            "input_base_addr": self._resolve(kc["input_buf"], io,
                                              kc["w"] * kc["h"] * kc["z"] * kc["c"] * 2,
                                              "input"),
             "input_circular_offset": kc["input_circular_offset"], "tiles": tiles,
-            "output_base_addr": self._resolve(kc["output_buf"], 1, 2, "output"),
-            "eltwise_base_addr": self._resolve(kc["eltwise_buf"], 1, 2, "eltwise"),
+            "output_base_addr": self._resolve(kc["output_buf"], io, 2, "output"),
+            "eltwise_base_addr": self._resolve(kc["eltwise_buf"], io, 2, "eltwise"),
             "output_mode": kc["output_mode"]})
         recs = b"".join(CONFIG_RUN.pack(dict(
             {f.name: r[f.name] for f in CONFIG_RUN.fields if f.name in r},
@@ -354,45 +434,6 @@ class FakeKmod:
         head = prefix + [0x0020F004, 0x2000, 0x0021F004 | ((image.size - 1) << 3)]
         return np.concatenate([np.array(head, "<u4"), image,
                                np.array([0x0010F004, 1], "<u4")])
-
-    def _ipu_program(self, raw: bytes) -> list[tuple[int, int]]:
-        k = KIPU.unpack(raw.ljust(KIPU.size, b"\0"))
-        r = IPU
-        w = [(r["RECT"], k["rect_width"] << 16 | k["rect_height"]),
-             (r["TRANSPOSE"], 1 if k["transpose"] else 0), (r["SCALE_H"], k["scale_height"]),
-             (r["SCALE_W"], k["scale_width"]), (r["USE_TEX"], 0x00FF0002 if k["use_tex"] else 0)]
-        if k["use_tex"]:
-            swz = ((k["ridx"] & 3) << 6 | (k["gidx"] & 3) << 4 | (k["bidx"] & 3) << 2
-                   | (k["aidx"] & 3))
-            size = k["tex_width"] << 16 | k["tex_height"]
-            w += [(r["TEX_ADDR"], self._resolve(k["tex"], 15, 1, "tex")),
-                  (r["TEX_FMT"], swz << 16 | k["fmt_tex"]), (r["TEX_SIZE"], size),
-                  (r["TEX_SIZE2"], size), (r["TEX_FILTER"], 7 if k["blf"] else 1),
-                  (r["TEX_ORIGIN"], 1)]
-        if k["use_rd"]:
-            w += [(r["RD_ADDR"], self._resolve(k["rd"], 15, 1, "rd")),
-                  (r["RD_STRIDE"], k["stride_rd"] & 0xFFFFFFFF)]
-        w += [(r["WR_ADDR"], self._resolve(k["wr"], 15, 1, "wr")),
-              (r["WR_STRIDE"], k["stride_wr"] & 0xFFFFFFFF),
-              (r["MODE"], k["alpha"] << 24 | (0x10 if k["use_const_alpha"] else 0)
-               | (0x08 if k["use_rd"] else 0) | (k["fmt_wr"] & 3) << 1 | (k["fmt_rd"] & 1)),
-              (r["CONVERSION"], (k["cnv_param"][0] << 16 | k["cnv_param"][1] << 8
-                                 | k["cnv_param"][2]) if k["cnv_type"] == 0 else 0x01000000)]
-        if k["use_tex"] and k["fmt_tex"] == 7:
-            w += [(r["LUT"], k["lut"][j]) for j in range(k["ncolor_lut"])]
-        return w
-
-    def _maximizer_program(self, raw: bytes) -> list[tuple[int, int]]:
-        k = KMAX.unpack(raw.ljust(KMAX.size, b"\0"))
-        px, nc = k["width"] * k["height"], k["nclass"]
-        src = self._resolve(k["input_buf"], 15, px * nc * 2, "input")
-        block = px * min(nc, 8) * 2
-        last = src + px * nc
-        last -= last % block if last % block else 0
-        return [(MAXR["SIZE"], nc << 24 | (px & 0xFFFFFF)), (MAXR["IN_ADDR"], src),
-                (MAXR["OUT_ADDR"], self._resolve(k["output_buf"], 15, px, "output")),
-                (MAXR["BLOCK_SIZE"], block), (MAXR["LAST_BLOCK"], (px % 128) * 2 * (nc % 8)),
-                (MAXR["LAST_BLOCK_SRC"], last & 0xFFFFFFFF)]
 
     # -- RUN / WAIT -----------------------------------------------------------------------
     def _run(self, session: Session, arg: bytearray) -> int:
@@ -405,38 +446,62 @@ class FakeKmod:
         job = (lambda: self._run_conv(words)) if session.unit == "conv" else \
             (lambda: self._run_unit(session.unit, program))
         sub.work.put((cmd_id, job))
-        arg[:] = S("kcmd_id").pack({"cmd_id": cmd_id})
+        arg[:] = S("run_argument").pack({"cmd_id": cmd_id})
         return 0
 
     def _run_conv(self, words: list[np.ndarray]) -> bool:
-        """§10.4: terminate the buffer with the interrupt write and kick the R5."""
+        """§10.4: terminate the buffer with the interrupt write and kick the R5 (or, before
+        fd4fbba, the conv block itself: 0x400/0x404/0x408, the IRQ acked by writing 0)."""
         sim = self.sim
         stream = np.concatenate(words + [np.array([0x0108F004, 1], "<u4")])
         if stream.size % 2:
             stream = np.concatenate([stream, np.zeros(1, "<u4")])
+        if self.hang_next:  # the hardware never answers: the worker waits its budget
+            self.hang_next -= 1
+            self.kicks += 1
+            self.give_up.wait(self.hw_wait)
+            return False
         chunk = sim.alloc(stream.nbytes, align=64, name="cmb")
         try:
             chunk.write(0, stream)
             chunk.sync_for_device()
-            if self.hang_next:
-                self.hang_next -= 1
-                sim.inject("hang")
-            sim.write32("shm", SHM["STREAM_ADDR"], chunk.phys)
-            sim.write32("shm", SHM["STREAM_LEN8"], stream.nbytes // 8)
-            sim.write32("shm", SHM["STREAM_START"], 1)
-            sim.write32("ipi", IPI["TRIG"], 0x100)
             self.kicks += 1
+            if self.build.r5:
+                sim.write32("shm", SHM["STREAM_ADDR"], chunk.phys)
+                sim.write32("shm", SHM["STREAM_LEN8"], stream.nbytes // 8)
+                sim.write32("shm", SHM["STREAM_START"], 1)
+                sim.write32("ipi", IPI["TRIG"], 0x100)
+                line = "ipi"
+            else:
+                sim.write32("conv", PRE_R5["cmd_addr"], chunk.phys)
+                sim.write32("conv", PRE_R5["cmd_len8"], stream.nbytes // 8)
+                sim.write32("conv", PRE_R5["kick"], 1)
+                line = "conv"
             try:
-                sim.wait_irq("ipi", self.hw_wait)
+                sim.wait_irq(line, self.hw_wait)
             except Exception:  # noqa: BLE001 - the worker gives up silently
                 sim.reset()
                 return False
+            if not self.build.r5:
+                sim.write32("conv", PRE_R5["irq"], 0)
+                self._pre_r5_counters()
+                return True
             if sim.read32("ipi", IPI["ISR"]) & 0x100:
                 sim.write32("ipi", IPI["ISR"], 0x100)
             self._counters()
             return True
         finally:
             chunk.free()
+
+    def _pre_r5_counters(self) -> None:
+        """The 2019-02 module's counters: raw registers 0x180/0x184/0x188 x 16, read-only
+        sysfs (no post function, no reset), kick count from 0x100."""
+        conv = self.sys / "class" / "dmp_dv" / "dv_conv"
+        for name, reg in (("input_bytes", "input_beats"), ("output_bytes", "output_beats"),
+                          ("weights_bytes", "weights_beats")):
+            (conv / name).write_text(f"{self.sim.read32('conv', PRE_R5[reg]) << 4}\n")
+        (conv / "conv_kick_count").write_text(
+            f"{self.sim.read32('conv', PRE_R5['kick_count'])}\n")
 
     def _counters(self) -> None:
         """§10.10: 16 counters in 16-byte beats, classified by index bits."""
@@ -466,7 +531,8 @@ class FakeKmod:
         return True
 
     def _wait(self, session: Session, arg: bytearray) -> int:
-        st = S("kwait")
+        st = S("dmp_dv_kwait" if self.build.wait == "kwait"
+               else "wait_argument_before_96130ca")
         cmd_id = st.unpack(arg)["cmd_id"]
         sub = self.sub[session.unit]
         if self.restart_next_wait:
@@ -475,7 +541,8 @@ class FakeKmod:
         with sub.cond:
             done = sub.cond.wait_for(lambda: sub.hw_id >= cmd_id, self.wait_timeout)
             spent = time.monotonic() - sub.start_time[cmd_id & 0xF]
-        arg[:] = st.pack({"cmd_id": cmd_id, "cmd_exec_time": int(spent * 1e6)})
+        if self.build.wait == "kwait":  # 96130ca: the exec time, in every case
+            arg[:] = st.pack({"cmd_id": cmd_id, "cmd_exec_time": int(spent * 1e6)})
         if not done:
             raise _oserror(errno.EBUSY, f"timeout: cmd_id={cmd_id}")
         return 0
@@ -499,10 +566,14 @@ def open_fake_kmod(tmp_dir: str | Path | None = None, **kw: Any) -> Any:
     own = tmp_dir is None
     root = Path(tempfile.mkdtemp(prefix="dvsdk-fakedv-")) if own else Path(tmp_dir)
     heap = kw.pop("heap", "auto")
+    device_kw = {k: kw.pop(k) for k in ("timeout", "module", "close_timeout", "cache_lines",
+                                        "hw_date")
+                 if k in kw}
     fake = FakeKmod(root, **kw)
     try:
         dev = KmodDevice(str(fake.dev), str(fake.sys), heap=heap, ioctl=fake.ioctl,
-                         url=f"dv://?dev={fake.dev}&sysfs={fake.sys}")
+                         release=fake.release,
+                         url=f"dv://?dev={fake.dev}&sysfs={fake.sys}", **device_kw)
     except BaseException:
         fake.close()
         raise

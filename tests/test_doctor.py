@@ -93,7 +93,8 @@ def test_fake_board_passes(board):
                  "fix: pass clock_mhz=<MHz> in the device URL"):
         assert line in out, line
     assert "device node: " + str(board.dev / "uio2") in out
-    assert board.regs["conv"][0x144 // 4] == 0  # opened with init=0: nothing written
+    # opened with init=0: nothing written (the direct kick's probe writes 0x40C and 0x44)
+    assert board.regs["conv"][0x44 // 4] == 0 and board.regs["conv"][0x40C // 4] == 0
 
 
 def test_clock_and_coherence_variants(tmp_path):
@@ -168,10 +169,10 @@ def test_unprogrammed_pl_stops_before_register_reads(board):
 def test_dead_registers_fail(tmp_path):
     b = make_fake_board(tmp_path, core="stub", start=False)
     try:
-        b.regs["conv"][0x128 // 4] = 0xFFFF
-        b.regs["conv"][0x120 // 4] = 0
+        b.regs["conv"][0x140 // 4] = 0xFFFF  # a pre-R5 board (the direct kick): 0x140, 0x14C
+        b.regs["conv"][0x14C // 4] = 0
         rc, out = run(["--device", b.url])
-        assert rc == 3 and "reg 0x128 reads 0xffff" in out and "reg 0x120 reads 0" in out
+        assert rc == 3 and "reg 0x140 reads 0xffff" in out and "reg 0x14c reads 0 MACs" in out
     finally:
         b.close()
 

@@ -75,8 +75,13 @@ def test_registers_read_back_the_hardware_facts(device):
         assert info.kick == "kernel" and info.backend == "dv"
         return
     assert info.kick in ("r5", "direct") and device.kick == info.kick
-    assert device.read32("conv", 0x11C) == info.ub_size
-    assert device.read32("conv", 0x120) * 72 == info.mac_num
+    if info.kick == "r5":  # DMP's R5 kernel: bytes, groups of 72
+        assert device.read32("conv", 0x11C) == info.ub_size
+        assert device.read32("conv", 0x120) * 72 == info.mac_num
+    else:  # the pre-R5 kernel (2994b64): KiB at 0x148, the MAC count at 0x14C
+        assert device.read32("conv", 0x148) << 10 == info.ub_size
+        assert device.read32("conv", 0x14C) == info.mac_num
+        assert device.read32("conv", 0x11C) == 0
     with pytest.raises(InvalidArgument, match="aligned"):
         device.read32("conv", 0x402)
     with pytest.raises(InvalidArgument, match="unit"):

@@ -23,6 +23,8 @@ from dvsdk.driver.discovery import (
     DV700_COMPATIBLE,
     DV700_UIO_NAMES,
     DVSDK_GROUP,
+    ION_KERNEL,
+    ION_SUBSYSTEM,
     OF_COMPATIBLE_PARENT_ATTR,
     R5_WINDOW_NAMES,
     UDMABUF_SUBSYSTEMS,
@@ -78,7 +80,8 @@ def _value(t: Token) -> list[str]:
 
 # -- the rules against the names discovery uses ---------------------------------------------------
 def test_every_rule_targets_a_subsystem_discovery_reads(rules):
-    known = {UIO_SUBSYSTEM, *UDMABUF_SUBSYSTEMS, DMP_DV_SUBSYSTEM, DMA_HEAP_SUBSYSTEM}
+    known = {UIO_SUBSYSTEM, *UDMABUF_SUBSYSTEMS, DMP_DV_SUBSYSTEM, DMA_HEAP_SUBSYSTEM,
+             ION_SUBSYSTEM}
     for rule in rules:
         subsystems = [t.value for t in rule if t.key == "SUBSYSTEM"]
         assert len(subsystems) == 1 and subsystems[0] in known, rule
@@ -241,5 +244,10 @@ def test_r5_windows_and_dmps_module_get_group_and_links(rules, tmp_path):
             d.mkdir(parents=True)
             res = apply_rules(rules, b.sysfs, DMA_HEAP_SUBSYSTEM, d)
             assert res.group == group
+        for name, group in ((ION_KERNEL, DVSDK_GROUP), ("fuse", None)):  # /dev/ion only
+            d = b.sysfs / "devices" / "virtual" / "misc" / name
+            d.mkdir(parents=True)
+            res = apply_rules(rules, b.sysfs, ION_SUBSYSTEM, d)
+            assert res.group == group and (group is None or res.mode == "0660")
     finally:
         b.close()

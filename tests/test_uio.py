@@ -227,7 +227,10 @@ def test_device_registers_are_the_mapped_file(board, dev):
     dev.write32("ipu", 0x284, 0x12345678)
     assert _pread(board.dev / "uio2", 4, 0x284) == struct.pack("<I", 0x12345678)
     assert int(board.regs["ipu"][0x284 // 4]) == 0x12345678
-    assert dev.read32("conv", 0x144) == 0x177654 and dev.read32("conv", 0x40C) == 1  # init
+    # the direct kick's probe writes (2994b64): command-list mode, ROM firmware; 0x144 is
+    # the SVN revision there, not the R5 kernel's counter configuration
+    assert dev.read32("conv", 0x44) == 1 and dev.read32("conv", 0x40C) == 1
+    assert dev.read32("conv", 0x144) == 93
     with pytest.raises(InvalidArgument, match="aligned"):
         dev.read32("conv", 0x402)
     with pytest.raises(InvalidArgument, match="aligned"):
@@ -603,7 +606,7 @@ def test_url_options(tmp_path):
 def test_info_reports_the_hardware_facts(tmp_path):
     b = make_fake_board(tmp_path, core="stub", ubuf_size=0, hw_version=0x1234)
     try:
-        b.regs["conv"][0x11C // 4] = 0  # no UBUF register: the DT ubuf-size is used
+        b.regs["conv"][0x148 // 4] = 0  # no UBUF register: the DT ubuf-size is used
         with UioDevice.from_url(b.url) as d:
             info = d.info()
             assert info.backend == "uio" and not info.simulated
@@ -637,8 +640,9 @@ def test_hand_written_stream_is_fetched_and_executed(tmp_path):
             d.write32("conv", 0x408, 1)
             d.wait_irq("conv", 5.0)
             assert b.core.errors == [] and b.errors == []
-            counters = [d.read32("conv", off) for off in range(0x200, 0x280, 4)]
-            assert sum(counters) > 0  # the fetched stream was counted
+            d.write32("conv", 0x44, 1)  # (the ROM firmware: the device's open wrote it)
+            counters = [d.read32("conv", off) for off in (0x180, 0x184, 0x188)]
+            assert counters[0] > 0  # the fetched stream was counted (pre-R5: 0x180 input)
     finally:
         b.close()
 

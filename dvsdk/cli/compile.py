@@ -51,6 +51,12 @@ def build_parser() -> Parser:
     p.add_argument("--labels", help="text file with one class label per line (as many as "
                                     "the model has classes)")
     p.add_argument("--ub-size", type=positive_int, default=524288, help="unified buffer bytes")
+    p.add_argument("--hw-version", metavar="VERSION", default="",
+                   help="the target's hardware version, HWMAJOR.HWMINOR.YYYYMMDD (or the "
+                        "date): work it cannot do is split or left on the CPU; default: "
+                        "the newest hardware")
+    p.add_argument("--target", metavar="URL", default="",
+                   help="read the hardware version from this device (dv://, uio://, sim://)")
     p.add_argument("--report", action="store_true", help="print where every op runs")
     p.add_argument("--no-golden", action="store_true", help="skip the self-test pair")
     p.add_argument("--no-chain", action="store_true",
@@ -113,6 +119,7 @@ def main(argv: list[str]) -> int:
             mean=mean, scale=args.scale if args.scale is not None else 1.0, std=std,
             channel_order=args.channel_order, resize=args.resize, labels=args.labels,
             ub_size=args.ub_size, golden=not args.no_golden, format=args.format,
+            hw_version=args.hw_version or _target_hw_date(args.target),
             chain=not args.no_chain, progress=progress)
         meta = net.meta
         progress(f"writing {out}")
@@ -150,6 +157,16 @@ def print_report(meta: dict) -> None:
         print(f"{lead}{r['op']:{width}s}  {r['type']:18s} {r['where']:5s}  {r['detail']}")
     print(f"program: {program_shape(meta)}")
 
+
+
+def _target_hw_date(url: str) -> int:
+    """The hardware date a device reports (``DeviceInfo.hw_date``; 0 if it cannot tell)."""
+    if not url:
+        return 0
+    from ..driver.device import open_device
+
+    with open_device(url) as dev:
+        return int(dev.info().hw_date)
 
 def run(argv: list[str] | None = None) -> int:
     return entry("dvsdk-compile", main, argv)

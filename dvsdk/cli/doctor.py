@@ -15,7 +15,8 @@ Checks, in order, each printed with what to do about it:
    when the device tree exposes the ``ipi`` and ``shm`` nodes, else the direct kick;
 7. the device itself, opened read-only (``init=0``): exclusive lock, HW version
    (``0x128 & 0xFFFF``), UBUF size (``0x11C``, else DT ``ubuf-size``), MACs
-   (``0x120 * 72``), the conv clock (kernel sysfs, else ``clock_mhz``), IRQ count.
+   (``0x120 * 72``) on an R5 board, at 0x140, 0x148 (KiB) and 0x14C on a pre-R5 one
+   (:mod:`dvsdk.driver.convid`), the conv clock (kernel sysfs, else ``clock_mhz``), IRQ count.
 
 A board running DMP's kernel module (``--device dv://``; the default when the module is
 loaded and no DV700 is bound to UIO) gets its own checks (:mod:`.doctor_boards`): device
@@ -45,6 +46,7 @@ from typing import TextIO
 from urllib.parse import urlsplit
 
 from .. import native
+from ..driver import convid
 from ..driver.device import default_url, open_device, parse_url
 from ..driver.discovery import (
     DV700_COMPATIBLE,
@@ -367,21 +369,26 @@ class Doctor:
             info = dev.info()
             self.add(OK, "open", f"{info.backend}: units {', '.join(info.units)}; "
                      f"exclusive lock taken and released")
+            ident = convid.identity_registers(info.kick)  # this kick's register map
             if info.hw_version in (0, 0xFFFF):
-                self.add(FAIL, "hw version", f"reg 0x128 reads {info.hw_version:#06x}: the "
+                self.add(FAIL, "hw version", f"reg {ident['hw_version'][0]:#x} reads "
+                         f"{info.hw_version:#06x}: the "
                          "DV700 is not answering", "check the bitstream and the DT 'reg' base")
             else:
                 self.add(OK, "hw version", f"{info.hw_version:04x}")
             src = info.extra.get("ub_size_source")
             if not info.ub_size:
-                self.add(FAIL, "ubuf", "UBUF size is 0 (reg 0x11C and DT ubuf-size): every "
+                self.add(FAIL, "ubuf", f"UBUF size is 0 (reg {ident['ub_size'][0]:#x} and DT "
+                         "ubuf-size): every "
                          "conv will fail the tile check", "check the bitstream, or add "
                          "ubuf-size = <bytes> to the DT node")
             else:
                 self.add(OK if src == "register" else WARN, "ubuf",
                          f"{info.ub_size} bytes (from {src})")
             if not info.mac_num:
-                self.add(FAIL, "mac", "reg 0x120 reads 0 MAC groups", "check the bitstream")
+                off, scale = ident["mac_num"]
+                self.add(FAIL, "mac", f"reg {off:#x} reads 0 "
+                         + ("MAC groups" if scale == 72 else "MACs"), "check the bitstream")
             else:
                 self.add(OK, "mac", f"{info.mac_num} MACs ({info.mac_num // 72} x 72)")
             self._check_clock(info.conv_freq, info.extra.get("clock_source", "unknown"),

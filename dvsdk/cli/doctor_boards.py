@@ -16,8 +16,10 @@ import os
 import stat
 from typing import Any
 
+from ..driver import kmodver
 from ..driver.discovery import Inventory, UioNode
 from ..driver.kick import KICK_PROTOCOLS
+from ..driver.kmod import freq_range
 from ..driver.uio import choose_kick
 from ..errors import DvsdkError
 
@@ -86,6 +88,19 @@ def check_kmod(doc: Any, options: dict[str, str]) -> bool:
         doc.add(FAIL, "sysfs", f"{conv_dir} is missing: DMP's kernel module is not loaded",
                 "modprobe dmp_dv (with the DV700 in the device tree, compatible dmp,dv700)")
         return False
+    declared = options.get("module") or None
+    version = declared or kmodver.read_version(sysfs)
+    try:
+        abi = kmodver.identify(version, "dv://?module=" if declared else
+                               os.path.join(sysfs, "module/dmp_dv/version"))
+        wait = {"kwait": "with exec time", "v0": "bare id"}.get(abi.wait, "asked of the module")
+        doc.add(OK, "module", f"DMP's module {abi.version} ({abi.commit}): "
+                f"{'R5' if abi.r5 else 'pre-R5, direct'} kick, WAIT {wait}, "
+                f"{abi.io_align}-byte input/output alignment")
+    except DvsdkError as e:
+        doc.add(FAIL, "module", e.message, e.hint or "")
+        ok = False
+        abi = None
     for attr in KMOD_ATTRS:
         text = _read(os.path.join(conv_dir, attr))
         if text is None or not text.isdigit() or (attr != "conv_freq" and int(text) == 0):
@@ -93,8 +108,11 @@ def check_kmod(doc: Any, options: dict[str, str]) -> bool:
                     "fails every conv (§6.2)", "update DMP's kernel module")
             ok = False
     freq = os.path.join(conv_dir, "conv_freq")
-    if os.access(freq, os.W_OK):
-        doc.add(OK, "clock", "conv_freq is writable: dvsdk clock MHZ sets it (30..400)")
+    if abi is not None and abi.conv_freq is None:
+        doc.add(INFO, "clock", f"conv_freq is read-only in module {abi.version} (pre-R5)")
+    elif os.access(freq, os.W_OK):
+        lo, hi = freq_range(abi.conv_freq if abi is not None else None)
+        doc.add(OK, "clock", f"conv_freq is writable: dvsdk clock MHZ sets it ({lo}..{hi})")
     elif os.path.exists(freq):
         doc.add(INFO, "clock", "conv_freq is read-only for this user (dvsdk clock needs root)")
     heaps = sorted(os.listdir(os.path.join(dev, "dma_heap"))) \

@@ -20,6 +20,7 @@ from .. import __version__
 from ..driver.commands import BufferRef
 from ..driver.device import DeviceInfo
 from ..errors import InvalidArgument, InvalidCommand, ModelError, NetFileError
+from ..hw import quirks
 from ..netfile import FORMAT_VERSION, REGIONS, BlobBuilder, NetFile, decode, encode, write
 from .golden import add_golden
 from .ir import Graph
@@ -46,6 +47,9 @@ class Options:
     resize: str = "stretch"
     labels: list[str] | None = None
     ub_size: int = 524288
+    #: the target's hardware version (HWMAJOR.HWMINOR.YYYYMMDD or its date; 0: the newest):
+    #: work that version cannot do (:mod:`dvsdk.hw.quirks`) is split or kept on the CPU
+    hw_version: str | int = 0
     golden: bool = True
     multirun: bool = True
     #: consecutive commands chained through the unified buffer (:mod:`.chain`)
@@ -70,6 +74,11 @@ class Options:
         if not np.isfinite(self.scale) or self.scale == 0:
             raise ModelError("scale must be finite and non-zero", field="scale",
                              value=self.scale, limit="finite, != 0")
+        try:
+            self.hw_date = quirks.parse_hw_version(self.hw_version)
+        except InvalidArgument as e:
+            raise ModelError(e.message, field="hw_version", value=self.hw_version,
+                             limit=e.limit) from None
         if self.channel_order not in CHANNEL_ORDERS:
             raise ModelError("unknown channel order", field="channel_order",
                              value=self.channel_order, limit=CHANNEL_ORDERS)
@@ -154,7 +163,8 @@ def _encode_program(program: Program, mplan: Plan, options: Options
     const_index: dict[str, dict] = {}
     steps: list[dict] = []
     place = {n: BufferRef(arena, off) for n, off in mplan.offsets.items()}
-    info = DeviceInfo(ub_size=options.ub_size, mac_num=576, max_kernel_size=7, svn_version=93)
+    info = DeviceInfo(ub_size=options.ub_size, mac_num=576, max_kernel_size=7, svn_version=93,
+                      hw_date=options.hw_date)
     weight_refs: list[list[int | None]] = []
     ncmd = 0
     from ..driver.validate import validate_conv
@@ -205,7 +215,8 @@ def _encode_program(program: Program, mplan: Plan, options: Options
 
 def compile_graph(graph: Graph, options: Options, source: str = "") -> NetFile:
     t0 = time.perf_counter()
-    info = DeviceInfo(ub_size=options.ub_size, mac_num=576, max_kernel_size=7, svn_version=93)
+    info = DeviceInfo(ub_size=options.ub_size, mac_num=576, max_kernel_size=7, svn_version=93,
+                      hw_date=options.hw_date)
     quant_report: list[dict] = []
     quantized: bool | frozenset = False
     if options.quantize:
@@ -252,7 +263,8 @@ def compile_graph(graph: Graph, options: Options, source: str = "") -> NetFile:
     meta = {
         "format_version": FORMAT_VERSION, "compiler": f"dvsdk {__version__}", "source": source,
         "hardware": {"ub_size_min": options.ub_size, "max_kernel_size": _max_kernel(program),
-                     "svn_version_min": 93, "units": ["conv"]},
+                     "svn_version_min": 93, "units": ["conv"],
+                     **({"hw_version": options.hw_date} if options.hw_date else {})},
         "inputs": inputs, "outputs": outputs, "labels": options.labels,
         "tensors": tensors, "program": steps, "constants": const_index,
         "arena": {"size": mplan.size, "offsets": mplan.offsets},

@@ -92,6 +92,12 @@ class DeviceInfo:
     #: how conv streams start: "r5" (IPI + shared memory), "direct" (conv 0x400-0x40C), or
     #: "kernel" (DMP's kernel module does it, dv://) (§10.4)
     kick: str = ""
+    #: the alignment (bytes) conv input / output / eltwise offsets need: 2, or 16 with DMP's
+    #: kernel modules before 107f6a2 (2019-07-23, dvsdk.driver.kmodver)
+    io_align: int = 2
+    #: the hardware's date (YYYYMMDD of HWMAJOR.HWMINOR.YYYYMMDD), which decides its quirks
+    #: (:mod:`dvsdk.hw.quirks`); 0: unknown, taken as the newest hardware
+    hw_date: int = 0
     extra: dict[str, Any] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:

@@ -68,6 +68,9 @@ DMP_DV_CLASS = "class/dmp_dv"
 #: udev subsystems of DMP's kernel module (dv://) and of the dma-heaps it allocates from
 DMP_DV_SUBSYSTEM = "dmp_dv"
 DMA_HEAP_SUBSYSTEM = "dma_heap"
+#: ION (/dev/ion), what DMP's module takes memory from on the kernels it builds for (its
+#: ioremap_nocache went in Linux 5.6, the release that added dma-heaps): a misc device
+ION_SUBSYSTEM, ION_KERNEL = "misc", "ion"
 CONV_FREQ_ATTR = "class/dmp_dv/dv_conv/conv_freq"
 FPGA_MANAGER_CLASS = "class/fpga_manager"
 UNIT_WINDOW = 0x1000  # bytes per sub-unit (§10.11)

@@ -11,11 +11,19 @@ the kernel resolves a buffer's bus address from its dma-buf fd (``dma_buf_attach
   twice (count, then the list), the heaps of type ``ION_HEAP_TYPE_DMA`` (4) form the mask,
   ``ION_IOC_ALLOC`` with ``ION_FLAG_CACHED``; the real size is ``lseek(fd, 0, SEEK_END)``.
 
-Each buffer is ``mmap``-ed once (shared, cached).  Cache maintenance is
-``DMA_BUF_IOCTL_SYNC`` on the buffer's fd, as libdmpdv brackets CPU access (§2.2):
-``sync_for_device`` issues ``START|WRITE`` then ``END|WRITE`` (the end cleans the CPU's
-stores out to memory), ``sync_for_cpu`` ``START|READ`` then ``END|READ`` (the start
-invalidates what the CPU holds).  A dma-buf syncs whole, whatever the range.
+Each buffer is ``mmap``-ed once (shared, cached).  Cache maintenance is what libdmpdv
+does (§2.2, :mod:`dvsdk.driver.cacheline`), two parts:
+
+* ``DMA_BUF_IOCTL_SYNC`` on the buffer's fd, as libdmpdv brackets CPU access:
+  ``sync_for_device`` issues ``START|WRITE`` then ``END|WRITE`` (the end cleans the CPU's
+  stores out to memory for the devices the exporter knows), ``sync_for_cpu``
+  ``START|READ`` then ``END|READ`` (the start invalidates).  A dma-buf syncs whole;
+* on aarch64, the CPU's own lines of the range, as ``dmp_dv_mem_to_device`` /
+  ``dmp_dv_mem_to_cpu``: ``DC CVAC`` per 64-byte line then ``DSB SY`` after the ioctl for
+  the device, ``DC CIVAC`` per line then ``DSB SY`` before the ioctl for the CPU.  DMP
+  added these (dv-user-driver 5b3ebee, 2019-06) because the exporter's sync reaches only
+  the devices attached at that moment: DMP's module attaches a buffer at commit, so the
+  inputs written before a first commit are cleaned by nobody else.
 
 ``DmaBuffer.phys`` on these buffers is an address *token*: page aligned like the real
 buffer, unique per live buffer, below 4 GiB, used for alignment checks and bookkeeping
@@ -34,6 +42,7 @@ import numpy as np
 
 from ..errors import DeviceError, DeviceNotFound, InvalidArgument, OutOfDeviceMemory
 from ..hw.spec import SPEC
+from . import cacheline
 from .allocator import RegionAllocator
 from .device import Device, DmaBuffer
 
@@ -79,6 +88,7 @@ class KmodDmaBuffer(DmaBuffer):
         self.pool = pool
         self.fd = fd
         self.syncs = 0
+        self.address = cacheline.mapping_address(self.mm)  # the mapping's virtual address
 
     def _sync(self, direction: int) -> None:
         for phase in (SYNC["start"], SYNC["end"]):
@@ -88,8 +98,12 @@ class KmodDmaBuffer(DmaBuffer):
 
     def _sync_for_device(self, offset: int, nbytes: int) -> None:
         self._sync(SYNC["write"])
+        if self.pool.lines is not None:  # dmp_dv_mem_to_device: clean the lines
+            self.pool.lines.apply("clean", self.address + offset, nbytes)
 
     def _sync_for_cpu(self, offset: int, nbytes: int) -> None:
+        if self.pool.lines is not None:  # dmp_dv_mem_to_cpu: clean + invalidate the lines
+            self.pool.lines.apply("clean_invalidate", self.address + offset, nbytes)
         self._sync(SYNC["read"])
 
     def _free(self) -> None:
@@ -99,9 +113,16 @@ class KmodDmaBuffer(DmaBuffer):
 class DmaBufPool:
     """Allocates dma-bufs from a dma-heap (``heap``) or ION (``heap="ion"``)."""
 
-    def __init__(self, dev_root: str, heap: str, ioctl: Ioctl) -> None:
+    def __init__(self, dev_root: str, heap: str, ioctl: Ioctl,
+                 lines: cacheline.LineOps | None | str = "auto") -> None:
         self.dev_root = dev_root
         self._ioctl = ioctl
+        #: the CPU's line routines (aarch64), or None; ``lines_reason`` says which and why
+        if lines == "auto":
+            self.lines, self.lines_reason = cacheline.line_ops()
+        else:
+            self.lines = lines  # type: ignore[assignment]
+            self.lines_reason = "given" if lines is not None else "none"
         self.tokens = RegionAllocator(TOKEN_SPACE, base=TOKEN_BASE)
         self.live: dict[int, KmodDmaBuffer] = {}
         self.ion_mask = 0

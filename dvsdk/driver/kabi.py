@@ -35,12 +35,14 @@ IOCTL = {name: SPEC.ioctl(name) for name in KERNEL["ioctls"]}
 APPEND_CMD = IOCTL["DMP_DV_IOC_APPEND_CMD"]
 RUN = IOCTL["DMP_DV_IOC_RUN"]
 WAIT = IOCTL["DMP_DV_IOC_WAIT"]
+WAIT_V0 = IOCTL["DMP_DV_IOC_WAIT_V0"]  # modules before 96130ca (dvsdk.driver.kmodver)
 KCONV_V0 = SPEC.struct("kconv_v0")
 KCONV_V1 = SPEC.struct("kconv_v1")
 KIPU = SPEC.struct("kipu_v0")
 KMAXIMIZER = SPEC.struct("kmaximizer_v0")
 KCMD = SPEC.struct("kcmd")
 KWAIT = SPEC.struct("kwait")
+KWAIT_V0 = SPEC.struct("kwait_v0")
 KCMD_ID = SPEC.struct("kcmd_id")
 #: the v0 body sits at this offset of a v1 struct (§5.1)
 V1_BODY = KCONV_V1.offset("input_buf") - KCONV_V0.offset("input_buf")

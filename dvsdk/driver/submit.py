@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 from ..errors import DeviceFault
 from ..hw.spec import SPEC
+from . import convid
 from .device import Device, DeviceInfo
 from .kick import protocol
 from .regdump import describe_registers
@@ -139,8 +140,14 @@ class RegisterSubmission:
         return hi << 32 | lo
 
     def _read_counters(self, stats: ExecStats) -> None:
-        """§10.10: 16 counters in 16-byte beats, classified by index bits (classes overlap)."""
+        """§10.10: 16 counters in 16-byte beats, classified by index bits (classes overlap);
+        on a pre-R5 bitstream three beat registers (:func:`convid.counter_registers`)."""
         regs, dev = REG["conv"], self.device
+        plain = convid.counter_registers(dev.kick)
+        if plain is not None:
+            stats.input_bytes, stats.weight_bytes, stats.output_bytes = (
+                16 * dev.read32("conv", plain[k]) for k in ("input", "weights", "output"))
+            return
         c = dev.read_words("conv", regs["BYTE_COUNTERS_LO"], 8)
         c += dev.read_words("conv", regs["BYTE_COUNTERS_HI"], 8)
         beats = counter_beats(c)

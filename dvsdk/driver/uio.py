@@ -40,7 +40,9 @@ import os
 import time
 from dataclasses import dataclass
 
-from ..errors import DeviceError, DeviceNotFound, DeviceTimeout
+from ..errors import DeviceError, DeviceNotFound, DeviceTimeout, DvsdkError, InvalidURL
+from ..hw import quirks
+from . import convid
 from .device import (
     MAX_TIMEOUT,
     UNITS,
@@ -64,10 +66,6 @@ from .discovery import (
 from .irqline import IrqLine
 from .kick import KICK_PROTOCOLS, protocol
 from .mmio import (
-    CONV_HW_VERSION,
-    CONV_MAC_GROUPS,
-    CONV_MAX_INPUT,
-    CONV_UBUF_SIZE,
     IRQ_ACK_VALUE,
     IRQ_PENDING_MASK,
     IRQ_REG,
@@ -123,8 +121,10 @@ class UioDevice(Device):
     def __init__(self, board: Dv700Board, inventory: Inventory, *, dma: str = "",
                  timeout: float = DEFAULT_TIMEOUT, lock_dir: str | None = None,
                  clock_mhz: int = 0, cache: bool = True, sync: str = "auto",
-                 init: bool = True, url: str = "uio://", kick: str = "auto") -> None:
+                 init: bool = True, url: str = "uio://", kick: str = "auto",
+                 hw_date: int = 0) -> None:
         self.url = url
+        self.hw_date = hw_date
         self.r5_windows = inventory.r5_windows()
         self._kick, self.kick_reason = choose_kick(kick, self.r5_windows)
         self.board = board
@@ -163,6 +163,11 @@ class UioDevice(Device):
         sync = u.pop_str("sync", "auto", choices=("auto", "ioctl", "sysfs", "none"))
         init = bool(u.pop_int("init", 1, lo=0, hi=1))
         kick = u.pop_str("kick", "auto", choices=("auto",) + KICK_PROTOCOLS)
+        try:  # no register tells a bitstream's date: the URL may (dvsdk.hw.quirks)
+            hw_date = quirks.parse_hw_version(u.pop_str("hw_version", ""))
+        except DvsdkError as e:
+            raise InvalidURL(e.message, field="hw_version", value=e.value,
+                             limit=e.limit) from None
         u.reject_unknown()
         system = tuple(t.strip().upper() for t in system_text.split(",") if t.strip()) or None
         inv = discover(sysfs, dev)
@@ -185,7 +190,8 @@ class UioDevice(Device):
                                      limit=[h.name for h in inv.heaps])
             open_dma_heap(heap)
         return cls(boards[index], inv, dma=dma, timeout=timeout, lock_dir=lock_dir,
-                   clock_mhz=clock, cache=cache, sync=sync, init=init, url=url, kick=kick)
+                   clock_mhz=clock, cache=cache, sync=sync, init=init, url=url, kick=kick,
+                   hw_date=hw_date)
 
     @property
     def kick(self) -> str:
@@ -381,18 +387,21 @@ class UioDevice(Device):
         return out
 
     def info(self) -> DeviceInfo:
+        """The conv identity from the register map of this board's kick (pre-R5 bitstreams
+        keep it elsewhere than R5 ones: :mod:`dvsdk.driver.convid`)."""
         conv = self._windows.get("conv")
-        regs = conv.snapshot((CONV_UBUF_SIZE, CONV_MAC_GROUPS, CONV_MAX_INPUT, CONV_HW_VERSION)) \
-            if conv is not None else {}
-        ub = regs.get(CONV_UBUF_SIZE, 0)
+        ident = convid.read_identity(conv.read32, self._kick) if conv is not None else {}
+        ub = ident.get("ub_size", 0)
         dt_ub = self.board.units["conv"].node.ubuf_size if conv is not None else None
         freq, clock_src = self.clock()
         return DeviceInfo(
             ub_size=ub or (dt_ub or 0),
-            mac_num=regs.get(CONV_MAC_GROUPS, 0) * 72,
+            mac_num=ident.get("mac_num", 0),
             conv_freq=freq,
-            hw_version=regs.get(CONV_HW_VERSION, 0) & 0xFFFF,
-            max_input_size=regs.get(CONV_MAX_INPUT, 0),
+            hw_version=ident.get("hw_version", 0),
+            max_input_size=ident.get("max_input_size", 0),
+            svn_version=ident.get("svn_version", 93),
+            hw_date=self.hw_date,
             backend="uio",
             units=self.units,
             simulated=False,
@@ -400,6 +409,7 @@ class UioDevice(Device):
             kick=self._kick,
             extra={
                 "kick_reason": self.kick_reason,
+                "register_map": convid.register_map(self._kick),
                 "r5_windows": {w: why for w, (_, why) in self.r5_windows.items()},
                 "mode": self.board.mode,
                 "windows": self.board.describe(),

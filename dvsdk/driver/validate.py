@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from ..errors import InvalidArgument, InvalidCommand
-from ..hw import dims
+from ..hw import dims, quirks
 from ..hw.spec import SPEC
 from ..hw.weights import fc_weight_size
 from .commands import (
@@ -158,19 +158,25 @@ def validate_conv(cmd: ConvCommand, info: DeviceInfo) -> ConvPlan:
     else:
         plan.tiles = plan.run_tiles[0]
 
+    hw_date = int(getattr(info, "hw_date", 0) or 0)
+    for i, quirk in quirks.violations(cmd.runs[:nruns], plan.run_tiles, cmd.output_mode == 1,
+                                      hw_date):
+        _fail(f"hardware {hw_date} cannot run this: {quirks.describe(quirk)}", run=i,
+              field=quirk, value=hw_date, limit=int(quirks.QUIRKS[quirk]["fixed"]))
     n = cmd.batch
+    io = max(2, int(getattr(info, "io_align", 2)))  # 16 on DMP's modules before 2019-07 (§6.8)
     if cmd.version == 1:
         check_buffer(cmd.u8tofp16_table, LIMITS["u8_table_bytes"], "u8tofp16_table", 16)
-        check_buffer(cmd.input_buf, cmd.w * cmd.h * cmd.c * cmd.z * n, "input_buf", 2)
+        check_buffer(cmd.input_buf, cmd.w * cmd.h * cmd.c * cmd.z * n, "input_buf", io)
     else:
-        check_buffer(cmd.input_buf, cmd.w * cmd.h * cmd.c * cmd.z * 2 * n, "input_buf", 2)
-    check_buffer(cmd.output_buf, plan.out_bytes * n, "output_buf", 2)
+        check_buffer(cmd.input_buf, cmd.w * cmd.h * cmd.c * cmd.z * 2 * n, "input_buf", io)
+    check_buffer(cmd.output_buf, plan.out_bytes * n, "output_buf", io)
     if cmd.output_mode == 1:
         # the addend has the shape of the stage before max-pool/upsample (§4.4)
         r0 = cmd.runs[0]
         pre = replace(r0, pool_enable=0) if r0.pool_enable != POOL_ENABLE.avg else r0
         (ew, eh, _, ec), _ = dims.run_output_shape(pre, (cmd.w, cmd.h, cmd.z, cmd.c))
-        check_buffer(cmd.eltwise_buf, ew * eh * ec * 2 * n, "eltwise_buf", 2)
+        check_buffer(cmd.eltwise_buf, ew * eh * ec * 2 * n, "eltwise_buf", io)
     for i, (run, wbytes) in enumerate(zip(cmd.runs, plan.weight_bytes)):
         if wbytes:
             try:

@@ -18,7 +18,7 @@ import numpy as np
 
 from .. import native
 from ..errors import DvsdkError
-from ..hw import dims, layout
+from ..hw import dims, layout, quirks
 from ..hw.fp16 import fp16_value
 from ..hw.spec import SPEC
 from ..hw.weights import unpack_conv_weights, unpack_dilated_weights
@@ -173,6 +173,7 @@ def _plan(core: CoreState, hdr: dict, runs: list[dict], u8_input: bool) -> ConvP
             out_offs.append(None)
             shape = out_shape
     _check_ubuf(core, hdr, runs)
+    _check_quirks(core, hdr, runs)
     # a garbage configuration must fail fast: outputs inside DRAM, bounded work
     core.mem.check_range(hdr["output_base_addr"], out_total * batch)
     macs = sum(_run_macs(r, shp) for r, shp in zip(runs, shapes)) * batch
@@ -199,6 +200,16 @@ def _plan(core: CoreState, hdr: dict, runs: list[dict], u8_input: bool) -> ConvP
                     w * h * c * (1 if u8_input else 2), one,
                     weight_keys=[_weight_key(run, shp[0][3], size)
                                  for run, shp, size in zip(runs, shapes, sizes)])
+
+
+def _check_quirks(core: CoreState, hdr: dict, runs: list[dict]) -> None:
+    """Given a hardware version (``sim://?hw_version=``), refuse what that hardware could not
+    do (:mod:`dvsdk.hw.quirks`): its results are not published, so a refusal, not a guess."""
+    date = core.params.hw_date
+    tiles = [int(hdr["tiles"])] + [1] * (len(runs) - 1)
+    for i, quirk in quirks.violations(runs, tiles, hdr["output_mode"] == 1, date):
+        raise HardwareError("bad_config", CFG_ADDR, f"run {i}: hardware {date}: "
+                            f"{quirks.describe(quirk)}")
 
 
 def _check_ubuf(core: CoreState, hdr: dict, runs: list[dict]) -> None:

@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from ..driver import convid
 from ..hw.spec import SPEC
 from .dram import Dram
 from .r5 import WINDOW_WORDS, R5Firmware
@@ -23,6 +24,8 @@ START_REGS = {u: SPEC.reg(u, SPEC.unit(u)["start"]) for u in ("conv", "ipu", "ma
 IRQ_REGS = {u: SPEC.reg(u, SPEC.unit(u)["irq"]) for u in ("conv", "ipu", "maximizer")}
 R = {u: {n: SPEC.reg(u, n) for n in SPEC.unit(u)["registers"]}
      for u in ("conv", "ipu", "maximizer", "ipi", "shm")}
+#: the SVN revision a simulated pre-R5 bitstream reports (what DMP's R5 kernel hard-codes)
+SVN_VERSION = 93
 PACKET = SPEC.packet
 WRITE_MAGIC = int(SPEC.stream["write_magic"])
 CFG_MEM_BYTES = int(SPEC.stream["controller_memory_bytes"])
@@ -58,6 +61,9 @@ class SimParams:
     #: how conv streams are kicked: "r5" (IPI + shared memory, DMP's current stack) or
     #: "direct" (conv 0x400-0x40C, bitstreams before March 2019) (§10.4, :mod:`.r5`)
     kick: str = "r5"
+    #: the hardware's date (``hw_version`` HWMAJOR.HWMINOR.YYYYMMDD): what it cannot run is
+    #: refused (:mod:`dvsdk.hw.quirks`); 0: the newest hardware
+    hw_date: int = 0
     watchdog: Watchdog = field(default_factory=Watchdog)
     timing: TimingParams = field(init=False)
 
@@ -128,10 +134,16 @@ class CoreState:
         for r in self.regs.values():
             r[:] = 0
         conv = self.regs["conv"]
-        conv[R["conv"]["UBUF_SIZE"] // 4] = self.params.ub_size
-        conv[R["conv"]["MAC_GROUPS"] // 4] = self.params.mac_num // 72
-        conv[R["conv"]["HW_VERSION"] // 4] = self.params.hw_version
-        conv[R["conv"]["MAX_INPUT_SIZE"] // 4] = self.params.max_input_size
+        p = self.params
+        # the identity where the bitstreams of this kick keep it (driver.convid): bytes and
+        # groups of 72 at 0x11C/0x120/0x128 (R5), KiB and the count at 0x148/0x14C/0x140
+        # with the SVN revision at 0x144 and the clock at 0x424 (pre-R5)
+        for off, value in convid.identity_words(
+                p.kick, ub_size=p.ub_size, mac_num=p.mac_num, hw_version=p.hw_version,
+                max_input_size=p.max_input_size, svn_version=SVN_VERSION):
+            conv[off // 4] = value
+        if convid.register_map(p.kick) == "pre_r5":
+            conv[R["conv"]["CLOCK_MHZ"] // 4] = int(p.clock_mhz) & 0xFF
         conv[R["conv"]["SIM_CLOCK_MHZ"] // 4] = int(self.params.clock_mhz)
         if self.r5 is not None:
             self.r5.power_on()

@@ -8,8 +8,10 @@ without ``sync_for_cpu``, is caught and reported with the buffer and byte range.
 
 URL options (``sim://?ub_size=524288&clock_mhz=300``): ``ub_size``, ``mac_num``,
 ``clock_mhz``, ``dram_mb``, ``units`` (e.g. ``conv,maximizer``), ``kick`` (``r5``, the
-default, as a stock board runs DMP's R5 firmware; ``direct`` for a pre-2019 bitstream:
-:mod:`dvsdk.driver.kick`, :mod:`dvsdk.sim.r5`), ``coherence``
+default, as a stock board runs DMP's R5 firmware; ``direct`` for a pre-2019 bitstream, with
+that bitstream's register map: :mod:`dvsdk.driver.kick`, :mod:`dvsdk.driver.convid`,
+:mod:`dvsdk.sim.r5`), ``hw_version`` (``7.2.20190729`` or a date: the simulated hardware
+refuses what that version could not run, :mod:`dvsdk.hw.quirks`), ``coherence``
 (``error`` | ``warn`` | ``off``), ``fault`` (``hang``, ``lost_irq``,
 ``dma_error``, ``bitflip``: once, on the next kick).
 
@@ -51,7 +53,7 @@ from ..errors import (
     InvalidURL,
     OutOfDeviceMemory,
 )
-from ..hw import arith
+from ..hw import arith, quirks
 from .core import IRQ_REGS, Faults, R, SimParams
 from .dram import Dram, remove_span, same_bytes
 from .engine import Dv700Core
@@ -256,6 +258,14 @@ class SimDmaBuffer(DmaBuffer):
         self.sim.release(self)
 
 
+
+def _hw_date(text: str) -> int:
+    """``hw_version=7.2.20190729`` (or a date) as the URL gives it; InvalidURL if malformed."""
+    try:
+        return quirks.parse_hw_version(text)
+    except InvalidArgument as e:
+        raise InvalidURL(e.message, field="hw_version", value=text, limit=e.limit) from None
+
 class SimDevice(Device):
     """A DV700 in software: registers, DRAM, interrupts, timing, fault injection."""
 
@@ -324,6 +334,7 @@ class SimDevice(Device):
             ub_size=u.pop_int("ub_size", 524288, lo=0, hi=1 << 26),
             units=units,
             kick=u.pop_str("kick", DEFAULT_KICK, KICK_PROTOCOLS),
+            hw_date=_hw_date(u.pop_str("hw_version", "")),
         )
         dram_mb = u.pop_int("dram_mb", 256, lo=1, hi=3072)
         coherence = u.pop_str("coherence", "error", COHERENCE_MODES)
@@ -421,6 +432,7 @@ class SimDevice(Device):
                           conv_freq=int(p.clock_mhz), hw_version=p.hw_version, svn_version=93,
                           max_input_size=p.max_input_size, backend="sim", units=p.units,
                           simulated=True, dma_size=self.dram_size, kick=p.kick,
+                          hw_date=p.hw_date,
                           extra={"clock_mhz": p.clock_mhz, "dram_base": self.dram_base})
 
     def reset(self) -> None:

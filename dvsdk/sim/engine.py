@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..driver import convid
 from ..errors import DvsdkError
 from .conv_unit import ConvTotals, run_configuration
 from .core import (
@@ -40,11 +41,17 @@ from .core import (
 )
 from .decode import CFG, JUMP, REG, Decoded, decode
 from .status import STATUS, Hang, HardwareError
-from .timing import byte_counter_values
+from .timing import (
+    COUNTER_SLOT_INPUT,
+    COUNTER_SLOT_OUTPUT,
+    COUNTER_SLOT_WEIGHTS,
+    byte_counter_values,
+)
 from .units import run_ipu, run_maximizer
 
 _COUNTERS_LO = R["conv"]["BYTE_COUNTERS_LO"] // 4  # word indexes of the 2 x 8 counters
 _COUNTERS_HI = R["conv"]["BYTE_COUNTERS_HI"] // 4
+_FIRMWARE_SELECT = R["conv"]["FIRMWARE_SELECT"] // 4  # pre-R5: 1 = the ROM firmware
 # word indexes of the conv registers a stream writes, and of those start() touches per unit
 _CMD_ADDR, _CMD_LEN = R["conv"]["CMD_ADDR"] // 4, R["conv"]["CMD_LEN"] // 4
 _CFG_ADDR, _CFG_DATA = R["conv"]["CFG_ADDR"] // 4, R["conv"]["CFG_DATA"] // 4
@@ -159,6 +166,15 @@ class Dv700Core(CoreState):
         length = int(conv[_CMD_LEN]) * 8
         conv[_COUNTERS_LO : _COUNTERS_LO + 8] = 0  # counters reset per run ([INFER] §10.10)
         conv[_COUNTERS_HI : _COUNTERS_HI + 8] = 0
+        plain = convid.counter_registers(self.params.kick)
+        if plain is not None:
+            # a pre-R5 controller runs the ROM firmware only once the driver selected it
+            # (DMP's 2019-02 kernel writes 1 at probe); the RAM holds none ([INFER])
+            if conv[_FIRMWARE_SELECT] != 1:
+                raise HardwareError("bad_config", addr, "the conv controller has no firmware: "
+                                    "FIRMWARE_SELECT (0x44) is not 1 (ROM)")
+            for off in plain.values():
+                conv[off // 4] = 0
         self.totals = ConvTotals()
         self.kick_commands = 0
         if addr % 8:
@@ -199,8 +215,13 @@ class Dv700Core(CoreState):
         t = self.totals
         counters = byte_counter_values(t.in_bytes + fetched, t.weight_bytes, t.out_bytes)
         words = [v & 0xFFFFFFFF for v in counters]
-        conv[_COUNTERS_LO : _COUNTERS_LO + 8] = words[:8]
-        conv[_COUNTERS_HI : _COUNTERS_HI + 8] = words[8:]
+        if plain is not None:  # pre-R5: three beat registers (driver.convid)
+            for k, slot in (("input", COUNTER_SLOT_INPUT), ("weights", COUNTER_SLOT_WEIGHTS),
+                            ("output", COUNTER_SLOT_OUTPUT)):
+                conv[plain[k] // 4] = words[slot]
+        else:
+            conv[_COUNTERS_LO : _COUNTERS_LO + 8] = words[:8]
+            conv[_COUNTERS_HI : _COUNTERS_HI + 8] = words[8:]
         return t.cycles + self._stream_cycles(fetched)
 
     def _decoded(self, raw: np.ndarray, addr: int) -> Decoded:
