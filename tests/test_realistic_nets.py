@@ -1,4 +1,4 @@
-"""The four realistic networks (tests/realistic_nets.py) end to end on sim:// against
+"""The realistic networks (tests/realistic_nets.py) end to end on sim:// against
 onnxruntime: which ops the compiler leaves on the CPU after the rewrites of issue 14, how
 often the program hands over between the DV700 and the CPU, and the outputs.
 
@@ -23,7 +23,7 @@ from dvsdk.netfile import program_shape
 from dvsdk.runtime.net import Net
 
 from .compile_harness import SIM, ort_reference
-from .realistic_nets import NETWORKS, calibration_image
+from .realistic_nets import NETWORKS, input_of
 
 CASES = {
     # name: (CPU op types left, (CPU steps, CPU segments, transitions), error bound / range)
@@ -31,6 +31,13 @@ CASES = {
     "efficientnet_lite0": ({}, (0, 0, 0), 2e-2),
     "yolov8n": ({"Mul": 57}, (57, 47, 94), 3e-2),
     "dbnet": ({"HardSwish": 17, "Mul": 9}, (26, 26, 52), 0.15),
+    # the stand-ins of issue 27's networks (PP-OCR det at 192x384 is the DBNet-like net)
+    "ppocr_det": ({"HardSwish": 17, "Mul": 9}, (26, 26, 52), 0.25),
+    "ppocr_rec": ({"HardSwish": 24, "MaxPool": 2, "Mul": 7, "Reshape": 9, "Transpose": 11,
+                   "ReduceMean": 10, "Sub": 5, "Pow": 5, "Add": 27, "Sqrt": 5, "Div": 5,
+                   "MatMul": 17, "Softmax": 3}, (130, 26, 51), 5e-2),
+    "ppocr_cls": ({"HardSwish": 19, "Mul": 2, "Softmax": 1}, (22, 22, 43), 1e-2),
+    "mtcnn_pnet": ({"Softmax": 1}, (1, 1, 1), 1e-2),
 }
 
 
@@ -44,7 +51,7 @@ def test_realistic_net_cpu_steps_and_outputs(name):
     assert dict(left) == cpu
     ps = program_shape(net.meta)
     assert (ps.cpu_steps, ps.cpu_segments, ps.transitions) == shape
-    x = calibration_image((size, size), 9)
+    x = input_of(name)
     refs = ort_reference(model, {model.graph.input[0].name: x})
     with Net(net, SIM) as dev:
         out = dev.run(x)
