@@ -31,9 +31,12 @@ OPSET = 17
 class CalibratedBuilder(NetBuilder):
     """A :class:`NetBuilder` that evaluates each node as it is added (see module docstring)."""
 
-    def __init__(self, seed: int, inputs: dict[str, np.ndarray]) -> None:
+    def __init__(self, seed: int, inputs: dict[str, np.ndarray], hswish: str = "op") -> None:
         super().__init__(seed, OPSET)
         self.values: dict[str, np.ndarray] = dict(inputs)
+        #: how HardSwish is written: "op" (the ONNX op, torch.onnx at opset >= 14) or
+        #: "split" (Mul(x, HardSigmoid(x)): paddle2onnx at opset 11, as PP-OCR ships)
+        self.hswish = hswish
 
     def const(self, value: np.ndarray, hint: str = "c") -> str:
         name = super().const(value, hint)
@@ -72,6 +75,8 @@ class CalibratedBuilder(NetBuilder):
             return self.node("Relu", [x])
         if kind == "relu6":
             return self.relu6(x)
+        if kind == "hswish" and self.hswish == "split":
+            return self.node("Mul", [x, self.node("HardSigmoid", [x], alpha=1 / 6, beta=0.5)])
         if kind == "hswish":
             return self.node("HardSwish", [x])
         if kind == "silu":  # how torch.onnx exports nn.SiLU
@@ -237,13 +242,13 @@ def _hw(size: int | tuple[int, int]) -> tuple[int, int]:
     return (size, size) if isinstance(size, int) else (int(size[0]), int(size[1]))
 
 
-def dbnet(size: int | tuple[int, int] = 320) -> onnx.ModelProto:
+def dbnet(size: int | tuple[int, int] = 320, hswish: str = "op") -> onnx.ModelProto:
     """MobileNetV3-small backbone taps at 1/4, 1/8, 1/16, 1/32 → FPN (1x1 laterals,
     top-down nearest upsample + add, 3x3 smoothing, each conv with BN) → concat at 1/4 →
     conv 3x3 → 2x ConvTranspose 2x2/2 → Sigmoid: the probability map at full resolution.
-    ``size``: square, or (height, width) (PP-OCR's text detector at 192x384)."""
+    ``size``: square, or (height, width); ``hswish`` as :class:`CalibratedBuilder` has it."""
     h, w = _hw(size)
-    b = CalibratedBuilder(600, {"x": calibration_image((h, w), 4)})
+    b = CalibratedBuilder(600, {"x": calibration_image((h, w), 4)}, hswish)
     _, _, feats = _mbv3_backbone(b, "x", taps=(0, 2, 7, 10))
     inner = 64
     lat = [b.cba(f, c, inner, 1, act=None) for f, c in feats]
@@ -269,6 +274,13 @@ def dbnet(size: int | tuple[int, int] = 320) -> onnx.ModelProto:
 
 
 # -- PP-OCR stand-ins ------------------------------------------------------------------------
+# PaddleOCR's ONNX models come from paddle2onnx at opset 11, which writes each HardSwish as
+# Mul(x, HardSigmoid(x)); the stand-ins do the same.
+def ppocr_det(size: tuple[int, int] = (192, 384)) -> onnx.ModelProto:
+    """PP-OCR's text detector's shape: the DBNet-like net at 192x384, HardSwish split."""
+    return dbnet(size, hswish="split")
+
+
 # PP-LCNet-like blocks (depthwise k x k + pointwise, HardSwish, SE in the last two), as the
 # PP-OCR v3/v4 mobile models' backbones; (kernel, out, stride (h, w), SE)
 LCNET_REC = ((3, 32, (1, 1), False), (3, 64, (2, 2), False), (3, 64, (1, 1), False),
@@ -318,7 +330,7 @@ def ppocr_rec(size: tuple[int, int] = (48, 320), classes: int = 6625) -> onnx.Mo
     attention and an MLP over the W/4 tokens, with torch's LayerNorm), a CTC head (FC to
     6625 characters, Softmax)."""
     h, w = _hw(size)
-    b = CalibratedBuilder(700, {"x": calibration_image((h, w), 5)})
+    b = CalibratedBuilder(700, {"x": calibration_image((h, w), 5)}, hswish="split")
     x, c = _lcnet(b, b.cba("x", 3, 16, 3, 2, act="hswish"), 16, LCNET_REC)
     x = b.node("AveragePool", [x], kernel_shape=[h // 16, 2], strides=[h // 16, 2])  # H 3->1
     d, heads = 120, 8
@@ -347,7 +359,7 @@ def ppocr_cls(size: tuple[int, int] = (48, 192), classes: int = 2) -> onnx.Model
     """PP-OCR's text-direction classifier's shape: a small PP-LCNet-like backbone (x0.35
     widths), global average pooling, an FC to 2 classes, Softmax."""
     h, w = _hw(size)
-    b = CalibratedBuilder(800, {"x": calibration_image((h, w), 6)})
+    b = CalibratedBuilder(800, {"x": calibration_image((h, w), 6)}, hswish="split")
     x, c = _lcnet(b, b.cba("x", 3, 16, 3, 2, act="hswish"), 16, LCNET_CLS)
     x = b.node("Flatten", [b.node("GlobalAveragePool", [x])])
     return b.model_of([("x", (1, 3, h, w))], [b.node("Softmax", [b.fc(x, c, classes)],
@@ -376,7 +388,7 @@ def mtcnn_pnet(size: tuple[int, int] = (120, 160)) -> onnx.ModelProto:
 NETWORKS = {"mobilenetv3_small": (mobilenetv3_small, 224),
             "efficientnet_lite0": (efficientnet_lite0, 224),
             "yolov8n": (yolov8n, 320), "dbnet": (dbnet, 320),
-            "ppocr_det": (dbnet, (192, 384)), "ppocr_rec": (ppocr_rec, (48, 320)),
+            "ppocr_det": (ppocr_det, (192, 384)), "ppocr_rec": (ppocr_rec, (48, 320)),
             "ppocr_cls": (ppocr_cls, (48, 192)), "mtcnn_pnet": (mtcnn_pnet, (120, 160))}
 
 

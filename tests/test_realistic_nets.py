@@ -32,11 +32,11 @@ CASES = {
     "yolov8n": ({"Mul": 57}, (57, 47, 94), 3e-2),
     "dbnet": ({"HardSwish": 17, "Mul": 9}, (26, 26, 52), 0.15),
     # the stand-ins of issue 27's networks (PP-OCR det at 192x384 is the DBNet-like net)
-    "ppocr_det": ({"HardSwish": 17, "Mul": 9}, (26, 26, 52), 0.25),
-    "ppocr_rec": ({"HardSwish": 24, "MaxPool": 2, "Mul": 7, "Reshape": 9, "Transpose": 11,
+    "ppocr_det": ({"HardSigmoid": 17, "Mul": 26}, (43, 26, 52), 0.25),
+    "ppocr_rec": ({"HardSigmoid": 24, "MaxPool": 2, "Mul": 31, "Reshape": 9, "Transpose": 11,
                    "ReduceMean": 10, "Sub": 5, "Pow": 5, "Add": 27, "Sqrt": 5, "Div": 5,
-                   "MatMul": 17, "Softmax": 3}, (130, 26, 51), 5e-2),
-    "ppocr_cls": ({"HardSwish": 19, "Mul": 2, "Softmax": 1}, (22, 22, 43), 1e-2),
+                   "MatMul": 17, "Softmax": 3}, (154, 26, 51), 5e-2),
+    "ppocr_cls": ({"HardSigmoid": 19, "Mul": 21, "Softmax": 1}, (41, 22, 43), 1e-2),
     "mtcnn_pnet": ({"Softmax": 1}, (1, 1, 1), 1e-2),
 }
 
