@@ -55,6 +55,8 @@ class Options:
     multirun: bool = True
     #: consecutive commands chained through the unified buffer (:mod:`.chain`)
     chain: bool = True
+    #: element-wise tails of device tensors as one CPU table lookup (:mod:`.table`)
+    tables: bool = True
     format: str | None = None  # the model format; None: from the file
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -218,7 +220,7 @@ def compile_graph(graph: Graph, options: Options, source: str = "") -> NetFile:
 
         graph = transpose_spatial(graph)
     program = lower(graph, info, quantize=quantized, multirun=options.multirun,
-                    chain=options.chain)
+                    chain=options.chain, tables=options.tables)
     mplan = plan(program)
     steps, cmds, weights, constants, const_index = _encode_program(program, mplan, options)
     tensors = {}
