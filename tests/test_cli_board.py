@@ -1,0 +1,80 @@
+"""``dvsdk-run`` shows the run on the board, predicted, next to this machine's own times
+(issue 27 item 3): ``--profile``, ``--bench``, ``--trace``, ``-v`` and ``--json`` each show
+the three predicted parts (the device, the CPU's work on the board's Cortex-A53, the DMA
+syncs), labelled as predictions, and never fold the host's measured stages and the
+predicted device time into one figure without saying so.
+
+The figures checked are the model's (deterministic); nothing here depends on how fast
+this machine is.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+import dvsdk
+from dvsdk.runtime import board_model as bm
+
+from .test_cli_run import DIGITS, MODELS, call
+
+IMG = MODELS / "samples" / "seven_1442.png"
+
+
+@pytest.fixture(autouse=True)
+def _sim(monkeypatch):
+    monkeypatch.setenv("DVSDK_DEVICE", "sim://")
+
+
+def _board_of_a_normal_run() -> bm.BoardEstimate:
+    from dvsdk.runtime.images import preprocess
+
+    with dvsdk.load(DIGITS) as net:
+        spec = net.inputs[0]
+        net.run(preprocess(str(IMG), tuple(spec["shape"]), spec.get("preprocess", {})))
+        return net.last_run.board
+
+
+def test_profile_shows_the_three_predicted_parts(capsys):
+    rc, out, _ = call([DIGITS, IMG, "--profile", "-q"], capsys)
+    assert rc == 0
+    b = _board_of_a_normal_run()
+    lines = out.splitlines()
+    assert lines[0].split()[-2:] == ["board", "us"]
+    row = next(line for line in lines if re.match(r"^ +\d+ cpu ", line))
+    assert float(row.split()[-1]) == pytest.approx(b.cpu_steps_us, abs=0.05)  # the Softmax
+    i = next(i for i, line in enumerate(lines) if line.startswith("on the board, predicted:"))
+    assert lines[i - 1].startswith("us: hw rows the device's, predicted by the simulator's "
+                                   "cycle model at 300 MHz; cpu rows this machine's, measured")
+    assert lines[i] == f"on the board, predicted: {b.lines()[0]}"
+    assert lines[i + 1:i + 4] == b.lines()[1:]
+    assert lines[i + 1] == "  device 15.3 us (the simulator's cycle model)"
+    assert lines[i + 2].startswith(f"  + CPU {bm.format_us(b.cpu_us)} on one Cortex-A53 at "
+                                   "1200 MHz (CPU steps 150.5 us, ")
+    assert lines[i + 3] == "  + DMA syncs 33.4 us (2 syncs, 532 bytes)"
+    assert lines[i + 4].startswith("measured on this host, the same run: CPU steps ")
+
+
+def test_profile_without_input_and_as_json(capsys):
+    rc, out, _ = call([DIGITS, "--profile", "-q"], capsys)   # the golden input, then a run
+    assert rc == 0 and "on the board, predicted: " in out and "  + DMA syncs" in out
+    rc, out, _ = call([DIGITS, IMG, "--profile", "--json"], capsys)
+    report = json.loads(out)
+    board = report["board"]
+    assert board == report["results"][0]["board"]            # the same input's normal run
+    assert board["total_us"] == pytest.approx(board["device_us"] + board["cpu_us"]
+                                              + board["sync_us"])
+    assert board["device_predicted"] is True and board["cpu_mhz"] == 1200
+    cpu = [r for r in report["profile"] if r["where"] == "cpu"]
+    assert [r["board_us"] for r in cpu] == [pytest.approx(board["cpu_steps_us"])]
+    assert cpu[0]["board_work"]["op"] == "Softmax"
+
+
+def test_verbose_results_add_the_prediction(capsys):
+    rc, out, _ = call([DIGITS, IMG, "-v", "-k", "1"], capsys)
+    assert rc == 0
+    line = next(line for line in out.splitlines() if "on the board, predicted:" in line)
+    assert line.strip() == f"on the board, predicted: {_board_of_a_normal_run().summary()}"
+    assert "device 15.3 us (simulator) + CPU " in line and " + DMA syncs " in line
