@@ -78,3 +78,36 @@ def test_verbose_results_add_the_prediction(capsys):
     line = next(line for line in out.splitlines() if "on the board, predicted:" in line)
     assert line.strip() == f"on the board, predicted: {_board_of_a_normal_run().summary()}"
     assert "device 15.3 us (simulator) + CPU " in line and " + DMA syncs " in line
+
+
+def test_bench_predicts_the_board_apart_from_the_host(capsys):
+    rc, out, _ = call([DIGITS, IMG, "--bench", "3", "--json"], capsys)
+    bench = json.loads(out)["bench"]
+    board = bench["board"]
+    b = _board_of_a_normal_run()
+    for key in ("device_us", "cpu_steps_us", "pack_us", "unpack_us", "kick_us", "sync_us",
+                "total_us", "fps"):
+        assert board[key] == pytest.approx(getattr(b, key)), key   # every run the same
+    assert board["cpu_us"] == pytest.approx(board["cpu_steps_us"] + board["pack_us"]
+                                            + board["unpack_us"] + board["kick_us"])
+    assert set(bench["stages"]) == {"preprocess", "pack", "sync", "device", "unpack",
+                                    "cpu ops", "total"}             # the host's, as before
+    rc, out, _ = call([DIGITS, IMG, "--bench", "3", "-q"], capsys)
+    lines = out.splitlines()
+    assert lines[1].split()[-2:] == ["board", "us"]
+    rows = {line[:12].strip(): line[12:].split() for line in lines[2:10]}
+    assert list(rows) == ["preprocess", "pack", "sync", "device", "unpack", "cpu ops",
+                          "kick/wait", "total"]
+    assert rows["preprocess"][-1] == "-" and rows["kick/wait"][:5] == ["-"] * 5
+    for name, key in (("pack", "pack_us"), ("sync", "sync_us"), ("device", "device_us"),
+                      ("unpack", "unpack_us"), ("cpu ops", "cpu_steps_us"),
+                      ("kick/wait", "kick_us"), ("total", "total_us")):
+        assert float(rows[name][-1]) == pytest.approx(getattr(b, key), abs=0.05), name
+    assert lines[10] == ("columns mean..max: measured on this host, but device: predicted by "
+                         "the simulator's cycle model at 300 MHz (so total mixes both)")
+    assert lines[11].startswith("board us: one run on the board, predicted: ")
+    host = next(line for line in lines if line.startswith("this host: "))
+    assert host.endswith("(host stages measured, device time predicted: not a board figure)")
+    assert lines[-1] == (f"on the board, predicted: {b.fps:,.1f} FPS sequential, "
+                         f"{bm.format_us(b.total_us)} per run = device 15.3 us + CPU "
+                         f"{bm.format_us(b.cpu_us)} + DMA syncs {bm.format_us(b.sync_us)}")
