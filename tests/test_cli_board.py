@@ -111,3 +111,40 @@ def test_bench_predicts_the_board_apart_from_the_host(capsys):
     assert lines[-1] == (f"on the board, predicted: {b.fps:,.1f} FPS sequential, "
                          f"{bm.format_us(b.total_us)} per run = device 15.3 us + CPU "
                          f"{bm.format_us(b.cpu_us)} + DMA syncs {bm.format_us(b.sync_us)}")
+
+
+def test_trace_has_the_predicted_board_tracks(tmp_path, capsys):
+    trace = tmp_path / "t.json"
+    rc, _, _ = call([DIGITS, IMG, IMG, "--trace", trace, "-q"], capsys)
+    assert rc == 0
+    doc = json.loads(trace.read_text())["traceEvents"]
+    names = {e["tid"]: e["args"]["name"] for e in doc
+             if e["ph"] == "M" and e["name"] == "thread_name"}
+    tid = {n: t for t, n in names.items()}
+    assert {"runs", "host", "board, predicted: runs", "board, predicted: DMA syncs"} <= set(tid)
+    assert "board, predicted: DV700 (the simulator's cycle model)" in tid
+    cpu_tid = tid["board, predicted: Cortex-A53 at 1200 MHz (dvsdk/runtime/board_model.py)"]
+    slices = [e for e in doc if e["ph"] == "X"]
+    runs = [e for e in slices if e["tid"] == tid["board, predicted: runs"]]
+    b = _board_of_a_normal_run()
+    assert len(runs) == 2
+    for run, after in zip(runs, runs[1:] + [None]):
+        inside = [e for e in slices if e["cat"].startswith("board ") and e is not run
+                  and run["ts"] <= e["ts"] and (after is None or e["ts"] < after["ts"])]
+        assert run["dur"] == pytest.approx(run["args"]["predicted"]["total_us"])
+        assert sum(e["dur"] for e in inside) == pytest.approx(run["dur"])   # end to end
+        on = {t: sum(e["dur"] for e in inside if e["tid"] == t) for t in names}
+        assert on[tid["board, predicted: DMA syncs"]] == pytest.approx(b.sync_us)
+        assert on[cpu_tid] == pytest.approx(b.cpu_us)
+        assert on[tid["board, predicted: DV700 (the simulator's cycle model)"]] == \
+            pytest.approx(b.device_us)
+        assert [(e["cat"], e["name"]) for e in inside] == [
+            ("board pack", "image"), ("board sync", "image"),
+            ("board cpu", "kick + interrupt segment0"), ("board device", "segment0"),
+            ("board sync", "logits"), ("board unpack", "logits"),
+            ("board cpu", "Softmax softmax")]
+        for e, nxt in zip(inside, inside[1:]):   # one after the other, in the run's order
+            assert nxt["ts"] == pytest.approx(e["ts"] + e["dur"])
+        assert inside[0]["ts"] == run["ts"]
+    # the host's tracks are as they were: the device track still the simulator's
+    assert any(n.startswith("device") for n in names.values())
