@@ -189,3 +189,22 @@ def test_every_step_of_a_run_records_its_work(seed, monkeypatch):
     monkeypatch.setattr(native, "NATIVE", saved)
     assert got[True, "device"].total_us <= got[False, "unpack"].total_us
     assert len({b.device_us for b in got.values()}) == 1
+
+
+def test_on_a_board_the_device_time_is_the_measured_one(tmp_path):
+    """uio:// (a fake board: real files, the simulator behind them): the device part is the
+    measured kick-to-interrupt time and says so; the CPU's part is still the model's."""
+    from .fakeboard import open_fake_device
+
+    dev = open_fake_device(tmp_path, kick="r5")
+    try:
+        with Net(DIGITS, dev) as net:
+            net.run(np.zeros(net.inputs[0]["shape"], np.float32))
+            st = net.last_run
+    finally:
+        dev.close()
+    b = st.board
+    assert not st.device_predicted and not b.device_predicted
+    assert b.device_us == st.device_us > 0
+    assert "(measured)" in b.lines()[1] and "(measured)" in b.summary()
+    assert b.cpu_steps_us == pytest.approx(150 + 55 * 10 / MHZ)   # the model, as on sim://

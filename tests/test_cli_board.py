@@ -148,3 +148,18 @@ def test_trace_has_the_predicted_board_tracks(tmp_path, capsys):
         assert inside[0]["ts"] == run["ts"]
     # the host's tracks are as they were: the device track still the simulator's
     assert any(n.startswith("device") for n in names.values())
+
+
+def test_bench_on_a_board_says_what_it_measured(capsys):
+    """The table as a board shows it (device measured): no mix to warn of, the board's
+    prediction still labelled."""
+    from dvsdk.cli.bench import format_bench
+
+    rc, out, _ = call([DIGITS, "--bench", "2", "--json"], capsys)
+    res = json.loads(out)["bench"]
+    res["device_time"] = "measured"
+    res["board"]["device_predicted"] = False
+    text = format_bench(res)
+    assert "columns mean..max: measured on this board (device: kick to interrupt)" in text
+    assert "this board: " in text and "not a board figure" not in text
+    assert text.splitlines()[-1].startswith("on the board, predicted: ")
