@@ -209,3 +209,14 @@ def test_a_model_cannot_name_the_compiler_s_own_op():
     with pytest.raises(ModelError) as e:
         compile(b.model([("x", (1, 8, 6, 6))], [y], "own_op"), golden=False)
     assert "Fp16Table" in str(e.value)
+
+
+def test_making_a_table_warns_about_nothing():
+    """The table covers every binary16 input, signalling NaNs and infinities included:
+    compiling must not spill numpy's floating-point warnings on the user."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        net = compile(_silu_net("silu"), golden=False)
+    assert _steps(net)["Fp16Table"] == 1
