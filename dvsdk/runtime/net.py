@@ -19,6 +19,7 @@ take turns per unit through the device's unit gate.
 
 from __future__ import annotations
 
+import math
 import os
 import threading
 import time
@@ -141,10 +142,10 @@ class Net:
 
     def _upload(self, ctx: RunContext, name: str, value: np.ndarray, st: RunStats) -> None:
         d = self._dev(name)
-        h, w, c = d["hwc"]
-        nbytes = 2 * h * w * c
+        shape = cpusteps.device_shape(d)
+        nbytes = 2 * math.prod(shape)
         with st.stage("pack", name):  # packed straight into the arena (no copy after)
-            hwc = _to_hwc(value, (h, w, c))
+            hwc = cpusteps.to_hwc(value, shape)
             ctx.arena.write_with(d["offset"], nbytes, lambda view: layout.pack(
                 hwc, transpose=bool(d.get("transpose")), out=view.view(np.float16)))
         with st.stage("sync", name):
@@ -152,12 +153,12 @@ class Net:
 
     def _download(self, ctx: RunContext, name: str, st: RunStats) -> np.ndarray:
         d = self._dev(name)
-        h, w, c = d["hwc"]
-        n = h * w * c * 2
+        shape = cpusteps.device_shape(d)
+        n = 2 * math.prod(shape)
         with st.stage("sync", name):
             ctx.arena.sync_for_cpu(d["offset"], n)
         with st.stage("unpack", name):
-            hwc = layout.unpack(ctx.arena.read(d["offset"], n, copy=False), (h, w, c),
+            hwc = layout.unpack(ctx.arena.read(d["offset"], n, copy=False), shape,
                                 transpose=bool(d.get("transpose")))
             return _from_hwc(hwc, tuple(self.tensors[name]["shape"]))
 
@@ -336,8 +337,9 @@ class Net:
             return h.wait()
 
     def class_map(self, output: str | None = None) -> np.ndarray:
-        """Per-pixel class (H, W) uint8 of a (1, K, H, W) output of the last run: the
-        maximizer unit when the device has one (§9.2), else numpy (lowest index wins)."""
+        """Per-pixel class (H, W) uint8 of a (1, K, H, W) output of the last run, (N, H, W)
+        of an (N, K, H, W) one: the maximizer unit when the device has one (§9.2; one
+        command a sample), else numpy (lowest index wins)."""
         from .ipu import class_map
 
         with self.lock:
@@ -391,16 +393,9 @@ def golden_error(got: np.ndarray, ref: np.ndarray) -> float:
     return float(np.max(np.abs(g[fin] - r[fin]))) if fin.any() else 0.0
 
 
-def _to_hwc(value: np.ndarray, hwc: tuple[int, int, int]) -> np.ndarray:
-    v = np.asarray(value, np.float32)
-    if v.ndim == 4:
-        return v[0].transpose(1, 2, 0)
-    return v.reshape(hwc)
-
-
 def _from_hwc(hwc: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
     if len(shape) == 4:
-        return hwc.transpose(2, 0, 1)[None]
+        return hwc.transpose(2, 0, 1)[None] if hwc.ndim == 3 else hwc.transpose(0, 3, 1, 2)
     return hwc.reshape(shape)
 
 
