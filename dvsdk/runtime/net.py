@@ -309,10 +309,12 @@ class Net:
 
     def run_image(self, image: Any, timeout: float = 10.0, ipu: bool = False
                   ) -> dict[str, np.ndarray]:
-        """Run on an image (path or array) with the preprocessing recorded in the net.bin.
+        """Run on an image (path or array) with the preprocessing recorded in the net.bin;
+        a network compiled for N samples (``batch``) takes a list of N images.
 
         ``ipu=True`` resizes and converts on the device's IPU (§9.1) straight into the
-        input tensor, when the recorded preprocessing has an IPU equivalent."""
+        input tensor, when the recorded preprocessing has an IPU equivalent (one image:
+        the IPU has no batch)."""
         from .images import as_rgb, preprocess
 
         timeout = check_timeout(timeout)
@@ -320,8 +322,24 @@ class Net:
             raise InvalidArgument("run_image needs a single-input network", field="inputs",
                                   value=[i["name"] for i in self.inputs])
         spec = self.inputs[0]
+        shape = tuple(spec["shape"])
+        n = shape[0] if len(shape) == 4 else 1
+        if isinstance(image, (list, tuple)) or n != 1:
+            images = list(image) if isinstance(image, (list, tuple)) else [image]
+            if len(images) != n:
+                raise InvalidArgument(f"this network runs {n} images at once", field="image",
+                                      value=len(images), limit=n)
+            if ipu and n != 1:
+                raise InvalidArgument("the IPU fills one image; this network takes a batch",
+                                      field="ipu", value=n, limit=1)
+            if not ipu:
+                one = (1, *shape[1:])
+                return self.run(np.concatenate([
+                    preprocess(i, one, spec.get("preprocess", {}), spec.get("layout", "NCHW"))
+                    for i in images]), timeout)
+            image = images[0]
         if not ipu:
-            return self.run(preprocess(image, tuple(spec["shape"]), spec.get("preprocess", {}),
+            return self.run(preprocess(image, shape, spec.get("preprocess", {}),
                                        spec.get("layout", "NCHW")), timeout)
         from .ipu import ipu_preprocess
 
