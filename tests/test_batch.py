@@ -12,6 +12,7 @@ predictions (cycles at its clock), never wall-clock measurements.
 from __future__ import annotations
 
 import json
+import warnings
 
 import numpy as np
 import onnx
@@ -19,6 +20,7 @@ import pytest
 
 from dvsdk.cli import compile as compile_cli
 from dvsdk.cli import run as run_cli
+from dvsdk.compiler.batch import BatchWarning
 from dvsdk.compiler.build import compile
 from dvsdk.errors import InvalidArgument, ModelError, NetFileError
 from dvsdk.netfile import decode, encode
@@ -162,7 +164,9 @@ FAMILIES = {"conv_add_pool": _conv_add_pool, "deconv_upsample_avgpool":
 @pytest.mark.parametrize("n", [2, 5])
 @pytest.mark.parametrize("name", list(FAMILIES))
 def test_every_command_runs_the_batch_as_n_batch_1_runs_do(name, n):
-    net1, netn, _ = check_against_batch_1(FAMILIES[name](), n)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", BatchWarning)   # nothing falls back to the CPU
+        net1, netn, _ = check_against_batch_1(FAMILIES[name](), n)
     assert netn.meta["stats"]["cpu_ops"] == 0
     assert placements(netn) == placements(net1)
     assert command_batches(netn) == [n] * len(command_batches(net1))
@@ -189,7 +193,12 @@ def test_cpu_steps_between_segments_take_the_batch(cpu_steps, monkeypatch):
 
 
 def test_split_and_concat_views_need_one_sample():
-    net1, net, _ = check_against_batch_1(_split_concat(), 2)
+    with pytest.warns(BatchWarning) as caught:
+        net1, net, _ = check_against_batch_1(_split_concat(), 2)
+    (w,) = net.meta["warnings"]
+    assert w["kind"] == "batch_on_cpu" and [str(c.message) for c in caught] == [w["message"]]
+    assert w["message"].startswith("batch 2: 2 ops run on the CPU") and "Split" in w["message"]
+    assert "warnings" not in net1.meta
     assert ("Split", "hw") in placements(net1) and ("Concat", "hw") in placements(net1)
     assert ("Split", "cpu") in placements(net) and ("Concat", "cpu") in placements(net)
     why = {r["type"]: r["detail"] for r in net.meta["report"]}
@@ -373,6 +382,15 @@ def test_cli_compile_batch_and_bench_per_image(tmp_path, capsys, monkeypatch):
                           "--batch", "40000"])
     err = capsys.readouterr().err
     assert rc == 2 and "batch" in err and "32767" in err
+
+
+def test_cli_compile_warns_in_one_line_of_ops_the_batch_puts_on_the_cpu(tmp_path, capsys):
+    onnx.save(_split_concat(), tmp_path / "m.onnx")
+    rc = compile_cli.run([str(tmp_path / "m.onnx"), "-o", str(tmp_path / "m.bin"),
+                          "--batch", "3"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 0 and len(err) == 1
+    assert err[0].startswith("dvsdk-compile: warning: batch 3: 2 ops run on the CPU")
 
 
 def test_cli_run_groups_images_n_at_a_time(tmp_path, capsys, monkeypatch):

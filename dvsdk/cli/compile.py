@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import sys
 import time
+import warnings
 from pathlib import Path
 
 from . import Parser, entry, nonzero_number, parse_floats, parse_hw, positive_int
@@ -100,6 +101,7 @@ def _output_path(args) -> Path:
 
 
 def main(argv: list[str]) -> int:
+    from ..compiler.batch import BatchWarning
     from ..compiler.build import compile as compile_model
     from ..netfile import write
 
@@ -117,15 +119,24 @@ def main(argv: list[str]) -> int:
             sys.stderr.flush()
 
     try:
-        net = compile_model(
-            args.model, None, quantize=args.quantize, transpose=args.transpose,
-            quantize_skip=args.quantize_skip,
-            input_size=input_size, batch=args.batch,
-            mean=mean, scale=args.scale if args.scale is not None else 1.0, std=std,
-            channel_order=args.channel_order, resize=args.resize, labels=args.labels,
-            ub_size=args.ub_size, golden=not args.no_golden, format=args.format,
-            hw_version=args.hw_version or _target_hw_date(args.target),
-            chain=not args.no_chain, progress=progress)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", BatchWarning)
+            net = compile_model(
+                args.model, None, quantize=args.quantize, transpose=args.transpose,
+                quantize_skip=args.quantize_skip,
+                input_size=input_size, batch=args.batch,
+                mean=mean, scale=args.scale if args.scale is not None else 1.0, std=std,
+                channel_order=args.channel_order, resize=args.resize, labels=args.labels,
+                ub_size=args.ub_size, golden=not args.no_golden, format=args.format,
+                hw_version=args.hw_version or _target_hw_date(args.target),
+                chain=not args.no_chain, progress=progress)
+        for w in caught:  # the batch's CPU ops as one line; others as Python prints them
+            if issubclass(w.category, BatchWarning):
+                if tty:
+                    sys.stderr.write("\r\x1b[K")
+                print(f"dvsdk-compile: warning: {w.message}", file=sys.stderr)
+            else:
+                warnings.showwarning(w.message, w.category, w.filename, w.lineno)
         meta = net.meta
         progress(f"writing {out}")
         write(net, out)

@@ -16,9 +16,18 @@ batch 1 has ``(N, ...)`` at batch N and every other tensor keeps its shape.  A m
 bakes batch 1 into its ops (a Reshape to a constant ``(1, -1, 8)``, a Flatten over axis
 0) would mix samples at batch N; it is refused with :class:`~dvsdk.errors.ModelError`
 naming the first tensor that would, rather than compiled into something else.
+
+What the batch itself keeps off the DV700 is never silent: a zero-copy split or concat view
+needs one sample (a channel slice of N samples is not back to back), so at N > 1 it runs on
+the CPU, its ``--report`` reason starting with :data:`BATCH_REASON`; :func:`warn_fallbacks`
+then raises one :class:`BatchWarning` naming those ops and records it in ``META.warnings``
+(kind ``batch_on_cpu``, firmware_spec/netbin.md), which ``dvsdk-compile`` prints.
 """
 
 from __future__ import annotations
+
+import warnings
+from typing import Any
 
 import numpy as np
 
@@ -29,6 +38,13 @@ from .ir import Graph
 #: the most samples one conv command runs (``input_circular_offset``, commands.yaml
 #: ``batch_max``: firmware_spec/README.md "Batch")
 BATCH_MAX = int(SPEC.limits["batch_max"])
+
+#: how a ``--report`` reason starts when the batch (N > 1) put the op on the CPU
+BATCH_REASON = "batch: "
+
+
+class BatchWarning(UserWarning):
+    """Ops that run on the DV700 for one sample run on the CPU for N (see META.warnings)."""
 
 
 def check_batch(n: object) -> int:
@@ -89,3 +105,27 @@ def set_batch(graph: Graph, n: int) -> Graph:
                              f"{want} (an op fixes batch 1, e.g. a Reshape to a constant "
                              "shape)", field="batch", value=n, limit="batch 1")
     return out
+
+
+def batch_fallbacks(report: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The ``--report`` entries of ops the batch put on the CPU (:data:`BATCH_REASON`)."""
+    return [r for r in report if r["where"] == "cpu" and r["detail"].startswith(BATCH_REASON)]
+
+
+def warn_fallbacks(meta: dict[str, Any], graph: Graph) -> None:
+    """Warn (:class:`BatchWarning`, and an entry in ``meta["warnings"]`` whose ``tensor`` is
+    the first such op's output) when the batch put ops on the CPU: one line naming how many,
+    their types, why and the first few."""
+    ops = batch_fallbacks(meta["report"])
+    if not ops:
+        return
+    first = graph.op_by_name(ops[0]["op"])
+    n = first.outputs and graph.shape(first.outputs[0])
+    n = n[0] if n else "N"
+    types = sorted({r["type"] for r in ops})
+    names = ", ".join(r["op"] for r in ops[:4]) + (", ..." if len(ops) > 4 else "")
+    message = (f"batch {n}: {len(ops)} ops run on the CPU, not the DV700, because of the "
+               f"batch ({'/'.join(types)}; {ops[0]['detail'][len(BATCH_REASON):]}): {names}")
+    meta.setdefault("warnings", []).append({"kind": "batch_on_cpu",
+                                            "tensor": first.outputs[0], "message": message})
+    warnings.warn(message, BatchWarning, stacklevel=4)  # the dvsdk.compile caller

@@ -22,7 +22,7 @@ from ..driver.device import DeviceInfo
 from ..errors import InvalidArgument, InvalidCommand, ModelError, NetFileError
 from ..hw import quirks
 from ..netfile import FORMAT_VERSION, REGIONS, BlobBuilder, NetFile, decode, encode, write
-from .batch import check_batch, set_batch
+from .batch import check_batch, set_batch, warn_fallbacks
 from .golden import add_golden
 from .ir import Graph
 from .lower import lower
@@ -288,6 +288,7 @@ def compile_graph(graph: Graph, options: Options, source: str = "") -> NetFile:
     }
     net = NetFile(meta=meta, commands=cmds, weights=weights, constants=constants.bytes())
     meta["transposed"] = options.transpose
+    warn_fallbacks(meta, program.graph)
     if options.golden:
         add_golden(net, model_graph)
     else:

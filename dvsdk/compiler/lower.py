@@ -19,6 +19,7 @@ from ..driver.device import DeviceInfo
 from ..errors import InvalidCommand, WeightError
 from ..hw.weights import pack_conv_weights, pack_dilated_weights, quantize_weights
 from . import hwmap
+from .batch import BATCH_REASON
 from .chain import chain_commands
 from .hwmap import Act, NoMapping, hwc
 from .ir import Graph, Op
@@ -93,8 +94,9 @@ class Lowering(OpLowerings, MultiRunLowerings):
         n = self.samples(cmd.input)
         for t in (cmd.output, cmd.eltwise):
             if t and self.samples(t) != n:
-                raise NoMapping(f"{t} has {self.samples(t)} samples, the command's input "
-                                f"{cmd.input} {n}: a command runs sample by sample")
+                raise NoMapping(f"{BATCH_REASON}{t} has {self.samples(t)} samples, the "
+                                f"command's input {cmd.input} {n}: a command runs sample "
+                                "by sample")
         cmd.batch = n
 
     def check_float(self, name: str) -> None:

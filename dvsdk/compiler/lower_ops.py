@@ -16,14 +16,16 @@ from ..driver.commands import ConvRun
 from ..hw import layout
 from ..hw.weights import pack_conv_weights
 from . import hwmap
+from .batch import BATCH_REASON
 from .hwmap import NoMapping, hwc
 from .ir import Op
 from .program import HwCmd
 
 #: why a zero-copy channel view needs one sample: a part of N samples is N pieces one
 #: whole-tensor stride apart, and a command reads or writes its N samples back to back (§4.10)
-_ONE_SAMPLE = ("zero-copy {} needs one sample ({} here): a channel slice of a batch is not "
-               "back to back")
+#: (the prefix marks a placement the batch made: :func:`.batch.batch_fallbacks`)
+_ONE_SAMPLE = (BATCH_REASON + "zero-copy {} needs one sample ({} here): a channel slice of "
+               "a batch is not back to back")
 
 
 class OpLowerings:
