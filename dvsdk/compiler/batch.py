@@ -124,8 +124,9 @@ def warn_fallbacks(meta: dict[str, Any], graph: Graph) -> None:
     n = n[0] if n else "N"
     types = sorted({r["type"] for r in ops})
     names = ", ".join(r["op"] for r in ops[:4]) + (", ..." if len(ops) > 4 else "")
-    message = (f"batch {n}: {len(ops)} ops run on the CPU, not the DV700, because of the "
+    many = f"{len(ops)} ops run" if len(ops) > 1 else "1 op runs"
+    message = (f"batch {n}: {many} on the CPU, not the DV700, because of the "
                f"batch ({'/'.join(types)}; {ops[0]['detail'][len(BATCH_REASON):]}): {names}")
     meta.setdefault("warnings", []).append({"kind": "batch_on_cpu",
                                             "tensor": first.outputs[0], "message": message})
-    warnings.warn(message, BatchWarning, stacklevel=4)  # the dvsdk.compile caller
+    warnings.warn(message, BatchWarning, stacklevel=5)  # the dvsdk.compile caller
