@@ -44,7 +44,7 @@ sys.path.insert(0, str(ROOT))
 from dvsdk.compiler.build import compile as compile_model  # noqa: E402
 from dvsdk.runtime.net import Net  # noqa: E402
 from tests.onnx_models import NetBuilder  # noqa: E402
-from tests.realistic_nets import NETWORKS, calibration_image  # noqa: E402
+from tests.realistic_nets import NETWORKS, input_of  # noqa: E402
 
 #: ratio goals of issue 14 (onnxruntime, one intra-op thread)
 GOALS = {"efficientnet_lite0": 2.0, "digits": 10.0}
@@ -158,8 +158,8 @@ def main() -> None:
         else:
             build, size = NETWORKS[name]
             model = build(size)
-            res = bench_net(name, model, calibration_image((size, size), 9),
-                            args.repeats, model.graph.input[0].name)
+            res = bench_net(name, model, input_of(name), args.repeats,
+                            model.graph.input[0].name)
         results.append(res)
         cpu, seg, trans = res["shape"]
         goal = GOALS.get(name, GOAL_CPU_STEPS if cpu else 2.0)

@@ -31,9 +31,12 @@ OPSET = 17
 class CalibratedBuilder(NetBuilder):
     """A :class:`NetBuilder` that evaluates each node as it is added (see module docstring)."""
 
-    def __init__(self, seed: int, inputs: dict[str, np.ndarray]) -> None:
+    def __init__(self, seed: int, inputs: dict[str, np.ndarray], hswish: str = "op") -> None:
         super().__init__(seed, OPSET)
         self.values: dict[str, np.ndarray] = dict(inputs)
+        #: how HardSwish is written: "op" (the ONNX op, torch.onnx at opset >= 14) or
+        #: "split" (Mul(x, HardSigmoid(x)): paddle2onnx at opset 11, as PP-OCR ships)
+        self.hswish = hswish
 
     def const(self, value: np.ndarray, hint: str = "c") -> str:
         name = super().const(value, hint)
@@ -72,6 +75,8 @@ class CalibratedBuilder(NetBuilder):
             return self.node("Relu", [x])
         if kind == "relu6":
             return self.relu6(x)
+        if kind == "hswish" and self.hswish == "split":
+            return self.node("Mul", [x, self.node("HardSigmoid", [x], alpha=1 / 6, beta=0.5)])
         if kind == "hswish":
             return self.node("HardSwish", [x])
         if kind == "silu":  # how torch.onnx exports nn.SiLU
@@ -233,11 +238,17 @@ def yolov8n(size: int = 320, classes: int = 80) -> onnx.ModelProto:
 
 # -- DBNet ---------------------------------------------------------------------------------------
 
-def dbnet(size: int = 320) -> onnx.ModelProto:
+def _hw(size: int | tuple[int, int]) -> tuple[int, int]:
+    return (size, size) if isinstance(size, int) else (int(size[0]), int(size[1]))
+
+
+def dbnet(size: int | tuple[int, int] = 320, hswish: str = "op") -> onnx.ModelProto:
     """MobileNetV3-small backbone taps at 1/4, 1/8, 1/16, 1/32 → FPN (1x1 laterals,
     top-down nearest upsample + add, 3x3 smoothing, each conv with BN) → concat at 1/4 →
-    conv 3x3 → 2x ConvTranspose 2x2/2 → Sigmoid: the probability map at full resolution."""
-    b = CalibratedBuilder(600, {"x": calibration_image((size, size), 4)})
+    conv 3x3 → 2x ConvTranspose 2x2/2 → Sigmoid: the probability map at full resolution.
+    ``size``: square, or (height, width); ``hswish`` as :class:`CalibratedBuilder` has it."""
+    h, w = _hw(size)
+    b = CalibratedBuilder(600, {"x": calibration_image((h, w), 4)}, hswish)
     _, _, feats = _mbv3_backbone(b, "x", taps=(0, 2, 7, 10))
     inner = 64
     lat = [b.cba(f, c, inner, 1, act=None) for f, c in feats]
@@ -259,10 +270,128 @@ def dbnet(size: int = 320) -> onnx.ModelProto:
                    kernel_shape=[2, 2], strides=[2, 2])
         if not last:
             x = b.node("Relu", [b.bn(x, inner // 4)])
-    return b.model_of([("x", (1, 3, size, size))], [b.node("Sigmoid", [x])], "dbnet")
+    return b.model_of([("x", (1, 3, h, w))], [b.node("Sigmoid", [x])], "dbnet")
 
 
-#: name -> (builder, input size used by the benchmarks)
+# -- PP-OCR stand-ins ------------------------------------------------------------------------
+# PaddleOCR's ONNX models come from paddle2onnx at opset 11, which writes each HardSwish as
+# Mul(x, HardSigmoid(x)); the stand-ins do the same.
+def ppocr_det(size: tuple[int, int] = (192, 384)) -> onnx.ModelProto:
+    """PP-OCR's text detector's shape: the DBNet-like net at 192x384, HardSwish split."""
+    return dbnet(size, hswish="split")
+
+
+# PP-LCNet-like blocks (depthwise k x k + pointwise, HardSwish, SE in the last two), as the
+# PP-OCR v3/v4 mobile models' backbones; (kernel, out, stride (h, w), SE)
+LCNET_REC = ((3, 32, (1, 1), False), (3, 64, (2, 2), False), (3, 64, (1, 1), False),
+             (3, 128, (2, 1), False), (3, 128, (1, 1), False), (5, 256, (2, 1), False),
+             (5, 256, (1, 1), False), (5, 256, (1, 1), False), (5, 512, (1, 1), True),
+             (5, 512, (1, 1), True))
+LCNET_CLS = ((3, 16, (1, 1), False), (3, 32, (2, 2), False), (3, 32, (1, 1), False),
+             (3, 64, (2, 2), False), (3, 64, (1, 1), False), (5, 128, (2, 2), False),
+             (5, 128, (1, 1), False), (5, 256, (2, 2), True), (5, 256, (1, 1), True))
+
+
+def _lcnet(b: CalibratedBuilder, x: str, cin: int, blocks: Sequence) -> tuple[str, int]:
+    for k, out, (sh, sw), se in blocks:
+        x = b.cba(x, cin, cin, k, 1, group=cin, act="hswish")
+        if (sh, sw) != (1, 1):  # PP-LCNet strides (2, 1) on text lines: a pool keeps W
+            x = b.node("MaxPool", [x], kernel_shape=[sh, sw], strides=[sh, sw])
+        if se:
+            x = b.se(x, cin, _squeeze(cin))
+        x = b.cba(x, cin, out, 1, act="hswish")
+        cin = out
+    return x, cin
+
+
+def _layer_norm(b: CalibratedBuilder, x: str, c: int) -> str:
+    """LayerNorm over the last axis as torch.onnx writes it at opset 11-16 (ReduceMean,
+    Sub, Pow, ReduceMean, Add, Sqrt, Div, Mul, Add)."""
+    mu = b.node("ReduceMean", [x], axes=[-1])
+    d = b.node("Sub", [x, mu])
+    var = b.node("ReduceMean", [b.node("Pow", [d, b.const(np.float32(2.0), "two")])], axes=[-1])
+    y = b.node("Div", [d, b.node("Sqrt", [b.node("Add", [var, b.const(np.float32(1e-5),
+                                                                       "eps")])])])
+    b.seed += 1
+    g = np.random.default_rng(b.seed).uniform(0.8, 1.2, c).astype(np.float32)
+    return b.node("Add", [b.node("Mul", [y, b.const(g, "ln_g")]),
+                          b.const(np.zeros(c, np.float32), "ln_b")])
+
+
+def _linear(b: CalibratedBuilder, x: str, cin: int, cout: int) -> str:
+    b.seed += 1
+    return b.node("Add", [b.node("MatMul", [x, b.const(_w(b.seed, cin, cout, fan=cin), "lw")]),
+                          b.const(np.zeros(cout, np.float32), "lb")])
+
+
+def ppocr_rec(size: tuple[int, int] = (48, 320), classes: int = 6625) -> onnx.ModelProto:
+    """PP-OCRv4 rec's shape (mobile): a PP-LCNet-like backbone to height 3, a pool to
+    height 1, an SVTR-like neck (1x1 to 120 channels, two transformer blocks of multi-head
+    attention and an MLP over the W/4 tokens, with torch's LayerNorm), a CTC head (FC to
+    6625 characters, Softmax)."""
+    h, w = _hw(size)
+    b = CalibratedBuilder(700, {"x": calibration_image((h, w), 5)}, hswish="split")
+    x, c = _lcnet(b, b.cba("x", 3, 16, 3, 2, act="hswish"), 16, LCNET_REC)
+    x = b.node("AveragePool", [x], kernel_shape=[h // 16, 2], strides=[h // 16, 2])  # H 3->1
+    d, heads = 120, 8
+    x = b.cba(x, c, d, 1, act="hswish")                       # (1, d, 1, T)
+    t = w // 8
+    x = b.node("Transpose", [b.node("Reshape", [x, b.const(np.array([1, d, t], np.int64),
+                                                                   "shp")])], perm=[0, 2, 1])
+    for _ in range(2):
+        y = _layer_norm(b, x, d)
+        q, k, v = (b.node("Transpose", [b.node("Reshape", [
+            _linear(b, y, d, d), b.const(np.array([1, t, heads, d // heads], np.int64), "hs")])],
+            perm=[0, 2, 1, 3]) for _ in range(3))
+        a = b.node("Mul", [b.node("MatMul", [q, b.node("Transpose", [k], perm=[0, 1, 3, 2])]),
+                           b.const(np.float32((d // heads) ** -0.5), "scale")])
+        o = b.node("MatMul", [b.node("Softmax", [a], axis=-1), v])
+        o = b.node("Reshape", [b.node("Transpose", [o], perm=[0, 2, 1, 3]),
+                               b.const(np.array([1, t, d], np.int64), "merge")])
+        x = b.node("Add", [x, _linear(b, o, d, d)])
+        y = _layer_norm(b, x, d)
+        x = b.node("Add", [x, _linear(b, b.act(_linear(b, y, d, 2 * d), "hswish"), 2 * d, d)])
+    x = b.node("Softmax", [_linear(b, _layer_norm(b, x, d), d, classes)], axis=-1)
+    return b.model_of([("x", (1, 3, h, w))], [x], "ppocr_rec")
+
+
+def ppocr_cls(size: tuple[int, int] = (48, 192), classes: int = 2) -> onnx.ModelProto:
+    """PP-OCR's text-direction classifier's shape: a small PP-LCNet-like backbone (x0.35
+    widths), global average pooling, an FC to 2 classes, Softmax."""
+    h, w = _hw(size)
+    b = CalibratedBuilder(800, {"x": calibration_image((h, w), 6)}, hswish="split")
+    x, c = _lcnet(b, b.cba("x", 3, 16, 3, 2, act="hswish"), 16, LCNET_CLS)
+    x = b.node("Flatten", [b.node("GlobalAveragePool", [x])])
+    return b.model_of([("x", (1, 3, h, w))], [b.node("Softmax", [b.fc(x, c, classes)],
+                                                     axis=1)], "ppocr_cls")
+
+
+def mtcnn_pnet(size: tuple[int, int] = (120, 160)) -> onnx.ModelProto:
+    """MTCNN's P-Net (Zhang et al. 2016) fully convolutional on a 120x160 image: 3x3 conv 10
+    + PReLU, 2x2 max-pool, 3x3 conv 16 + PReLU, 3x3 conv 32 + PReLU, then 1x1 convs to the
+    face probability (Softmax over 2 channels) and the 4 box offsets."""
+    h, w = _hw(size)
+    b = CalibratedBuilder(900, {"x": calibration_image((h, w), 7)})
+
+    def prelu(x: str, c: int) -> str:
+        return b.node("PRelu", [x, b.const(np.full((c, 1, 1), 0.25, np.float32), "slope")])
+
+    x = prelu(b.conv("x", 3, 10, 3, p=0), 10)
+    x = b.node("MaxPool", [x], kernel_shape=[2, 2], strides=[2, 2], ceil_mode=1)
+    x = prelu(b.conv(x, 10, 16, 3, p=0), 16)
+    x = prelu(b.conv(x, 16, 32, 3, p=0), 32)
+    prob = b.node("Softmax", [b.conv(x, 32, 2, 1)], axis=1)
+    return b.model_of([("x", (1, 3, h, w))], [prob, b.conv(x, 32, 4, 1)], "mtcnn_pnet")
+
+
+#: name -> (builder, input size used by the benchmarks: a side, or (height, width))
 NETWORKS = {"mobilenetv3_small": (mobilenetv3_small, 224),
             "efficientnet_lite0": (efficientnet_lite0, 224),
-            "yolov8n": (yolov8n, 320), "dbnet": (dbnet, 320)}
+            "yolov8n": (yolov8n, 320), "dbnet": (dbnet, 320),
+            "ppocr_det": (ppocr_det, (192, 384)), "ppocr_rec": (ppocr_rec, (48, 320)),
+            "ppocr_cls": (ppocr_cls, (48, 192)), "mtcnn_pnet": (mtcnn_pnet, (120, 160))}
+
+
+def input_of(name: str, seed: int = 9) -> np.ndarray:
+    """The benchmarks' and tests' input for network ``name``."""
+    return calibration_image(_hw(NETWORKS[name][1]), seed)

@@ -53,8 +53,9 @@ ELEMENTWISE = frozenset({
     "Relu", "LeakyRelu", "PRelu", "Sigmoid", "Tanh", "Elu", "Selu", "Clip", "HardSigmoid",
     "HardSwish", "Softplus", "Softsign", "Exp", "Log", "Sqrt", "Neg", "Abs", "Reciprocal",
     "Floor", "Ceil", "Round", "Sign", "Identity", "Dropout", "Add", "Sub", "Mul", "Div",
-    "Max", "Min", "Sum", "Mean",
+    "Max", "Min", "Sum", "Mean", "Fp16Table",
 })
+TABLE = "Fp16Table"  # (dvsdk.compiler.table): the table is its second operand
 MODES = ("device", "unpack")
 _F32 = np.dtype(np.float32)
 
@@ -181,7 +182,8 @@ def step(net: Any, h: Any) -> None:
     plan = net._fused.get(h.pc)
     if plan is None:
         plan = net._fused[h.pc] = _fused_plan(net, seg)
-    if plan and native.NATIVE is not None and plan.x not in h.host and plan.y not in h.host:
+    if plan and (native.NATIVE is not None or plan.table is not None) \
+            and plan.x not in h.host and plan.y not in h.host:
         _run_fused(net, h, seg, plan)  # (an operand the host holds unrounded: general path)
         return
     if h.segment is None or h.segment.segment is not seg:
@@ -313,11 +315,16 @@ def _chunked_args(net: Any, h: Any, op: str, inputs: list[str], out: str
     hwc = (hh, ww, c)
     ops: list[tuple[int, Any]] = []
     key = None
-    for name in inputs:
+    for i, name in enumerate(inputs):
         if not name:
             ops.append((SCALAR, None))
             continue
         v = net.constants.get(name)
+        if op == TABLE and i == 1:  # the lookup table: passed as it is
+            if v is None:
+                return None
+            ops.append((SCALAR, v))
+            continue
         if v is None:
             v = h.host.get(name)
         if v is None:  # on the device, synced: as the output's layout, or (1, 1, C)
@@ -436,13 +443,19 @@ class FusedPlan:
     label: str = ""           # the step's name in RunStats
     in_place: bool = True     # the result may be written straight into the arena (its
     #                           range meets no operand's: the planner's never does)
+    table: np.ndarray | None = None  # Fp16Table: the table rounded to binary16, as bits
+
+
+#: FusedPlan.code of a table lookup (a numpy gather, no compiled loop needed)
+TABLE_CODE = -1
 
 
 def _fused_plan(net: Any, seg: Segment) -> FusedPlan | bool:
     """The step's :class:`FusedPlan`, or False where the general path must run it."""
     op_type, _, inputs, outputs, _ = net.steps[seg.start][1]
-    if (seg.end - seg.start != 1 or seg.end >= len(net.steps) or op_type not in FUSED
-            or len(outputs) != 1 or not outputs[0]):
+    if (seg.end - seg.start != 1 or seg.end >= len(net.steps)
+            or (op_type not in FUSED and op_type != TABLE) or len(outputs) != 1
+            or not outputs[0]):
         return False  # (a segment at the program's end leaves unrounded outputs)
     out, d_out = outputs[0], net._dev(outputs[0])
     shape = net.tensors[out]["shape"]
@@ -452,6 +465,19 @@ def _fused_plan(net: Any, seg: Segment) -> FusedPlan | bool:
     key = ((hh, ww, c), bool(d_out.get("transpose")))
     if tuple(d_out["hwc"]) != key[0]:
         return False
+    if op_type == TABLE:
+        x, t = inputs if len(inputs) == 2 else ("", "")
+        d, table = net._dev(x) if x else None, net.constants.get(t)
+        if d is None or x in net.constants or table is None or \
+                (tuple(d["hwc"]), bool(d.get("transpose"))) != key or table.size != 1 << 16:
+            return False
+        syncs = tuple(_read_spans(net, seg.reads))
+        a = d_out["offset"]
+        b = a + 2 * hh * ww * c
+        bits = to_f16(np.asarray(table, np.float32).reshape(-1)).view(np.uint16)
+        return FusedPlan(TABLE_CODE, x, None, False, False, out, key[0], syncs,
+                         f"{op_type} {net.steps[seg.start][1][4]}",
+                         not any(s < b and a < e for s, e, _ in syncs), bits)
     full, channel = [], []
     for name in inputs:
         d = net._dev(name) if name and name not in net.constants else None
@@ -488,6 +514,9 @@ def _run_fused(net: Any, h: Any, seg: Segment, plan: FusedPlan) -> None:
         y = None if y is None else y if plan.per_channel else y.view(np.uint16)
 
         def fill(view: np.ndarray) -> None:  # the result straight into the arena
+            if plan.table is not None:  # binary16 in, binary16 out: a gather
+                np.take(plan.table, x.view(np.uint16), out=view.view(np.uint16), mode="clip")
+                return
             native.NATIVE.ew_f16(plan.code, x.view(np.uint16), view.view(np.uint16), y,
                                  c if plan.per_channel else 0, hh * ww, plan.y_first)
 
