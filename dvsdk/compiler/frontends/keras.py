@@ -198,7 +198,8 @@ _ORDER = {"Conv2D": ("kernel", "bias"), "Conv2DTranspose": ("kernel", "bias"),
           "Dense": ("kernel", "bias"), "DepthwiseConv2D": ("depthwise_kernel", "bias"),
           "SeparableConv2D": ("depthwise_kernel", "pointwise_kernel", "bias"),
           "BatchNormalization": ("gamma", "beta", "moving_mean", "moving_variance"),
-          "PReLU": ("alpha",)}
+          "PReLU": ("alpha",), "Normalization": ("mean", "variance", "count"),
+          "LayerNormalization": ("gamma", "beta"), "LayerScale": ("variable",)}
 
 
 # --------------------------------------------------------------------------- the topology
