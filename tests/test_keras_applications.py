@@ -77,14 +77,16 @@ def test_application_agrees_with_keras(name, tmp_path):
 _MISSING = sorted({"LayerNormalization", "Gelu"} - set(KERNELS))
 
 
-@pytest.mark.xfail(bool(_MISSING), strict=True,
-                   reason="needs LayerNormalization kernel (branch i28-ops)")
 def test_convnext_tiny_agrees_with_keras(tmp_path):
-    """ConvNeXtTiny: nested Sequential blocks, LayerNormalization, Gelu, LayerScale."""
+    """ConvNeXtTiny: nested Sequential blocks (stem, downsampling), LayerNormalization,
+    Gelu, LayerScale.  (With ONNX-semantics LayerNormalization and Gelu kernels in float64
+    the IR agreed with Keras to 9e-7 of the range when this was written.)"""
     path, x, ref = make_application("ConvNeXtTiny", tmp_path, 32, 16)
     span = float(ref.max() - ref.min())
     g = load(path)
     assert {"LayerNormalization", "Gelu"} <= set(g.op_types())
+    if _MISSING:
+        pytest.xfail(f"needs LayerNormalization kernel (branch i28-ops): no {_MISSING}")
     assert float(np.abs(_interp(path, x) - ref).max()) <= 1e-4 * span
     y = _sim(compile(path, golden=False), x)
     assert float(np.abs(y - ref).max()) <= TOL_ABS + 5e-2 * span
