@@ -26,7 +26,7 @@ from dvsdk.compiler.build import compile
 from dvsdk.compiler.frontends import load
 from dvsdk.compiler.interpret import run_graph
 from dvsdk.cpu.ops import KERNELS
-from dvsdk.errors import ModelError
+from dvsdk.errors import ModelError, UnsupportedOps
 from dvsdk.runtime.net import Net
 
 from .keras_apps import images, keras_module, make_application
@@ -179,3 +179,20 @@ def test_center_crop_and_its_refusal(tmp_path):
     big.save(tmp_path / "big.h5")
     with pytest.raises(ModelError, match="CenterCrop.*crop"):
         load(tmp_path / "big.h5")
+
+
+def test_nested_sequential_is_read_and_its_unknown_members_named(tmp_path):
+    keras = keras_module()
+    keras.utils.set_random_seed(6)
+    L = keras.layers
+    block = keras.Sequential([keras.Input((12, 10, 3)), L.Conv2D(4, 3, name="inner_conv"),
+                              L.ReLU(name="inner_relu")], name="block")
+    m = _model(keras, lambda L_, x: L.Conv2D(2, 1, name="head")(block(x)))
+    _check(keras, m, tmp_path)
+    bad = keras.Sequential([keras.Input((12, 10, 3)), L.Reshape((120, 3), name="rows"),
+                            L.Conv1D(4, 3, name="inner_conv1d")], name="bad_block")
+    m2 = _model(keras, lambda L_, x: bad(x))
+    m2.save(tmp_path / "bad.h5")
+    with pytest.raises(UnsupportedOps) as e:
+        load(tmp_path / "bad.h5")
+    assert ("Conv1D", "inner_conv1d") in e.value.ops
