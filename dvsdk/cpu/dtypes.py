@@ -88,6 +88,15 @@ DTYPE_RULES: dict[str, tuple[str, ...]] = {
     "Concat": (_ANY,),
     "ConstantOfShape": (_INT,),
     "Fp16Table": (_F, _F),
+    # transformer, recurrent and sampling ops (dvsdk.cpu.transformer, attention, recurrent,
+    # sample): float arithmetic; index, length and mask inputs unchecked
+    **{t: (_F,) for t in "Gelu Erf LayerNormalization GridSample".split()},
+    "TopK": (_NUM, ""),
+    "CastLike": (_ANY,),
+    "ScatterND": (_ANY, "", _ANY),
+    "Einsum": (_NUM,),
+    "Attention": (_F, _F, _F, "", _F, _F, ""),
+    **{t: (_F, _F, _F, _F, "", _F, _F, _F) for t in ("LSTM", "GRU")},
 }
 
 
@@ -136,7 +145,8 @@ def _refusal(op_type: str, dtypes: Sequence[np.dtype | None],
     if op_type == "Mod" and not attrs.get("fmod", 0) and dtypes and dtypes[0] is not None \
             and np.dtype(dtypes[0]).kind == "f":
         return f"Mod[fmod=0, {np.dtype(dtypes[0])}]"  # ONNX: floats need fmod=1
-    if op_type == "Resize" and attrs.get("mode", "nearest") == "linear" and dtypes \
+    mode = attrs.get("mode", "nearest")
+    if op_type == "Resize" and mode in ("linear", "cubic") and dtypes \
             and dtypes[0] is not None and np.dtype(dtypes[0]).kind != "f":
-        return f"Resize[linear, {np.dtype(dtypes[0])}]"
+        return f"Resize[{mode}, {np.dtype(dtypes[0])}]"
     return None

@@ -23,9 +23,11 @@ import numpy as np
 from ..errors import ModelError
 from ..hw import arith, elementary
 from ..hw.fp16 import to_f16
+from .attention import attention
 from .dtypes import onnx_dtype, refusal
 from .nn import NN_KERNELS
 from .roi import max_roi_pool
+from .transformer import TRANSFORMER_KERNELS
 
 __all__ = ["KERNELS", "Kernel", "run_op"]
 
@@ -514,6 +516,8 @@ KERNELS: dict[str, Kernel] = {
     "ArgMin": _arg(np.argmin),
     **NN_KERNELS,
     "MaxRoiPool": max_roi_pool,
+    **TRANSFORMER_KERNELS,
+    "Attention": attention,
     "Fp16Table": _fp16_table,
 }
 
