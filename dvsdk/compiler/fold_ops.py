@@ -125,7 +125,7 @@ def _recurrent(c: Any) -> Result:
     a = c.op.attrs
     hidden = int(a["hidden_size"]) if a.get("hidden_size") is not None else None
     dirs = 2 if a.get("direction", "forward") == "bidirectional" else 1
-    gates = 4 if c.op.type == "LSTM" else 3
+    gates = {"LSTM": 4, "GRU": 3, "RNN": 1}[c.op.type]
     if len(x) != 3 or len(w) != 3 or w[0] != dirs or (hidden is not None and
                                                           w[1] != gates * hidden):
         raise c.fail(f"{c.op.type} needs X 3-D and W [num_directions, {gates}*hidden, input]",
@@ -161,5 +161,6 @@ MORE_RULES: dict[str, Callable[[Any], Result]] = {
     "Attention": _attention,
     "LSTM": _recurrent,
     "GRU": _recurrent,
+    "RNN": _recurrent,
     "GridSample": _grid_sample,
 }

@@ -96,7 +96,7 @@ DTYPE_RULES: dict[str, tuple[str, ...]] = {
     "ScatterND": (_ANY, "", _ANY),
     "Einsum": (_NUM,),
     "Attention": (_F, _F, _F, "", _F, _F, ""),
-    **{t: (_F, _F, _F, _F, "", _F, _F, _F) for t in ("LSTM", "GRU")},
+    **{t: (_F, _F, _F, _F, "", _F, _F, _F) for t in ("LSTM", "GRU", "RNN")},
 }
 
 

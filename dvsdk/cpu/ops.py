@@ -26,6 +26,7 @@ from ..hw.fp16 import to_f16
 from .attention import attention
 from .dtypes import onnx_dtype, refusal
 from .nn import NN_KERNELS
+from .recurrent import RECURRENT_KERNELS
 from .roi import max_roi_pool
 from .transformer import TRANSFORMER_KERNELS
 
@@ -518,6 +519,7 @@ KERNELS: dict[str, Kernel] = {
     "MaxRoiPool": max_roi_pool,
     **TRANSFORMER_KERNELS,
     "Attention": attention,
+    **RECURRENT_KERNELS,
     "Fp16Table": _fp16_table,
 }
 
