@@ -28,6 +28,7 @@ from .dtypes import onnx_dtype, refusal
 from .nn import NN_KERNELS
 from .recurrent import RECURRENT_KERNELS
 from .roi import max_roi_pool
+from .sample import grid_sample
 from .transformer import TRANSFORMER_KERNELS
 
 __all__ = ["KERNELS", "Kernel", "run_op"]
@@ -520,6 +521,7 @@ KERNELS: dict[str, Kernel] = {
     **TRANSFORMER_KERNELS,
     "Attention": attention,
     **RECURRENT_KERNELS,
+    "GridSample": grid_sample,
     "Fp16Table": _fp16_table,
 }
 
