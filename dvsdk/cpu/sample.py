@@ -17,9 +17,10 @@ clamped to the edge) and ``reflection`` (coordinates and taps reflected at the b
 the pixel centres with align_corners, else the outer edges), for any number of spatial
 axes, as the ONNX reference implementation does.
 
-Arithmetic (firmware_spec/arithmetic.md, the CPU steps): coordinates in float32 as the
-ONNX formulas give them, weights and the weighted sums in float64 in tap order (axis by
-axis for Resize), rounded once to the input type.  No onnx import.
+Arithmetic (firmware_spec/arithmetic.md, the CPU steps): coordinates and cubic weights in
+float32 by the ONNX formulas' operations in their order (as the ONNX reference and
+onnxruntime compute them), linear weights and the weighted sums in float64 in tap order
+(axis by axis for Resize), rounded once to the input type.  No onnx import.
 """
 
 from __future__ import annotations
@@ -37,16 +38,21 @@ Arr = np.ndarray
 
 
 def cubic_weights(t: Arr, a: float) -> list[Arr]:
-    """Keys' kernel for the four taps at distances ``t + 1, t, 1 - t, 2 - t`` (float64)."""
-    t = np.asarray(t, np.float64)
+    """Keys' kernel for the four taps at distances ``t + 1, t, 1 - t, 2 - t``: float32
+    operations in the order of the ONNX reference's (and onnxruntime's) formulas, the
+    constants ``a + 2``, ``a + 3``, ``5a``, ``8a``, ``4a`` rounded to float32 once."""
+    t = np.asarray(t, np.float32)
+    f = np.float32
+    one, two = f(1), f(2)
+    a2, a3, a5, a8, a4, af = f(a + 2), f(a + 3), f(5 * a), f(8 * a), f(4 * a), f(a)
 
     def near(d: Arr) -> Arr:  # |d| <= 1
-        return ((a + 2) * d - (a + 3)) * d * d + 1
+        return (a2 * d - a3) * d * d + one
 
     def far(d: Arr) -> Arr:   # 1 < |d| < 2
-        return ((a * d - 5 * a) * d + 8 * a) * d - 4 * a
+        return ((af * d - a5) * d + a8) * d - a4
 
-    return [far(t + 1), near(t), near(1 - t), far(2 - t)]
+    return [far(t + one), near(t), near(one - t), far(two - t)]
 
 
 def resize_cubic(x: Arr, out: list[int], scales: list[float], attrs: dict[str, Any],
@@ -60,9 +66,9 @@ def resize_cubic(x: Arr, out: list[int], scales: list[float], attrs: dict[str, A
         n_in, n_out = x.shape[ax], out[ax]
         if n_in == n_out and scales[ax] == 1.0:
             continue
-        xs = source_coords(ctm, n_out, n_in, scales[ax]).astype(np.float64)
+        xs = source_coords(ctm, n_out, n_in, scales[ax])  # float32
         base = np.floor(xs)
-        ws = cubic_weights(xs - base, a)
+        ws = [w.astype(np.float64) for w in cubic_weights(xs - base, a)]
         taps = [base.astype(np.int64) + k - 1 for k in range(4)]
         if exclude:
             ws = [np.where((i >= 0) & (i < n_in), w, 0.0) for w, i in zip(ws, taps,
@@ -117,13 +123,16 @@ def grid_sample(inputs: list, attrs: dict[str, Any]) -> list[Arr]:
     if grid.shape[-1] != nd or grid.shape[0] != x.shape[0] or grid.ndim != x.ndim:
         raise ModelError("GridSample grid must be (N, *out, rank - 2)", field="GridSample.grid",
                          value=list(grid.shape), limit=[x.shape[0], "...", nd])
-    g = grid.astype(np.float64)
+    g = grid.astype(np.float32)
+    one, two = np.float32(1), np.float32(2)
     coords, axis_taps = [], []
     for a in range(nd):
         n_ = g[..., nd - 1 - a]
+        size = np.float32(dims[a])
+        # float32 operations in the order of the ONNX formulas (onnxruntime's too)
+        c = (n_ + one) / two * (size - one) if align else ((n_ + one) * size - one) / two
+        c = c.astype(np.float64)
         size = dims[a]
-        c = (n_ + 1) / 2.0 * (size - 1) if align else ((n_ + 1) * size - 1) / 2.0
-        c = c.astype(np.float32).astype(np.float64)
         if mode == "nearest":
             c = np.rint(c)
         lo, hi = (0.0, size - 1.0) if align else (-0.5, size - 0.5)
@@ -142,7 +151,8 @@ def grid_sample(inputs: list, attrs: dict[str, Any]) -> list[Arr]:
         if mode == "linear":
             axis_taps.append([(b, 1.0 - t), (b + 1, t)])
         else:
-            axis_taps.append([(b + k - 1, w) for k, w in enumerate(cubic_weights(t, -0.75))])
+            axis_taps.append([(b + k - 1, w.astype(np.float64)) for k, w in enumerate(
+                cubic_weights(t.astype(np.float32), -0.75))])
     nidx = np.arange(x.shape[0]).reshape((-1,) + (1,) * (grid.ndim - 2))
     xd = x.astype(np.float64)
     acc = None
