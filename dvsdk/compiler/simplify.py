@@ -252,10 +252,10 @@ def _matmul_rows(g: Graph) -> None:
         y = mm.outputs[0]
         to_rows = Op("Reshape", g.unique_name(f"{mm.name}_to_rows"),
                      [a, g.add_const(f"{mm.name}_rows_shape", np.array([rows, k], np.int64))],
-                     [flat], {"allowzero": 0})
+                     [flat], {"allowzero": 0}, mm.origin)
         back = Op("Reshape", g.unique_name(f"{mm.name}_from_rows"),
                   [out2, g.add_const(f"{mm.name}_out_shape", np.array([*lead, n], np.int64))],
-                  [y], {"allowzero": 0})
+                  [y], {"allowzero": 0}, mm.origin)
         g.replace_op(mm, [to_rows, Op("MatMul", mm.name, [flat, mm.inputs[1]], [out2],
                                       {}, mm.origin), back])
         add = _sole_reader(g, y, cons)

@@ -20,7 +20,7 @@ import numpy as np
 
 from ..errors import ModelError
 from ..hw import arith, elementary
-from .dtypes import ONNX_DTYPES, onnx_dtype
+from .dtypes import cast_array, onnx_code, onnx_dtype
 
 __all__ = ["TRANSFORMER_KERNELS", "einsum_parse", "einsum"]
 
@@ -130,14 +130,10 @@ def topk(inputs: list, attrs: Attrs) -> list[Arr]:
     return [np.take_along_axis(x, idx, axis=axis), idx.astype(np.int64)]
 
 
-_CODES = {dt: code for code, dt in ONNX_DTYPES.items()}
-
-
 def cast_like(inputs: list, attrs: Attrs) -> list[Arr]:
-    """ONNX CastLike-21: Cast to the element type of the second input (Cast's rules)."""
-    from .ops import KERNELS  # (ops imports this module)
-
-    return KERNELS["Cast"]([inputs[0]], {"to": _CODES[np.dtype(inputs[1].dtype)]})
+    """ONNX CastLike-21: Cast to the element type of the second input (Cast's rules,
+    :func:`dvsdk.cpu.dtypes.cast_array`)."""
+    return [cast_array(inputs[0], onnx_dtype(onnx_code(inputs[1].dtype)))]
 
 
 # --------------------------------------------------------------------------- scatter
