@@ -390,9 +390,10 @@ def test_a_transformer_block_compiles_and_runs_on_the_cpu_path_without_blas(monk
 
 # --------------------------------------------------------------------------- MatMul (T, D)
 @pytest.mark.parametrize("bias", [False, True])
-def test_a_rank3_matmul_with_constant_weights_is_an_fc_per_row_on_the_dv700(bias):
-    """(2, 8, 16) x (16, 24) [+ b]: Reshape to rows, one FC command (the rows its samples),
-    Reshape back; the same bits as the 2-D MatMul of the rows, which was already an FC."""
+def test_a_rank3_matmul_with_constant_weights_is_a_1x1_conv_on_the_dv700(bias):
+    """(2, 8, 16) x (16, 24) [+ b]: the rows as a one-row image (a Transpose and a Reshape
+    on the CPU), one 1x1 conv command, back; the same bits as the 2-D MatMul of the rows,
+    which is an FC."""
     from onnx import TensorProto, numpy_helper
 
     import dvsdk
@@ -413,7 +414,9 @@ def test_a_rank3_matmul_with_constant_weights_is_an_fc_per_row_on_the_dv700(bias
     n3 = dvsdk.compile(model((2, 8, 16)), golden=False)
     n2 = dvsdk.compile(model((16, 16)), golden=False)
     assert n3.meta["stats"]["hw_ops"] == 1 and n3.meta["stats"]["commands"] == 1
-    assert [s["kind"] for s in n3.meta["program"]] == ["cpu", "hw", "cpu"]  # the Reshapes
+    assert [(s["kind"], s.get("op"), s.get("runs")) for s in n3.meta["program"]] == [
+        ("cpu", "Transpose", None), ("cpu", "Reshape", None), ("hw", None, ["conv 1x1"]),
+        ("cpu", "Reshape", None), ("cpu", "Transpose", None)]
     with dvsdk.load(n3, "sim://") as loaded:
         y3 = loaded.run({"x": x})["y"]
     with dvsdk.load(n2, "sim://") as loaded:
@@ -422,3 +425,24 @@ def test_a_rank3_matmul_with_constant_weights_is_an_fc_per_row_on_the_dv700(bias
     assert np.array_equal(y3.reshape(16, 24).view(np.uint32), y2.view(np.uint32))
     want = (x.astype(np.float64) @ wt + (b if bias else 0)).astype(np.float32)
     assert np.max(np.abs(y3 - want)) <= 2.0 ** -8 * np.max(np.abs(want))
+
+
+def test_a_rank3_matmul_reads_its_weights_once_for_all_rows():
+    """PP-OCR rec's classifier shape, smaller: 40 rows x (120 -> 600).  An FC command with
+    the rows as samples would read the 144 KB of weights 40 times (5.8 MB); the 1x1 conv
+    reads them once (the simulator's count of the command's DRAM bytes)."""
+    from onnx import TensorProto, numpy_helper
+
+    import dvsdk
+
+    wt = _r(120, 600)
+    g = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"])], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, (1, 40, 120))],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                          [numpy_helper.from_array(wt, "w")])
+    net = dvsdk.compile(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]),
+                        golden=False)
+    with dvsdk.load(net, "sim://") as loaded:
+        rows = [r for r in loaded.profile({"x": _r(1, 40, 120)}) if r["where"] == "hw"]
+    weights, io = wt.size * 2, (40 * 120 + 40 * 600) * 2
+    assert len(rows) == 1 and rows[0]["bytes"] <= weights + 2 * io

@@ -540,7 +540,7 @@ LAYERS: dict[str, LayerSpec] = {
                                  _checks(channels_last, check_activation, _groups_deconv)),
     "Dense": LayerSpec(dense, ("Gemm", "Conv"), HW, "after Flatten the kernel rows are "
                        "permuted to the IR's C, H, W order (no runtime op); on a rank-4 input "
-                       "a 1x1 conv; on rank 3 MatMul on the CPU",
+                       "a 1x1 conv; on rank 3 a MatMul, a 1x1 conv over the rows",
                        _checks(check_activation, _no_lora)),
     "BatchNormalization": LayerSpec(batch_norm, ("BatchNormalization",), HW,
                                     "folded into the conv before it, else a depthwise run; "
