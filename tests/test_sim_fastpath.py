@@ -90,11 +90,11 @@ def test_fused_steps_and_caches_change_no_bit(which, monkeypatch):
 
 
 def test_a_stream_is_decoded_once_per_address_and_content(sim, monkeypatch):
-    cl, _ = _tiny_conv(sim)
     calls = []
     import dvsdk.sim.engine as engine
 
     monkeypatch.setattr(engine, "decode", lambda *a: calls.append(a) or decode(*a))
+    cl, _ = _tiny_conv(sim)   # (decoded when committed: sim/warm.py)
     cl.run()
     first = len(calls)
     cl.run()

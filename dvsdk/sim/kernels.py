@@ -125,6 +125,21 @@ def make_step(run: dict, reference: Callable[..., np.ndarray]) -> Step:
     return step
 
 
+def warm(run: dict, wb: tuple) -> None:
+    """Work out ahead (:mod:`.warm`) what :func:`make_step`'s step derives from the run's
+    decoded weights ``wb`` on its first call: a depthwise run's taps, another conv's packed
+    matrix operand (``derived``, kept with the decoded block)."""
+    ce = run["conv_enable"]
+    if native.NATIVE is None or not ce or run["lrn"] & 1 or run["rectifi_en"]:
+        return
+    wts, derived = wb[0], wb[4]
+    if ce & 2:
+        if "taps" not in derived and wts.ndim == 4 and wts.shape[1] == 1:
+            derived["taps"] = np.ascontiguousarray(wts[:, 0].transpose(1, 2, 0))
+    elif wts.ndim == 4:
+        _packed(wts, derived)
+
+
 def _make_tail(run: dict) -> Callable[..., np.ndarray]:
     """``tail(t, bias, prelu, addend)``: everything after the conv (or average-pool) stage
     on ``t`` (owned, contiguous (OH, OW, M)): + bias, + addend, max-pool or upsample,
