@@ -233,6 +233,22 @@ def test_tanh_sigmoid_and_elu_equal_the_numpy_activation(act, param):
         got = h.copy()
         NATIVE.act_elem(got, act, ops.elu_alpha(param))
         assert same_bits(got, round_f16(ops.activation(h, act, param)))
+        # out of place (x read, y written): the same bits, x unchanged
+        src = h.copy()
+        out = np.full_like(h, 7.0)
+        NATIVE.act_elem(out, act, ops.elu_alpha(param), src)
+        assert same_bits(out, got) and same_bits(src, h)
+    # float32 NaNs whose payload is a binary16 one, and ones whose is not
+    nans = np.array([0x7FC00000, 0xFFC00000, 0x7F802000, 0xFFFFE000, 0x7F800001, 0x7FC00001],
+                    np.uint32).view(np.float32)
+    got = nans.copy()
+    NATIVE.act_elem(got, act, ops.elu_alpha(param))
+    assert same_bits(got, round_f16(ops.activation(nans, act, param)))
+    with pytest.raises(ValueError):
+        NATIVE.act_elem(np.empty(4, np.float32), act, 1.0, np.empty(5, np.float32))
+    both = np.zeros(8, np.float32)
+    with pytest.raises(ValueError):
+        NATIVE.act_elem(both[:6], act, 1.0, both[2:])
 
 
 # -- ew_f16: one CPU step from FP16 bytes to FP16 bytes (runtime/cpusteps.py) ---------------
