@@ -61,8 +61,10 @@ def make_step(run: dict, reference: Callable[..., np.ndarray]) -> Step:
     if native.NATIVE is None or run["lrn"] & 1 or rect:
         return partial(reference, run)
     if not ce:
-        if pe != POOL.avg or act == ops.ACT_PRELU:
+        if act == ops.ACT_PRELU or pe not in (POOL.none, POOL.max, POOL.avg, POOL.upsample):
             return partial(reference, run)
+        if pe != POOL.avg:  # a standalone max-pool, upsample, addition or activation
+            return _plain_step(run, pe)
         size, stride = _xy(run["pool_size"]), _xy(run["pool_stride"])
         pads, scale = _pads(run["pool_pad"], 0xFF), fp16_value(run["pool_avg_param"])
         if min(size + stride) < 1:
@@ -127,6 +129,19 @@ def make_step(run: dict, reference: Callable[..., np.ndarray]) -> Step:
             out = _correlate(x, wb, (kx, ky), stride, pads, dil, up, ep)
         return out if direct else tail(out, None, prelu, None)
     return step
+
+
+def _plain_step(run: dict, pe: int) -> Step:
+    """A run without a conv stage whose pool stage is none, max or upsample: the conv
+    stage's tail on the input (``x + addend``, the pool, the activation, the rounding),
+    compiled; the input is never written (a multi-run command reads it again)."""
+    tail = _make_tail(run)
+
+    def plain_step(x: np.ndarray, wb: None, addend: np.ndarray | None) -> np.ndarray:
+        if pe == POOL.none or addend is not None:
+            x = np.array(x, np.float32, order="C")  # (the tail works in place)
+        return tail(x, None, None, addend)
+    return plain_step
 
 
 def warm(run: dict, wb: tuple) -> None:
