@@ -295,3 +295,23 @@ def test_float64_products_take_the_fixed_order_too():
         ref = ref + a[:, k:k + 1] * b[k]
     assert got.dtype == np.float64 and np.array_equal(got, ref)
     assert arith.matmul_nd(a.astype(np.float32), b).dtype == np.float64
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
+def test_clip_with_number_bounds_selects_as_where_did(dtype):
+    """clip's in-place selection (Python-number bounds) against the two np.where of its
+    general path, on every binary16 pattern (NaN payloads, -0): the same bits; ``x`` is
+    left alone unless ``owned``."""
+    x = np.arange(65536, dtype=np.uint16).view(np.float16).astype(dtype)
+    keep = x.copy()
+    for lo, hi in ((0, 1), (None, 6), (-2.5, None), (0.1, 1e4)):
+        ref = x
+        if lo is not None:
+            ref = np.where(ref < lo, lo, ref)
+        if hi is not None:
+            ref = np.where(ref > hi, hi, ref)
+        got = arith.clip(x, lo, hi)
+        assert got.dtype == dtype and got.tobytes() == ref.astype(dtype).tobytes()
+        assert x.tobytes() == keep.tobytes()
+        t = x.copy()
+        assert arith.clip(t, lo, hi, owned=True).tobytes() == got.tobytes()

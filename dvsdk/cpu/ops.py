@@ -149,12 +149,16 @@ def _selu(inputs: list, attrs: Attrs) -> list[Arr]:
 def _hard_sigmoid(inputs: list, attrs: Attrs) -> list[Arr]:
     x = inputs[0]
     alpha, beta = float(attrs.get("alpha", 0.2)), float(attrs.get("beta", 0.5))
-    return [arith.clip(x * np.float32(alpha) + np.float32(beta), 0, 1).astype(x.dtype)]
+    t = x * np.float32(alpha)
+    t += np.float32(beta)  # (in place: the same rounding as x * alpha + beta)
+    return [arith.clip(t, 0, 1, owned=True).astype(x.dtype, copy=False)]
 
 
 def _hard_swish(inputs: list, attrs: Attrs) -> list[Arr]:
     x = inputs[0]
-    return [(x * arith.clip(x * np.float32(1 / 6) + np.float32(0.5), 0, 1)).astype(x.dtype)]
+    t = x * np.float32(1 / 6)
+    t += np.float32(0.5)
+    return [(x * arith.clip(t, 0, 1, owned=True)).astype(x.dtype, copy=False)]
 
 
 def _clip(inputs: list, attrs: Attrs) -> list[Arr]:

@@ -166,11 +166,24 @@ def minimum(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return np.where((a < b) | np.isnan(a), a, b)
 
 
-def clip(x: np.ndarray, lo: float | np.ndarray | None, hi: float | np.ndarray | None
-         ) -> np.ndarray:
+def clip(x: np.ndarray, lo: float | np.ndarray | None, hi: float | np.ndarray | None,
+         owned: bool = False) -> np.ndarray:
     """``lo`` where ``x < lo``, ``hi`` where ``x > hi``, else ``x`` (NaN stays NaN, ``-0``
-    stays ``-0`` against a bound of 0): the compiled CPU steps' clamp."""
+    stays ``-0`` against a bound of 0): the compiled CPU steps' clamp.  ``owned``: ``x``
+    is a temporary of the caller's that may be clamped in place (with scalar bounds)."""
     y = np.asarray(x)
+    if y.dtype.kind == "f" and y.ndim and all(b is None or type(b) in (int, float)
+                                              for b in (lo, hi)):
+        # the same selections without the temporaries of np.where: the bounds stored into
+        # y where the comparisons hold (Python numbers: y's type, as np.where's result had;
+        # a numpy bound may promote, and goes the general way)
+        if not (owned and y.flags.writeable):
+            y = y.copy()
+        if lo is not None:
+            np.copyto(y, lo, where=y < lo, casting="unsafe")
+        if hi is not None:
+            np.copyto(y, hi, where=y > hi, casting="unsafe")
+        return y
     if lo is not None:
         y = np.where(y < lo, lo, y)
     if hi is not None:
