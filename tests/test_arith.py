@@ -315,3 +315,35 @@ def test_clip_with_number_bounds_selects_as_where_did(dtype):
         assert x.tobytes() == keep.tobytes()
         t = x.copy()
         assert arith.clip(t, lo, hi, owned=True).tobytes() == got.tobytes()
+
+
+def test_a_constant_operand_is_packed_once_and_others_every_time():
+    """matmul_nd keeps pack_b of a right-hand operand whose bytes cannot change (a
+    read-only view of ``bytes``, as a net.bin's constants are) and never of one that can:
+    the same bits either way."""
+    rng = np.random.default_rng(5)
+    raw = rng.standard_normal(96 * 40).astype(np.float32).tobytes()
+    const = np.frombuffer(raw, np.float32).reshape(96, 40)
+    mutable = const.copy()
+    a = rng.standard_normal((2, 7, 96)).astype(np.float32)
+    arith._PACKED.clear()
+    first = arith.matmul_nd(a, const)
+    assert len(arith._PACKED) == 1 and arith.matmul_nd(a, const).tobytes() == first.tobytes()
+    assert arith.matmul_nd(a, mutable).tobytes() == first.tobytes()
+    mutable[0, 0] += 1.0  # a writable operand is packed afresh: its change shows
+    assert arith.matmul_nd(a, mutable).tobytes() != first.tobytes()
+    assert len(arith._PACKED) == 1
+    assert not arith._immutable(np.frombuffer(bytearray(raw), np.float32))
+
+
+@pytest.mark.parametrize("b", [1, 2, 3, 7, 64, -1, -2, -5, -64])
+def test_a_scalar_integer_power_takes_the_selections_of_the_general_one(b):
+    """power(a, b) for one integer exponent (its short way) against the same exponent as
+    an array (the general way, whose selections pick the same operations): the same bits
+    on every binary16 value, NaN payloads, infinities, zeros and huge and tiny values."""
+    h = np.arange(65536, dtype=np.uint16).view(np.float16).astype(np.float64)
+    odd = np.array([0x7FF0000000000001, 0xFFF8000000001234], np.uint64).view(np.float64)
+    a = np.concatenate([h, odd, [1e308, -1e-308, 5e-324, -1.0, 1.0]])
+    want = elementary.power(a, np.full(a.shape, float(b)))
+    for exponent in (b, float(b), np.float32(b), np.array(b)):
+        assert elementary.power(a, exponent).tobytes() == want.tobytes()

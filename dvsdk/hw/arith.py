@@ -25,6 +25,7 @@ Section numbers (§) are those of dv700-interface.md.
 from __future__ import annotations
 
 import warnings
+import weakref
 
 import numpy as np
 
@@ -123,9 +124,10 @@ def matmul_nd(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     ab = np.broadcast_to(a2, (*batch, n, a2.shape[-1]))
     bb = np.broadcast_to(b2, (*batch, *b2.shape[-2:]))
     out = np.empty((*batch, n, m), dt)
+    packed = _packed_constant(b2) if dt == np.float32 and native.NATIVE is not None else None
     for idx in np.ndindex(*batch):
         if dt == np.float32:
-            matmul(ab[idx], bb[idx], out[idx])
+            matmul(ab[idx], bb[idx], out[idx], packed=packed)
         else:
             _matmul_numpy(np.ascontiguousarray(ab[idx]), bb[idx], out[idx], 0, n, 0, m)
     if a.ndim == 1:
@@ -133,6 +135,39 @@ def matmul_nd(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     if b.ndim == 1:
         out = out[..., 0]
     return out
+
+
+#: pack_b of 2-D operands whose bytes cannot change, by id: (the array, weakly; packed)
+_PACKED: dict[int, tuple[weakref.ref, np.ndarray]] = {}
+
+
+def _immutable(b: np.ndarray) -> bool:
+    """Whether ``b``'s elements can never change: a read-only view of a ``bytes`` object
+    (a net.bin's constants, ``np.frombuffer``), through any chain of numpy views."""
+    base = b
+    while isinstance(base, np.ndarray):
+        if base.flags.writeable:
+            return False
+        base = base.base
+    if isinstance(base, memoryview):
+        base = base.obj if base.readonly else None
+    return isinstance(base, bytes)
+
+
+def _packed_constant(b: np.ndarray) -> np.ndarray | None:
+    """:func:`pack_b` of the 2-D float32 operand ``b``, packed once while ``b`` lives when
+    its bytes cannot change (a CPU step's weights, packed on every run before); None for
+    any other operand (the product packs it)."""
+    if b.ndim != 2 or b.dtype != np.float32 or not _immutable(b):
+        return None
+    hit = _PACKED.get(id(b))
+    if hit is not None and hit[0]() is b:
+        return hit[1]
+    if len(_PACKED) >= 256:
+        _PACKED.clear()
+    packed = pack_b(b)
+    _PACKED[id(b)] = (weakref.ref(b), packed)
+    return packed
 
 
 def total_keys(x: np.ndarray) -> np.ndarray:
