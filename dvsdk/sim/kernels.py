@@ -181,6 +181,11 @@ def _make_tail(run: dict) -> Callable[..., np.ndarray]:
             t = _pool(t, *pool)
         elif pe == POOL.upsample:
             t = ops.upsample2x(t)
+        if act in FUSED_ACTS and (act != ops.ACT_PRELU or prelu is not None):
+            # (a fresh contiguous array: the activation and the rounding in one pass, as
+            # the direct path has them, PReLU included)
+            _epilogue(t, None, None, act, param, prelu)
+            return t
         return ops.finish(t, act, param, prelu, False, owned=True)
     return tail
 
