@@ -27,12 +27,19 @@ Goals (issue 27): every network and the digits model <= 3x onnxruntime (ratio of
 medians), and a first run <= 2x a steady one.  The machine's load average is printed first
 and last: time-based numbers are noisy on a shared machine, the ratios less so.
 
+One thread against one: onnxruntime runs with one intra-op thread, so the simulator's
+loops run unsplit (``DVSDK_SIM_THREADS=1`` unless the environment sets it: on this shared
+2-core machine under load, the split made YOLOv8n ~1.3x and MobileNetV3 ~1.4x slower),
+and BLAS is held to one thread (threadpoolctl, where installed) for the whole run, the
+CPU steps included (they call no BLAS: tests/test_sim_threads.py).
+
     python benchmarks/bench_nets.py [--repeats 21] [--nets yolov8n,dbnet]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import statistics
 import sys
@@ -43,6 +50,7 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+os.environ.setdefault("DVSDK_SIM_THREADS", "1")  # (read when dvsdk.sim.split is imported)
 
 from dvsdk.compiler.build import compile as compile_model  # noqa: E402
 from dvsdk.runtime.net import Net  # noqa: E402
@@ -143,14 +151,31 @@ def main() -> None:
     ap.add_argument("--nets", default=",".join([*NETWORKS, "digits"]),
                     help="comma-separated subset of " + ", ".join([*NETWORKS, "digits"]))
     args = ap.parse_args()
-    import onnx
     import onnxruntime as ort
 
     from dvsdk import native
+    from dvsdk.sim import split
 
+    try:
+        from threadpoolctl import threadpool_limits
+    except ImportError:  # (a dev extra: without it, BLAS keeps its own thread count)
+        blas = contextlib.nullcontext()
+        pinned = "not pinned (no threadpoolctl)"
+    else:
+        blas = threadpool_limits(1, user_api="blas")
+        pinned = "1 thread"
     load = ", ".join(f"{v:.2f}" for v in os.getloadavg())
     print(f"load average {load} on {os.cpu_count()} cores; onnxruntime {ort.__version__} "
-          f"(1 intra-op thread); simulator data paths: {native.describe()}")
+          f"(1 intra-op thread); simulator data paths: {native.describe()}, "
+          f"{split.THREADS} thread(s); BLAS {pinned}")
+    with blas:
+        _measure(args)
+
+
+def _measure(args: argparse.Namespace) -> None:
+    """The table, the breakdown and the CPU-segment overhead (module docstring)."""
+    import onnx
+
     print(f"{'network':19s} {'ort min/med/max ms':>26s} {'sim:// min/med/max ms':>26s} "
           f"{'ratio':>7s} {'goal':>6s} {'of mins':>8s} {'first ms':>9s} {'/steady':>8s}  "
           "cpu steps/segments/transitions")
