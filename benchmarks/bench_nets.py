@@ -14,7 +14,8 @@ against the median of the steady ones, how many CPU steps the program has, in ho
 segments, with how many device<->CPU transitions, where the simulator run's wall time
 went (device segments, CPU ops, pack, sync, unpack), and the accuracy of the run against
 onnxruntime with optimizations disabled (max-abs error as a fraction of the output range;
-the project's FP16 tolerance is 1e-3 + 1e-2 x range).
+the project's FP16 tolerance is 1e-3 + 1e-2 x range).  Then the same run on the board,
+predicted (``RunStats.board``: the device, the CPU's work on one Cortex-A53, the syncs).
 
 Then the host overhead around one CPU segment: a 56x56x64 tensor leaves the device for a
 CPU op and comes back (sync + unpack of its input, pack + sync of its output, summed over
@@ -215,6 +216,17 @@ def _measure(args: argparse.Namespace) -> None:
         print(f"{res['name']:19s} {st.total_us / 1e3:8.1f} {dev:8.1f} {st.cpu_us / 1e3:8.1f} "
               f"{st.pack_us / 1e3:7.1f} {st.sync_us / 1e3:7.1f} {st.unpack_us / 1e3:7.1f} "
               f"{st.device_us / 1e3:10.2f} {res['commands']:5d}  {res['err']:.2e}{tol}")
+    print("\nthe median run on the board, predicted (ms): the device as the simulator "
+          "predicts it, the CPU's work\non one Cortex-A53 and the DMA syncs by "
+          "dvsdk/runtime/board_model.py")
+    print(f"{'network':19s} {'device':>8s} {'CPU':>8s} {'steps':>8s} {'pack/unp':>8s} "
+          f"{'kicks':>8s} {'syncs':>8s} {'total':>8s} {'FPS':>8s}")
+    for res in results:
+        b = res["run"].board
+        print(f"{res['name']:19s} {b.device_us / 1e3:8.2f} {b.cpu_us / 1e3:8.2f} "
+              f"{b.cpu_steps_us / 1e3:8.2f} {(b.pack_us + b.unpack_us) / 1e3:8.2f} "
+              f"{b.kick_us / 1e3:8.2f} {b.sync_us / 1e3:8.2f} {b.total_us / 1e3:8.2f} "
+              f"{b.fps:8.1f}")
     around, cpu = cpu_segment_overhead(max(args.repeats, 20))
     med = statistics.median(around)
     print(f"\nhost overhead around one CPU segment, 56x56x64 tensor (pack+sync+unpack): "

@@ -220,7 +220,8 @@ def test_bench_for_a_time_and_the_table(capsys, monkeypatch):
     assert json.loads(out)["bench"]["runs"] == 2               # the count came first
     rc, out, _ = call([DIGITS, "--bench", "3"], capsys)
     head = out.splitlines()[1].split()
-    assert head == ["stage", "mean", "us", "min", "us", "median", "us", "p99", "us", "max", "us"]
+    assert head == ["stage", "mean", "us", "min", "us", "median", "us", "p99", "us", "max", "us",
+                    "board", "us"]
     assert "3 runs" in out and "FPS sequential" in out
     assert "1 CPU step in 1 segment, 1 device<->CPU transition; CPU ops" in out
 

@@ -110,7 +110,7 @@ def _two_convs(shape=(1, 8, 12, 12), **kw):
     if kw.get("t_is_output"):
         outs.append(t)
     if kw.get("t_read_twice"):
-        outs.append(b.conv(t, 8, 8))
+        outs.append(b.conv(t, 8, 8, k=1))  # (not a twin of conv B: no head merge)
     if kw.get("t_on_cpu"):
         outs.append(b.node("Exp", [t]))
     if kw.get("residual"):

@@ -129,7 +129,7 @@ def test_one_sync_per_byte_range_and_segment_boundary_and_no_layout_moves(monkey
     h = b.conv("x", 12, 20, k=3)
     y = b.node("HardSwish", [silu(b, h)])
     model = b.model([("x", (1, 12, 10, 10))], [b.conv(y, 20, 8, k=1)], "one_segment")
-    netfile = compile_model(model, golden=False)
+    netfile = compile_model(model, golden=False, tables=False)  # (the steps, not a table)
     program = netfile.meta["program"]
     assert [(s["kind"], s.get("op")) for s in program] == [
         ("hw", None), ("cpu", "Mul"), ("cpu", "HardSwish"), ("hw", None)]
@@ -185,7 +185,7 @@ def test_a_squeeze_excitation_scale_from_the_device_is_a_channel_operand(monkeyp
     b = NetBuilder(6)
     x = b.node("HardSwish", [b.conv("x", 8, 20, k=3)])
     model = b.model([("x", (1, 8, 9, 9))], [b.conv(se(b, x, 20), 20, 8, k=1)], "se")
-    netfile = compile_model(model, golden=False)
+    netfile = compile_model(model, golden=False, tables=False)
     muls = [s for s in netfile.meta["program"] if s.get("op") == "Mul"]
     assert len(muls) == 1 and netfile.meta["tensors"][muls[0]["inputs"][1]]["shape"] == [
         1, 20, 1, 1]
@@ -250,7 +250,8 @@ def test_one_op_segments_run_fp16_to_fp16_compiled_with_the_reference_bits(monke
         "GlobalAveragePool", [h]), 20, 8, k=1)]), 8, 20, k=1)], alpha=1 / 6, beta=0.5)
     h = b.node("Mul", [s, h])
     y = b.node("HardSwish", [b.conv(h, 20, 12, k=1)])   # the program's last step
-    netfile = compile_model(b.model([("x", (1, 8, 9, 9))], [y], "fused"), golden=False)
+    netfile = compile_model(b.model([("x", (1, 8, 9, 9))], [y], "fused"), golden=False,
+                            tables=False)
     program = netfile.meta["program"]
     assert [s.get("op") for s in program if s["kind"] == "cpu"] == [
         "HardSwish", "HardSwish", "Mul", "HardSwish"]

@@ -41,9 +41,9 @@ if str(ROOT) not in sys.path:  # run from a checkout without installing
 def tables() -> tuple[dict[str, str], set[str], set[str], set[str]]:
     """(HARDWARE_OPS, CPU kernel names, ops the frontend accepts, frontend HW_OPS)."""
     from dvsdk.compiler.hwmap import HARDWARE_OPS
-    from dvsdk.cpu.ops import KERNELS
+    from dvsdk.cpu.ops import COMPILER_OPS, KERNELS
 
-    hw, cpu = dict(HARDWARE_OPS), set(KERNELS)
+    hw, cpu = dict(HARDWARE_OPS), set(KERNELS) - COMPILER_OPS
     try:
         from dvsdk.compiler.frontends import onnx as onnx_frontend
     except ImportError:  # no onnx: the frontend is not importable

@@ -2,9 +2,12 @@
 
 One warm-up run comes first and is not counted.  Each stage (preprocess, pack, sync,
 device, unpack, CPU ops, total) is summarized by its mean, min, median, 99th percentile
-and max over the runs.  On the simulator the device column is the time predicted at the
+and max over the runs.  On the simulator the device row is the time predicted at the
 configured clock (the simulator's own wall time is not the device's); the host stages
-are measured.
+are measured, so the total mixes both, and the table says so.  Next to them, the
+``board us`` column predicts each stage on the board (``RunStats.board``: the device
+time, then the Cortex-A53 model of :mod:`dvsdk.runtime.board_model` for the CPU's work
+and the syncs), with its own FPS, apart from this host's.
 """
 
 from __future__ import annotations
@@ -17,11 +20,16 @@ from typing import Any
 import numpy as np
 
 from ..netfile import ProgramShape, program_shape
+from ..runtime.board_model import format_us
 from .inputs import Job, preprocessed
 from .term import Console
 
 STAGES = ("preprocess", "pack", "sync", "device", "unpack", "cpu ops", "total")
 COLUMNS = ("mean", "min", "median", "p99", "max")
+#: the table's rows as the board's prediction has them (``BoardEstimate`` fields)
+BOARD_ROWS = {"pack": "pack_us", "sync": "sync_us", "device": "device_us",
+              "unpack": "unpack_us", "cpu ops": "cpu_steps_us", "kick/wait": "kick_us",
+              "total": "total_us"}
 
 
 def summarize(values: list[float]) -> dict[str, float]:
@@ -71,7 +79,11 @@ def bench(net: Any, job: Job, runs: int | None, seconds: float | None,
     fps = 1e6 / max(rows["total"]["mean"], 1e-9)
     fps_pipe = 1e6 / max(rows["total"]["mean"] - dev, dev, 1e-9)
     info = net.device.info()
+    boards = [st.board.as_dict() for st in stats]
+    board = {k: statistics.fmean(b[k] for b in boards) if isinstance(v, (int, float))
+             and not isinstance(v, bool) else v for k, v in boards[0].items()}
     return {"input": job.name, "runs": len(stats), "seconds": wall, "warmup_us": warmup_us,
+            "board": board,
             "stages": rows,
             "fps": fps, "fps_double_buffered": fps_pipe,
             "program": asdict(program_shape(net.meta)),
@@ -91,18 +103,37 @@ def cpu_crossings(meta: dict[str, Any]) -> set[str]:
 
 
 def format_bench(res: dict[str, Any]) -> str:
-    head = f"{'stage':12s}" + "".join(f" {c + ' us':>10s}" for c in COLUMNS)
+    sim = res["device_time"] == "predicted"
+    head = f"{'stage':12s}" + "".join(f" {c + ' us':>10s}" for c in COLUMNS) + f" {'board us':>10s}"
     lines = [f"benchmark: {res['input']}, {res['runs']} runs in {res['seconds']:.2f} s after "
              f"one warm-up run ({res['warmup_us'] / 1e3:.1f} ms, not counted)", head]
-    for k, r in res["stages"].items():
-        lines.append(f"{k:12s}" + "".join(f" {r[c]:10.1f}" for c in COLUMNS))
-    note = (f" (device time predicted by the simulator at {res['clock_mhz']} MHz; host "
-            "stages measured)") if res["device_time"] == "predicted" else ""
+    board = res["board"]
+    rows = [k for k in res["stages"] if k != "total"] + ["kick/wait", "total"]
+    for k in rows:
+        r = res["stages"].get(k)
+        cells = ("".join(f" {r[c]:10.1f}" for c in COLUMNS) if r is not None
+                 else "".join(f" {'-':>10s}" for _ in COLUMNS))
+        b = board.get(BOARD_ROWS.get(k, ""))
+        lines.append(f"{k:12s}{cells}" + (f" {b:10.1f}" if b is not None else f" {'-':>10s}"))
+    where = "this host" if sim else "this board"
+    if sim:
+        lines.append(f"columns mean..max: measured on {where}, but device: predicted by the "
+                     f"simulator's cycle model at {res['clock_mhz']} MHz (so total mixes both)")
+    else:
+        lines.append(f"columns mean..max: measured on {where} (device: kick to interrupt)")
+    lines.append(f"board us: one run on the board, predicted: device as above, the CPU's work "
+                 f"on one Cortex-A53 at {board['cpu_mhz']:g} MHz and the DMA syncs by "
+                 "dvsdk/runtime/board_model.py (preprocessing not modeled)")
     fps, pipe = res["fps"], res["fps_double_buffered"]
     lines.append(f"{ProgramShape(**res['program'])}; CPU ops {res['cpu_us'] / 1e3:.2f} ms, "
                  f"pack/sync/unpack {res['transfer_us'] / 1e3:.2f} ms per run, "
                  f"{res['transfer_around_cpu_us'] / 1e3:.2f} ms of it around the CPU steps "
                  "(medians)")
-    lines.append(f"{fps:.1f} FPS sequential, {pipe:.1f} FPS with double buffering "
-                 f"(x{pipe / fps:.2f}) over {res['runs']} runs{note}")
+    mix = " (host stages measured, device time predicted: not a board figure)" if sim else ""
+    lines.append(f"{where}: {fps:.1f} FPS sequential, {pipe:.1f} FPS with double buffering "
+                 f"(x{pipe / fps:.2f}) over {res['runs']} runs{mix}")
+    lines.append(f"on the board, predicted: {board['fps']:,.1f} FPS sequential, "
+                 f"{format_us(board['total_us'])} per run = device "
+                 f"{format_us(board['device_us'])} + CPU {format_us(board['cpu_us'])} + "
+                 f"DMA syncs {format_us(board['sync_us'])}")
     return "\n".join(lines)

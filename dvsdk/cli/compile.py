@@ -62,6 +62,9 @@ def build_parser() -> Parser:
     p.add_argument("--no-chain", action="store_true",
                    help="one command per layer: keep every layer's output in DRAM instead of "
                         "chaining commands through the unified buffer (for dvsdk analyze)")
+    p.add_argument("--no-tables", action="store_true",
+                   help="keep element-wise tails such as SiLU's sigmoid and product as they "
+                        "are instead of one CPU table lookup per tail (the same results)")
     p.add_argument("-q", "--quiet", action="store_true")
     p.add_argument("--debug", action="store_true", help="show tracebacks")
     p.add_version()
@@ -120,7 +123,7 @@ def main(argv: list[str]) -> int:
             channel_order=args.channel_order, resize=args.resize, labels=args.labels,
             ub_size=args.ub_size, golden=not args.no_golden, format=args.format,
             hw_version=args.hw_version or _target_hw_date(args.target),
-            chain=not args.no_chain, progress=progress)
+            chain=not args.no_chain, tables=not args.no_tables, progress=progress)
         meta = net.meta
         progress(f"writing {out}")
         write(net, out)

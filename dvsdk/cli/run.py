@@ -227,7 +227,7 @@ def _run(args, device) -> int:
             console.step(job.name)
             st = net.last_run
             item = {"input": job.name, "device_us": st.device_us, "cycles": st.cycles,
-                    "wall_us": st.total_us}
+                    "wall_us": st.total_us, "board": st.board.as_dict()}
             bad = nonfinite(outs)
             if bad is not None:
                 item.update(error=bad, exit_code=EXIT_NONFINITE,
@@ -254,17 +254,26 @@ def _run(args, device) -> int:
             _save_npz(args.save, saved)
         profile_rows = None
         if args.profile or args.trace:
+            from ..runtime.profile import default_input
             from .inputs import preprocessed
 
             ok = [j for j in jobs if any(t[0] == j.name for t in traces)]
-            profile_rows = net.profile(preprocessed(net, ok[0]) if ok else None)
+            x0 = preprocessed(net, ok[0]) if ok else default_input(net)
+            profile_rows = net.profile(x0)
         if args.profile:
             from ..runtime.profile import format_profile
 
+            # the board's prediction is that of a normal run of the profiled input
+            run = dict(traces)[ok[0].name] if ok else None
+            if run is None:
+                net.run(x0, timeout=args.timeout)
+                run = net.last_run
+            info = net.device.info()
             if args.json:
                 report["profile"] = profile_rows
+                report["board"] = run.board.as_dict()
             else:
-                print(format_profile(profile_rows, net.device.info().mac_num))
+                print(format_profile(profile_rows, info.mac_num, run, info.conv_freq))
         if benching:
             from .bench import bench, format_bench
 
@@ -302,7 +311,8 @@ def _print_result(console, item: dict, verbose: bool = False, stats=None) -> Non
             lines.append(f"    {seg.name}: {seg.commands} commands, {seg.device_us:.1f} us "
                          f"device, {seg.cycles} cycles")
         lines.append(f"    cpu ops {stats.cpu_us:.0f} us, pack {stats.pack_us:.0f} us, sync "
-                     f"{stats.sync_us:.0f} us, unpack {stats.unpack_us:.0f} us")
+                     f"{stats.sync_us:.0f} us, unpack {stats.unpack_us:.0f} us (measured)")
+        lines.append(f"    on the board, predicted: {stats.board.summary()}")
     for t in item.get("top", []):
         lines.append(f"  {t['probability']:7.2%}  {t['label']}")
     for k, shape in item.get("outputs", {}).items():

@@ -1,7 +1,7 @@
 """``dvsdk-run --trace OUT.json``: the runs as a Chrome trace (JSON object format), which
 Perfetto (ui.perfetto.dev) and chrome://tracing open.
 
-Three tracks in one process:
+Three tracks in one process, as this machine ran it:
 
 * ``runs``: each run, its wall time;
 * ``host``: pack, sync, unpack and CPU ops as measured, and the wait for each hardware
@@ -12,6 +12,15 @@ Three tracks in one process:
   the device reports no per-command time: each command gets the share of the segment's
   time that its own time has when it runs alone (``net.profile``), and carries that
   time in its arguments.
+
+Then the same runs on the board, predicted (``RunStats.board``), each laid from the
+start of its run, its steps one after the other as the runtime does them:
+
+* ``board, predicted: runs``: each run's predicted total;
+* ``board, predicted: DV700``: each hardware segment for its device time (as above);
+* ``board, predicted: Cortex-A53``: the CPU steps, packs, unpacks and each segment's
+  kick and interrupt, for their time on one Cortex-A53 (:mod:`dvsdk.runtime.board_model`);
+* ``board, predicted: DMA syncs``: each cache sync, likewise.
 """
 
 from __future__ import annotations
@@ -20,9 +29,10 @@ import json
 from collections import defaultdict
 from typing import Any
 
+from ..runtime import board_model
 from ..runtime.profile import short_names
 
-RUNS, HOST, DEVICE = 0, 1, 2
+RUNS, HOST, DEVICE, BOARD_RUNS, BOARD_DEVICE, BOARD_CPU, BOARD_SYNC = range(7)
 
 
 def _commands_by_segment(rows: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
@@ -68,13 +78,49 @@ def trace_events(runs: list[tuple[str, Any]], profile_rows: list[dict[str, Any]]
                                         "us_alone": c["us"], "cycles_alone": c["cycles"],
                                         "macs": c["macs"]}})
                 t += share
-        offset += st.total_us + 10.0
+        board = _board_events(name, st, offset)
+        events += board
+        offset += max(st.total_us, sum(e["dur"] for e in board[1:])) + 10.0
+    board_dev = ("board, predicted: DV700 (the simulator's cycle model)" if simulated else
+                 "board: DV700 (measured)")
+    tracks = ((RUNS, "runs"), (HOST, "host"), (DEVICE, dev_name),
+              (BOARD_RUNS, "board, predicted: runs"), (BOARD_DEVICE, board_dev),
+              (BOARD_CPU, f"board, predicted: Cortex-A53 at {board_model.DEFAULT.cpu_mhz:g} MHz"
+                          " (dvsdk/runtime/board_model.py)"),
+              (BOARD_SYNC, "board, predicted: DMA syncs"))
     events += [{"name": "process_name", "ph": "M", "pid": 1, "args": {"name": "dvsdk-run"}}]
     events += [{"name": "thread_name", "ph": "M", "pid": 1, "tid": t, "args": {"name": n}}
-               for t, n in ((RUNS, "runs"), (HOST, "host"), (DEVICE, dev_name))]
+               for t, n in tracks]
     events += [{"name": "thread_sort_index", "ph": "M", "pid": 1, "tid": t,
-                "args": {"sort_index": t}} for t in (RUNS, HOST, DEVICE)]
+                "args": {"sort_index": t}} for t, _ in tracks]
     return events
+
+
+def _board_events(name: str, st: Any, offset: float) -> list[dict[str, Any]]:
+    """Run ``st`` on the board, predicted: its total, then each step for its predicted
+    time, one after the other from ``offset`` (what the model does not know is left out)."""
+    est = st.board
+    out = [{"name": f"run {name}", "cat": "board run", "ph": "X", "pid": 1, "tid": BOARD_RUNS,
+            "ts": offset, "dur": est.total_us, "args": {"predicted": est.as_dict()}}]
+    t = offset
+    for kind, label, _, dur, extra in st.events:
+        us = board_model.event_us(kind, extra)
+        if us is None:
+            continue
+        if kind == "device":
+            out.append({"name": f"kick + interrupt {label}", "cat": "board cpu", "ph": "X",
+                        "pid": 1, "tid": BOARD_CPU, "ts": t, "dur": us,
+                        "args": {"predicted_us": us}})
+            t += us
+            us = float(extra.get("predicted_us", dur))
+            out.append({"name": label, "cat": "board device", "ph": "X", "pid": 1,
+                        "tid": BOARD_DEVICE, "ts": t, "dur": us, "args": {"device_us": us}})
+        else:
+            out.append({"name": label, "cat": f"board {kind}", "ph": "X", "pid": 1,
+                        "tid": BOARD_SYNC if kind == "sync" else BOARD_CPU, "ts": t,
+                        "dur": us, "args": {"predicted_us": us, **extra}})
+        t += us
+    return out
 
 
 def write_trace(path: str, runs: list[tuple[str, Any]],

@@ -22,6 +22,7 @@ from ..driver.device import DeviceInfo
 from ..errors import InvalidArgument, InvalidCommand, ModelError, NetFileError
 from ..hw import quirks
 from ..netfile import FORMAT_VERSION, REGIONS, BlobBuilder, NetFile, decode, encode, write
+from ..runtime.records import encode_attr
 from .golden import add_golden
 from .ir import Graph
 from .lower import lower
@@ -54,6 +55,8 @@ class Options:
     multirun: bool = True
     #: consecutive commands chained through the unified buffer (:mod:`.chain`)
     chain: bool = True
+    #: element-wise tails of device tensors as one CPU table lookup (:mod:`.table`)
+    tables: bool = True
     format: str | None = None  # the model format; None: from the file
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -131,18 +134,6 @@ class _Region:
             {1: "arena", 2: "weights"}[region]
 
 
-def _json_attr(v: Any) -> Any:
-    if isinstance(v, np.ndarray):
-        return {"__array__": v.tolist(), "dtype": v.dtype.str, "shape": list(v.shape)}
-    if isinstance(v, np.generic):
-        return v.item()
-    if isinstance(v, (list, tuple)):
-        return [_json_attr(x) for x in v]
-    if isinstance(v, bytes):
-        return v.decode("latin-1")
-    return v
-
-
 def load_model(model: Any, options: Options) -> Graph:
     """Read and optimize a model: a path (the format from the file unless
     ``options.format`` names it) or an in-memory ONNX model (bytes or a ModelProto)."""
@@ -202,7 +193,7 @@ def _encode_program(program: Program, mplan: Plan, options: Options
                 if name and c is not None and name not in const_index:
                     const_index[name] = constants.add_array(np.asarray(c))
             steps.append({"kind": "cpu", "op": op.type, "name": op.name,
-                          "attrs": {k: _json_attr(v) for k, v in op.attrs.items()},
+                          "attrs": {k: encode_attr(v) for k, v in op.attrs.items()},
                           "inputs": list(op.inputs), "outputs": list(op.outputs)})
     # A graph output that folded to a constant (e.g. a Shape of a static tensor) is produced
     # by no step: the runtime returns it from CNST.
@@ -229,7 +220,7 @@ def compile_graph(graph: Graph, options: Options, source: str = "") -> NetFile:
 
         graph = transpose_spatial(graph)
     program = lower(graph, info, quantize=quantized, multirun=options.multirun,
-                    chain=options.chain)
+                    chain=options.chain, tables=options.tables)
     mplan = plan(program)
     steps, cmds, weights, constants, const_index = _encode_program(program, mplan, options)
     tensors = {}

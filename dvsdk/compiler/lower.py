@@ -26,6 +26,7 @@ from .lower_ops import OpLowerings
 from .multirun import MultiRunLowerings
 from .program import CpuStep, HwCmd, HwStep, Program, out_hwc, validate_cmd
 from .schedule import schedule
+from .table import tabulate
 
 #: Op attribute a graph builder may set (``dvsdk.vx`` does): ``"cpu"`` keeps the op out of
 #: DV700 runs (no mapping, no fusion); ``"hw"`` on an ``LRN`` asks for the LRN unit (§4.7),
@@ -428,9 +429,13 @@ class Lowering(OpLowerings, MultiRunLowerings):
 
 
 def lower(graph: Graph, info: DeviceInfo, quantize: bool | frozenset = False,
-          multirun: bool = True, chain: bool = True) -> Program:
-    """Lower an optimized, shape-inferred graph for a device with ``info``; the steps in an
+          multirun: bool = True, chain: bool = True, tables: bool = True) -> Program:
+    """Lower an optimized, shape-inferred graph for a device with ``info``; element-wise
+    tails of device tensors as table lookups (``tables``, :mod:`.table`), the steps in an
     order with few device <-> CPU transitions (:mod:`.schedule`), chained commands merged
     into one (``chain``, :mod:`.chain`)."""
-    program = schedule(Lowering(graph, info, quantize, multirun).run())
+    program = Lowering(graph, info, quantize, multirun).run()
+    if tables:
+        program = tabulate(program)
+    program = schedule(program)
     return chain_commands(program, info) if chain else program

@@ -29,6 +29,8 @@ normalize_clip           Clip with constant bounds -> ``Clip(x)`` with float att
                          ``max`` (+-inf when absent); Clip(0, 6) is the ReLU6 marker
 split_grouped_conv       Conv with 1 < group < C_in -> Split + one Conv per group + Concat
                          (depthwise convs, group == C_in, are kept)
+merge_sibling_heads,     output heads in cheaper shapes (:mod:`.heads`)
+deconv_to_pixels
 =======================  ==================================================================
 """
 
@@ -41,6 +43,7 @@ import numpy as np
 from ..cpu.nn import pool_output_shape
 from ..errors import ModelError
 from .fold import infer_and_fold, infer_shapes
+from .heads import HEAD_PASSES
 from .ir import Graph, Op
 
 __all__ = [
@@ -480,7 +483,7 @@ def split_grouped_conv(graph: Graph) -> Graph:
 #: The default pass order used by :func:`optimize`.
 PASSES: list[Callable[[Graph], Graph]] = [
     remove_identity, canonicalize_gemm, matmul_to_gemm, fold_pad, fold_batchnorm,
-    fold_hardsigmoid, fold_affine, normalize_clip, split_grouped_conv,
+    fold_hardsigmoid, fold_affine, normalize_clip, split_grouped_conv, *HEAD_PASSES,
 ]
 
 

@@ -87,6 +87,7 @@ DTYPE_RULES: dict[str, tuple[str, ...]] = {
         "Slice Gather GatherElements Pad Expand Tile DepthToSpace SpaceToDepth").split()},
     "Concat": (_ANY,),
     "ConstantOfShape": (_INT,),
+    "Fp16Table": (_F, _F),
 }
 
 

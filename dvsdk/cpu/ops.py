@@ -22,6 +22,7 @@ import numpy as np
 
 from ..errors import ModelError
 from ..hw import arith, elementary
+from ..hw.fp16 import to_f16
 from .dtypes import onnx_dtype, refusal
 from .nn import NN_KERNELS
 from .roi import max_roi_pool
@@ -410,9 +411,31 @@ def _arg(fn: Callable[..., Arr]) -> Kernel:
     return kernel
 
 
+def _fp16_table(inputs: list, attrs: Attrs) -> list[Arr]:
+    """dvsdk's ``Fp16Table(x, table)``: ``table[b]`` for the binary16 bits ``b`` of each
+    element of ``x`` (a device tensor: its values are binary16; others are rounded to
+    nearest even first, a NaN to 0x7E00); 65,536 float32 entries (dvsdk.compiler.table,
+    firmware_spec/netbin.md).  The result has ``x``'s memory order, as an element-wise
+    ufunc's would: what reduces it later sums in the same order."""
+    x, table = np.asarray(inputs[0], np.float32), np.asarray(inputs[1])
+    if table.shape != (65536,) or table.dtype != np.float32:
+        raise ModelError("Fp16Table needs 65536 float32 entries", field="table",
+                         value=f"{table.dtype}{list(table.shape)}", limit="float32[65536]")
+    out = np.empty_like(x)
+    dst = out.ravel(order="K")  # (a view: out is contiguous in x's axis order)
+    np.take(table, to_f16(x.ravel(order="K")).view(np.uint16), out=dst, mode="clip")
+    if not np.shares_memory(dst, out):  # (empty_like keeps a dense layout: not reached)
+        out[...] = table[to_f16(np.ascontiguousarray(x)).view(np.uint16)].reshape(x.shape)
+    return [out]
+
+
 def _matmul(inputs: list, attrs: Attrs) -> list[Arr]:
     return [arith.matmul_nd(inputs[0], inputs[1])]
 
+
+#: ops only the compiler writes (firmware_spec/netbin.md), not ops of any model format:
+#: the frontends refuse them and the supported-ops tables leave them out
+COMPILER_OPS = frozenset({"Fp16Table"})
 
 KERNELS: dict[str, Kernel] = {
     # activations / unary math
@@ -495,6 +518,7 @@ KERNELS: dict[str, Kernel] = {
     "ArgMin": _arg(np.argmin),
     **NN_KERNELS,
     "MaxRoiPool": max_roi_pool,
+    "Fp16Table": _fp16_table,
 }
 
 

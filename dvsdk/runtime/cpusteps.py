@@ -45,14 +45,16 @@ from ..cpu import ops as cpu_ops
 from ..errors import DeviceError, NetFileError
 from ..hw import layout
 from ..hw.fp16 import to_f16, to_f32
+from . import board_model
 
 #: ops whose kernels compute each output element from the same element of each operand
 ELEMENTWISE = frozenset({
     "Relu", "LeakyRelu", "PRelu", "Sigmoid", "Tanh", "Elu", "Selu", "Clip", "HardSigmoid",
     "HardSwish", "Softplus", "Softsign", "Exp", "Log", "Sqrt", "Neg", "Abs", "Reciprocal",
     "Floor", "Ceil", "Round", "Sign", "Identity", "Dropout", "Add", "Sub", "Mul", "Div",
-    "Max", "Min", "Sum", "Mean",
+    "Max", "Min", "Sum", "Mean", "Fp16Table",
 })
+TABLE = "Fp16Table"  # (dvsdk.compiler.table): the table is its second operand
 MODES = ("device", "unpack")
 _F32 = np.dtype(np.float32)
 
@@ -161,10 +163,9 @@ def step(net: Any, h: Any) -> None:
     """Run CPU step ``h.pc`` of ``net`` (one op), syncing on entering and leaving its
     segment; the caller advances ``h.pc``."""
     seg = net._segments[h.pc]
-    plan = net._fused.get(h.pc)
-    if plan is None:
-        plan = net._fused[h.pc] = _fused_plan(net, seg)
-    if plan and native.NATIVE is not None and plan.x not in h.host and plan.y not in h.host:
+    plan = fused_plan(net, h.pc)
+    if plan and (native.NATIVE is not None or plan.table is not None) \
+            and plan.x not in h.host and plan.y not in h.host:
         _run_fused(net, h, seg, plan)  # (an operand the host holds unrounded: general path)
         return
     if h.segment is None or h.segment.segment is not seg:
@@ -172,9 +173,11 @@ def step(net: Any, h: Any) -> None:
     op_type, attrs, inputs, outputs, name = net.steps[h.pc][1]
     out = outputs[0] if len(outputs) == 1 else None
     args = _chunked_args(net, h, op_type, inputs, out) if out else None
-    with h.stats.stage("cpu", f"{op_type} {name}"):
+    work: dict = {}
+    with h.stats.stage("cpu", f"{op_type} {name}", work):
         try:
             if args is not None:
+                vals = [v for _, v in args[0]]
                 results = [_run_chunked(op_type, attrs, *args)]
             else:
                 vals = [_nchw(net, h, i) if i else None for i in inputs]
@@ -184,6 +187,7 @@ def step(net: Any, h: Any) -> None:
         except Exception as e:  # noqa: BLE001 - a damaged record must not escape raw
             raise NetFileError(f"CPU op {op_type} {name} cannot run: {e}",
                                field=f"program.{name}", value=op_type) from e
+    work.update(board_model.step_work(op_type, attrs, vals, results))
     for o, val in zip(outputs, results):
         want = net.tensors[o]["shape"] if o else None
         if want is not None and list(np.shape(val)) != list(want):
@@ -218,7 +222,7 @@ def _read_spans(net: Any, names: list[str]) -> list[tuple[int, int, str]]:
 
 def _sync_spans_for_cpu(h: Any, spans: list[tuple[int, int, str]]) -> None:
     for a, b, names in spans:
-        with h.stats.stage("sync", names):
+        with h.stats.stage("sync", names, {"bytes": b - a}):
             h.ctx.arena.sync_for_cpu(a, b - a)
 
 
@@ -230,19 +234,19 @@ def _leave(net: Any, h: Any) -> None:
         d = net._dev(name)
         hwc, tr = tuple(d["hwc"]), bool(d.get("transpose"))
         v = h.host[name]
-        with h.stats.stage("pack", name):
-            if isinstance(v, Chunked) and v.key == (hwc, tr):  # rounded into the arena
-                nbytes = 2 * v.flat.size
+        chunked = isinstance(v, Chunked) and v.key == (hwc, tr)
+        nbytes = 2 * v.flat.size if chunked else 2 * hwc[0] * hwc[1] * hwc[2]
+        with h.stats.stage("pack", name, {"bytes": nbytes}):
+            if chunked:  # rounded into the arena
                 h.ctx.arena.write_with(d["offset"], nbytes,
                                        lambda view, v=v: to_f16(v.flat, view.view(np.float16)))
             else:  # packed straight into the arena (no copy after)
-                nbytes = 2 * hwc[0] * hwc[1] * hwc[2]
                 x = _to_hwc(np.asarray(v, np.float32), hwc)
                 h.ctx.arena.write_with(d["offset"], nbytes, lambda view, x=x, tr=tr: layout.pack(
                     x, transpose=tr, out=view.view(np.float16)))
         items.append((d["offset"], d["offset"] + nbytes, name))
     for a, b, names in _spans(items):
-        with h.stats.stage("sync", names):
+        with h.stats.stage("sync", names, {"bytes": b - a}):
             h.ctx.arena.sync_for_device(a, b - a)
     h.segment = None
 
@@ -267,7 +271,7 @@ def _nchw(net: Any, h: Any, name: str) -> np.ndarray:
     v = h.host.get(name)
     if v is None:
         raw, d = _device_bytes(net, h, name)
-        with h.stats.stage("unpack", name):
+        with h.stats.stage("unpack", name, {"bytes": raw.nbytes}):
             hwc = layout.unpack(raw, tuple(d["hwc"]), transpose=bool(d.get("transpose")))
             v = h.host[name] = hwc.transpose(2, 0, 1)[None] if len(
                 net.tensors[name]["shape"]) == 4 else hwc.reshape(net.tensors[name]["shape"])
@@ -290,11 +294,16 @@ def _chunked_args(net: Any, h: Any, op: str, inputs: list[str], out: str
     hwc = (hh, ww, c)
     ops: list[tuple[int, Any]] = []
     key = None
-    for name in inputs:
+    for i, name in enumerate(inputs):
         if not name:
             ops.append((SCALAR, None))
             continue
         v = net.constants.get(name)
+        if op == TABLE and i == 1:  # the lookup table: passed as it is
+            if v is None:
+                return None
+            ops.append((SCALAR, v))
+            continue
         if v is None:
             v = h.host.get(name)
         if v is None:  # on the device, synced: as the output's layout, or (1, 1, C)
@@ -340,7 +349,7 @@ def _chunked_args(net: Any, h: Any, op: str, inputs: list[str], out: str
     for kind, v in ops:
         if isinstance(v, str):  # read from the arena: FP16 -> float32, no element moves
             raw, d = _device_bytes(net, h, v)
-            with h.stats.stage("unpack", v):
+            with h.stats.stage("unpack", v, {"bytes": raw.nbytes}):
                 got = Chunked(to_f32(raw.view(np.float16)), tuple(d["hwc"]),
                               bool(d.get("transpose")))
             h.host[v] = got
@@ -408,13 +417,36 @@ class FusedPlan:
     label: str = ""           # the step's name in RunStats
     in_place: bool = True     # the result may be written straight into the arena (its
     #                           range meets no operand's: the planner's never does)
+    table: np.ndarray | None = None  # Fp16Table: the table rounded to binary16, as bits
+
+
+#: FusedPlan.code of a table lookup (a numpy gather, no compiled loop needed)
+TABLE_CODE = -1
+
+
+def fused_plan(net: Any, index: int) -> FusedPlan | bool:
+    """The :class:`FusedPlan` of CPU step ``index`` of ``net`` (made on first use), or
+    False where the general path runs it."""
+    plan = net._fused.get(index)
+    if plan is None:
+        plan = net._fused[index] = _fused_plan(net, net._segments[index])
+    return plan
+
+
+def plan_work(plan: FusedPlan) -> dict:
+    """What a step on the compiled path does, for :mod:`.board_model`."""
+    hh, ww, c = plan.hwc
+    n = hh * ww * c
+    return board_model.fused_work(plan.label.split(" ")[0], n, None if plan.y is None else
+                                  c if plan.per_channel else n)
 
 
 def _fused_plan(net: Any, seg: Segment) -> FusedPlan | bool:
     """The step's :class:`FusedPlan`, or False where the general path must run it."""
     op_type, _, inputs, outputs, _ = net.steps[seg.start][1]
-    if (seg.end - seg.start != 1 or seg.end >= len(net.steps) or op_type not in FUSED
-            or len(outputs) != 1 or not outputs[0]):
+    if (seg.end - seg.start != 1 or seg.end >= len(net.steps)
+            or (op_type not in FUSED and op_type != TABLE) or len(outputs) != 1
+            or not outputs[0]):
         return False  # (a segment at the program's end leaves unrounded outputs)
     out, d_out = outputs[0], net._dev(outputs[0])
     shape = net.tensors[out]["shape"]
@@ -424,6 +456,19 @@ def _fused_plan(net: Any, seg: Segment) -> FusedPlan | bool:
     key = ((hh, ww, c), bool(d_out.get("transpose")))
     if tuple(d_out["hwc"]) != key[0]:
         return False
+    if op_type == TABLE:
+        x, t = inputs if len(inputs) == 2 else ("", "")
+        d, table = net._dev(x) if x else None, net.constants.get(t)
+        if d is None or x in net.constants or table is None or \
+                (tuple(d["hwc"]), bool(d.get("transpose"))) != key or table.size != 1 << 16:
+            return False
+        syncs = tuple(_read_spans(net, seg.reads))
+        a = d_out["offset"]
+        b = a + 2 * hh * ww * c
+        bits = to_f16(np.asarray(table, np.float32).reshape(-1)).view(np.uint16)
+        return FusedPlan(TABLE_CODE, x, None, False, False, out, key[0], syncs,
+                         f"{op_type} {net.steps[seg.start][1][4]}",
+                         not any(s < b and a < e for s, e, _ in syncs), bits)
     full, channel = [], []
     for name in inputs:
         d = net._dev(name) if name and name not in net.constants else None
@@ -452,7 +497,8 @@ def _run_fused(net: Any, h: Any, seg: Segment, plan: FusedPlan) -> None:
     _sync_spans_for_cpu(h, plan.syncs)  # (its operands are not held by the host: step())
     hh, ww, c = plan.hwc
     d = net._dev(plan.out)
-    with h.stats.stage("cpu", plan.label):
+    n = hh * ww * c
+    with h.stats.stage("cpu", plan.label, plan_work(plan)):
         x, _ = _device_bytes(net, h, plan.x)
         y = None if plan.y is None else _device_bytes(net, h, plan.y)[0]
         if plan.per_channel:
@@ -460,6 +506,9 @@ def _run_fused(net: Any, h: Any, seg: Segment, plan: FusedPlan) -> None:
         y = None if y is None else y if plan.per_channel else y.view(np.uint16)
 
         def fill(view: np.ndarray) -> None:  # the result straight into the arena
+            if plan.table is not None:  # binary16 in, binary16 out: a gather
+                np.take(plan.table, x.view(np.uint16), out=view.view(np.uint16), mode="clip")
+                return
             native.NATIVE.ew_f16(plan.code, x.view(np.uint16), view.view(np.uint16), y,
                                  c if plan.per_channel else 0, hh * ww, plan.y_first)
 
@@ -474,5 +523,5 @@ def _run_fused(net: Any, h: Any, seg: Segment, plan: FusedPlan) -> None:
             op_type, name = plan.label.split(" ", 1)
             raise NetFileError(f"CPU op {plan.label} cannot run: {e}",
                                field=f"program.{name}", value=op_type) from e
-    with h.stats.stage("sync", plan.out):
-        h.ctx.arena.sync_for_device(d["offset"], 2 * hh * ww * c)
+    with h.stats.stage("sync", plan.out, {"bytes": 2 * n}):
+        h.ctx.arena.sync_for_device(d["offset"], 2 * n)

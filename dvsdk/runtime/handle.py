@@ -16,6 +16,8 @@ import numpy as np
 from ..driver.cmdlist import CommandList
 from ..driver.commands import ConvCommand
 from ..errors import InvalidArgument, NetFileError
+from . import board_model
+from .board_model import BoardEstimate
 
 
 def spec_dtype(spec: dict) -> np.dtype:
@@ -66,7 +68,10 @@ class SegmentStats:
 
 @dataclass
 class RunStats:
-    """Where the time of the last ``run`` went (µs); ``events`` feed ``--trace``."""
+    """Where the time of the last ``run`` went (µs), as this machine measured it (the
+    device time: predicted by the simulator's cycle model on ``sim://``, measured on a
+    board: ``device_predicted``); ``board`` predicts the same run on the board.
+    ``events`` (kind, name, start, duration, what it did) feed ``--trace`` and ``board``."""
 
     segments: list[SegmentStats] = field(default_factory=list)
     cpu_us: float = 0.0
@@ -76,10 +81,13 @@ class RunStats:
     total_us: float = 0.0
     events: list[tuple[str, str, float, float, dict]] = field(default_factory=list)
     t0: float = field(default_factory=time.perf_counter)
+    device_predicted: bool = True
 
-    def stage(self, kind: str, name: str) -> _Stage:
-        """A ``with`` block timed as one ``kind`` event named ``name``."""
-        return _Stage(self, kind, name)
+    def stage(self, kind: str, name: str, work: dict | None = None) -> _Stage:
+        """A ``with`` block timed as one ``kind`` event named ``name``; ``work`` (what it
+        did: bytes, op, elements; :mod:`.board_model`) becomes the event's details, and
+        may be filled in after the block."""
+        return _Stage(self, kind, name, {} if work is None else work)
 
     @property
     def device_us(self) -> float:
@@ -89,15 +97,21 @@ class RunStats:
     def cycles(self) -> int:
         return sum(s.cycles or 0 for s in self.segments)
 
+    @property
+    def board(self) -> BoardEstimate:
+        """This run on the board, predicted: its device time, then the Cortex-A53 model
+        (:mod:`dvsdk.runtime.board_model`) for the CPU's work and the cache syncs."""
+        return board_model.estimate(self.events, self.device_predicted)
+
 
 class _Stage:
     """The context manager of :meth:`RunStats.stage` (a class: it runs several times per
     CPU step, where a generator-based one costs microseconds)."""
 
-    __slots__ = ("stats", "kind", "name", "start")
+    __slots__ = ("stats", "kind", "name", "work", "start")
 
-    def __init__(self, stats: RunStats, kind: str, name: str) -> None:
-        self.stats, self.kind, self.name = stats, kind, name
+    def __init__(self, stats: RunStats, kind: str, name: str, work: dict) -> None:
+        self.stats, self.kind, self.name, self.work = stats, kind, name, work
 
     def __enter__(self) -> None:
         self.start = time.perf_counter()
@@ -107,7 +121,7 @@ class _Stage:
         dur = (time.perf_counter() - start) * 1e6
         attr = f"{self.kind}_us"
         setattr(st, attr, getattr(st, attr) + dur)
-        st.events.append((self.kind, self.name, (start - st.t0) * 1e6, dur, {}))
+        st.events.append((self.kind, self.name, (start - st.t0) * 1e6, dur, self.work))
 
 
 @dataclass
@@ -126,7 +140,7 @@ class Run:
     def __init__(self, net: Any, ctx: RunContext, timeout: float) -> None:
         self.net, self.ctx, self.timeout = net, ctx, timeout
         self.host: dict[str, np.ndarray] = {}
-        self.stats = RunStats()
+        self.stats = RunStats(device_predicted=getattr(net, "simulated", True))
         self.pc = 0
         self.exec_id: int | None = None
         self.segment: Any = None  # the CPU segment in progress (cpusteps.SegmentState)

@@ -32,7 +32,7 @@ from ..driver.device import Device, check_timeout, open_device
 from ..errors import DeviceError, InvalidArgument, NetFileError
 from ..hw import layout
 from ..netfile import NetFile, check, check_hardware, read
-from . import cpusteps
+from . import board_model, cpusteps
 from .handle import (
     Run,
     RunContext,
@@ -73,7 +73,10 @@ class Net:
         self._buffers = []
         self._lists: list[CommandList] = []
         try:
-            check_hardware(self.file, self.device.info())
+            info = self.device.info()
+            check_hardware(self.file, info)
+            #: the device times are the simulator's predictions (else measured on a board)
+            self.simulated = bool(info.simulated)
             self.meta = meta
             self.tensors: dict[str, dict] = meta["tensors"]
             self.inputs: list[dict] = meta["inputs"]
@@ -89,7 +92,7 @@ class Net:
         except BaseException:
             self.close()
             raise
-        self.last_run = RunStats()
+        self.last_run = RunStats(device_predicted=self.simulated)
         self._pending: list[Run] = []
 
     @property
@@ -143,20 +146,20 @@ class Net:
         d = self._dev(name)
         h, w, c = d["hwc"]
         nbytes = 2 * h * w * c
-        with st.stage("pack", name):  # packed straight into the arena (no copy after)
+        with st.stage("pack", name, {"bytes": nbytes}):  # straight into the arena
             hwc = _to_hwc(value, (h, w, c))
             ctx.arena.write_with(d["offset"], nbytes, lambda view: layout.pack(
                 hwc, transpose=bool(d.get("transpose")), out=view.view(np.float16)))
-        with st.stage("sync", name):
+        with st.stage("sync", name, {"bytes": nbytes}):
             ctx.arena.sync_for_device(d["offset"], nbytes)
 
     def _download(self, ctx: RunContext, name: str, st: RunStats) -> np.ndarray:
         d = self._dev(name)
         h, w, c = d["hwc"]
         n = h * w * c * 2
-        with st.stage("sync", name):
+        with st.stage("sync", name, {"bytes": n}):
             ctx.arena.sync_for_cpu(d["offset"], n)
-        with st.stage("unpack", name):
+        with st.stage("unpack", name, {"bytes": n}):
             hwc = layout.unpack(ctx.arena.read(d["offset"], n, copy=False), (h, w, c),
                                 transpose=bool(d.get("transpose")))
             return _from_hwc(hwc, tuple(self.tensors[name]["shape"]))
@@ -273,7 +276,8 @@ class Net:
         else:
             op_type, attrs, inputs, outputs, name = payload
             args = [self._value(h, i) if i else None for i in inputs]
-            with h.stats.stage("cpu", f"{op_type} {name}"):
+            work: dict = {}
+            with h.stats.stage("cpu", f"{op_type} {name}", work):
                 try:
                     results = cpu_ops.run_op(op_type, args, attrs)
                 except DeviceError:
@@ -281,6 +285,7 @@ class Net:
                 except Exception as e:  # noqa: BLE001 - a damaged record must not escape raw
                     raise NetFileError(f"CPU op {op_type} {name} cannot run: {e}",
                                        field=f"program.{name}", value=op_type) from e
+            work.update(board_model.step_work(op_type, attrs, args, results))
             for out, val in zip(outputs, results):
                 want = self.tensors[out]["shape"] if out else None
                 if want is not None and list(np.shape(val)) != list(want):

@@ -2,7 +2,10 @@
 
 Every hardware command runs as its own command list, so its cycles (predicted on
 the simulator), time, bytes moved and MAC utilization can be attributed.  CPU ops
-run in between exactly as in a normal run.
+run in between exactly as in a normal run; each also gets its time on the board's
+Cortex-A53 as :mod:`.board_model` predicts it (for the path a normal run takes).
+:func:`format_profile` ends with a normal run end to end on the board, predicted: the
+device, the CPU's work and the cache syncs.
 """
 
 from __future__ import annotations
@@ -13,11 +16,13 @@ from typing import Any
 
 import numpy as np
 
+from .. import native
 from ..cpu import ops as cpu_ops
 from ..driver.cmdlist import CommandList
 from ..driver.commands import ConvCommand
 from ..hw import dims
-from .handle import Run
+from . import board_model, cpusteps
+from .handle import Run, RunStats
 
 
 def command_macs(cmd: ConvCommand) -> int:
@@ -36,13 +41,28 @@ def _describe(cmd: ConvCommand) -> tuple[tuple[int, int, int], tuple[int, int, i
     return (cmd.h, cmd.w, cmd.c), dims.command_output_shape(cmd, cmd.runs)
 
 
+def default_input(net: Any) -> dict[str, np.ndarray]:
+    """What the profile runs without an input: the golden input, else zeros."""
+    gold = net.meta.get("golden")
+    if gold:
+        return {n: net.file.array(e, "GOLD") for n, e in gold["inputs"].items()}
+    return {i["name"]: np.zeros(i["shape"], np.float32) for i in net.inputs}
+
+
+def _board_work(net: Any, index: int, op_type: str, attrs: dict, args: list,
+                results: list) -> dict[str, Any]:
+    """What CPU step ``index`` does as a normal run runs it (the compiled FP16 path where
+    that run takes it), for :mod:`.board_model`."""
+    if net.cpu_steps == "device" and native.NATIVE is not None:
+        plan = cpusteps.fused_plan(net, index)
+        if plan:
+            return cpusteps.plan_work(plan)
+    return board_model.step_work(op_type, attrs, args, results)
+
+
 def profile_net(net: Any, x: Any | None = None) -> list[dict[str, Any]]:
     if x is None:
-        gold = net.meta.get("golden")
-        if gold:
-            x = {n: net.file.array(e, "GOLD") for n, e in gold["inputs"].items()}
-        else:
-            x = {i["name"]: np.zeros(i["shape"], np.float32) for i in net.inputs}
+        x = default_input(net)
     while net._pending:
         net._pending[0].wait()
     ctx = net._contexts[0]
@@ -62,7 +82,7 @@ def profile_net(net: Any, x: Any | None = None) -> list[dict[str, Any]]:
             net._upload(ctx, name, arr, h.stats)
     rows: list[dict[str, Any]] = []
     program = net.meta["program"]
-    for step_meta, (kind, payload) in zip(program, net.steps):
+    for index, (step_meta, (kind, payload)) in enumerate(zip(program, net.steps)):
         if kind != "hw":
             op_type, attrs, inputs, outputs, name = payload
             args = [net._value(h, i) if i else None for i in inputs]
@@ -75,8 +95,10 @@ def profile_net(net: Any, x: Any | None = None) -> list[dict[str, Any]]:
                     h.host[out] = np.asarray(val)
                     if net._dev(out) is not None:
                         net._upload(ctx, out, h.host[out], h.stats)
+            work = _board_work(net, index, op_type, attrs, args, results)
             rows.append({"index": len(rows), "where": "cpu", "sources": [name],
-                         "kind": op_type, "us": us, "cycles": None})
+                         "kind": op_type, "us": us, "cycles": None,
+                         "board_us": board_model.event_us("cpu", work), "board_work": work})
             continue
         start, count = step_meta["commands"]
         kinds = step_meta.get("runs", [""] * count)
@@ -132,17 +154,23 @@ def short_names(names: list[str], width: int = 32) -> list[str]:
     return out
 
 
-def format_profile(rows: list[dict[str, Any]], peak_macs: int) -> str:
+def format_profile(rows: list[dict[str, Any]], peak_macs: int, run: RunStats | None = None,
+                   clock_mhz: float | None = None) -> str:
+    """The profile table; with ``run`` (a normal run of the same input), that run on the
+    board, predicted, and what this machine measured of it."""
     names = short_names([r["sources"][0] if r["sources"] else "" for r in rows])
     labels = [f"{n} {r['kind']}".strip() for n, r in zip(names, rows)]
     w = min(max([len("op / run"), *map(len, labels)]), 64)
     lines = [f"{'#':>3s} {'where':5s} {'op / run':{w}s} {'in HxWxC':>13s} {'out HxWxC':>13s} "
-             f"{'cycles':>9s} {'us':>9s} {'MAC util':>8s} {'bytes':>9s} {'tiles':>5s}"]
+             f"{'cycles':>9s} {'us':>9s} {'MAC util':>8s} {'bytes':>9s} {'tiles':>5s} "
+             f"{'board us':>9s}"]
     for r, label in zip(rows, labels):
         label = label if len(label) <= w else label[: w - 3] + "..."
         if r["where"] == "cpu":
+            board = r.get("board_us")
+            shown = f"{board:9.1f}" if board is not None else f"{'-':>9s}"
             lines.append(f"{r['index']:3d} cpu   {label:{w}s} {'':>13s} {'':>13s} {'':>9s} "
-                         f"{r['us']:9.1f}")
+                         f"{r['us']:9.1f} {'':>8s} {'':>9s} {'':>5s} {shown}")
             continue
         fmt = "x".join
         util = f"{r['mac_util']:.0%}" if r["mac_util"] is not None else "-"
@@ -155,4 +183,29 @@ def format_profile(rows: list[dict[str, Any]], peak_macs: int) -> str:
     lines.append(f"total: {len(hw)} commands, {tot_c} cycles, {sum(r['us'] for r in hw):.1f} us "
                  f"device, MAC utilization {tot_m / max(tot_c * peak_macs, 1):.0%} of the "
                  f"{peak_macs}-MAC peak")
+    if run is not None:
+        lines += board_lines(run, clock_mhz, profile=True)
     return "\n".join(lines)
+
+
+def board_lines(run: RunStats, clock_mhz: float | None, profile: bool = False) -> list[str]:
+    """A run on the board, predicted (the three parts, labelled), and what this machine
+    measured of it."""
+    b = run.board
+    sim = run.device_predicted
+    clock = f" at {clock_mhz:g} MHz" if clock_mhz else ""
+    lines = []
+    if profile:
+        dev = (f"the device's, predicted by the simulator's cycle model{clock}" if sim else
+               "the device's, measured")
+        lines.append(f"us: hw rows {dev}; cpu rows this machine's, measured; board us: the "
+                     f"CPU step on one Cortex-A53 at {b.cpu_mhz:g} MHz, predicted "
+                     "(dvsdk/runtime/board_model.py)")
+    head, *parts = b.lines()
+    lines += [f"on the board, predicted: {head}", *parts]
+    where = "this host" if sim else "this board"
+    lines.append(f"measured on {where}, the same run: CPU steps {run.cpu_us:.1f} us, "
+                 f"pack/unpack {run.pack_us + run.unpack_us:.1f} us, syncs {run.sync_us:.1f} "
+                 f"us, {run.total_us:.1f} us in all"
+                 + (" (simulating the device included)" if sim else ""))
+    return lines

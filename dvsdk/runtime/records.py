@@ -155,6 +155,20 @@ _REQUIRED = {"LRN": ("size",), "DepthToSpace": ("blocksize",), "SpaceToDepth": (
 _AXIS_INCLUSIVE = {"Flatten"}
 
 
+def encode_attr(v: Any) -> Any:
+    """An attribute value as net.bin's META holds it (JSON): the inverse of
+    :func:`decode_attr`; arrays become ``{"__array__", "dtype", "shape"}``."""
+    if isinstance(v, np.ndarray):
+        return {"__array__": v.tolist(), "dtype": v.dtype.str, "shape": list(v.shape)}
+    if isinstance(v, np.generic):
+        return v.item()
+    if isinstance(v, (list, tuple)):
+        return [encode_attr(x) for x in v]
+    if isinstance(v, bytes):
+        return v.decode("latin-1")
+    return v
+
+
 def decode_attr(v: Any, path: str = "attrs") -> Any:
     """A JSON attribute value as the kernel takes it; arrays (``{"__array__", "dtype",
     "shape"}``) become numpy arrays whose dtype, shape and element values are checked."""

@@ -26,7 +26,7 @@ import onnx
 from onnx import helper, numpy_helper
 
 from ...cpu.dtypes import ONNX_DTYPES, type_name
-from ...cpu.ops import KERNELS
+from ...cpu.ops import COMPILER_OPS, KERNELS
 from ...errors import ModelError, UnsupportedOps
 from ..hwmap import HARDWARE_OPS
 from ..ir import Graph, Op, Tensor
@@ -38,7 +38,7 @@ HW_OPS = frozenset(HARDWARE_OPS)
 #: Op types the frontend rewrites into others (or into constants).
 _REWRITTEN = frozenset({"Constant", "Upsample"})
 #: Everything load_onnx accepts.
-SUPPORTED_OPS = frozenset(HW_OPS | set(KERNELS) | _REWRITTEN)
+SUPPORTED_OPS = frozenset(HW_OPS | (set(KERNELS) - COMPILER_OPS) | _REWRITTEN)
 
 _REDUCE = ("ReduceSum ReduceMean ReduceMax ReduceMin ReduceProd ReduceL2 "
            "ReduceSumSquare").split()

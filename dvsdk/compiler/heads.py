@@ -1,0 +1,146 @@
+"""Output heads in shapes the DV700 computes cheaply (issue 27): graph passes.
+
+=======================  ==================================================================
+pass                     effect
+=======================  ==================================================================
+merge_sibling_heads      Convs with the same input and window whose results only leave the
+                         device (graph outputs, Softmax) -> one Conv with their kernels one
+                         after another + a Split: one read of the input instead of one per
+                         head, and a single consumer, so the conv before can chain into it
+                         through the unified buffer (MTCNN's P-Net: face score and box)
+deconv_to_pixels         ConvTranspose with kernel == stride, no padding, whose result (or
+                         an element-wise activation of it) only leaves the device -> a 1x1
+                         Conv to M·s² channels + DepthToSpace (CRD) on the CPU: each output
+                         pixel takes exactly one tap, so the DV700 runs a 1x1 conv on the
+                         input pixels instead of an s x s window over the zero-inserted
+                         output (DBNet's probability map: 16 -> 1 channel at full size)
+=======================  ==================================================================
+
+Both keep every bit (tests/test_compile_heads.py): a merged conv's output channel is the
+same sum as the head's own (firmware_spec/arithmetic.md sums per output channel), the
+split and the DepthToSpace only move values, and a kernel == stride deconv's sum over the
+zero-inserted window adds, besides the one live tap, only the exact zeros of inserted
+pixels (products with finite weights: the passes require finite FP16 weights).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .fold import infer_shapes
+from .ir import Graph, Op
+
+__all__ = ["merge_sibling_heads", "deconv_to_pixels", "HEAD_PASSES"]
+
+#: ops that run on the CPU whatever their input: a result read only by them (or a graph
+#: output) leaves the device anyway, so how the device lays it out is free
+_LEAVES = frozenset({"Softmax", "LogSoftmax"})
+_ELEMENTWISE_TAIL = frozenset({"Sigmoid", "Relu", "Tanh"})
+
+
+def _leaves(g: Graph, tensor: str, cons: dict[str, list[Op]]) -> bool:
+    readers = cons.get(tensor, [])
+    return (tensor in g.outputs or bool(readers)) and all(r.type in _LEAVES for r in readers)
+
+
+def _finite_fp16(w: np.ndarray) -> bool:
+    with np.errstate(over="ignore"):
+        return bool(np.isfinite(np.asarray(w, np.float32).astype(np.float16)).all())
+
+
+def merge_sibling_heads(graph: Graph) -> Graph:
+    """Sibling head convs -> one conv + Split (module docstring)."""
+    g = infer_shapes(graph)
+    cons = g.consumers()
+    groups: dict[tuple, list[Op]] = {}
+    for op in g.ops:
+        if op.type != "Conv" or int(op.attrs.get("group", 1)) != 1 or len(op.outputs) != 1:
+            continue
+        w = g.const(op.input(1))
+        if w is None or (op.input(2) and g.const(op.input(2)) is None) or \
+                not _finite_fp16(w) or not _leaves(g, op.outputs[0], cons):
+            continue
+        key = (op.inputs[0], tuple(w.shape[1:]), w.dtype.str,
+               tuple(sorted((k, str(v)) for k, v in op.attrs.items())))
+        groups.setdefault(key, []).append(op)
+    for ops in groups.values():
+        if len(ops) < 2:
+            continue
+        ws = [np.asarray(g.const(o.input(1))) for o in ops]
+        bs = [np.asarray(g.const(o.input(2))) if o.input(2) else np.zeros(w.shape[0], w.dtype)
+              for o, w in zip(ops, ws)]
+        first = ops[0]
+        merged = g.add_tensor(f"{first.name}_heads")
+        conv = Op("Conv", g.unique_name(f"{first.name}_heads"),
+                  [first.inputs[0], g.add_const(f"{first.name}_heads_w", np.concatenate(ws)),
+                   g.add_const(f"{first.name}_heads_b", np.concatenate(bs))],
+                  [merged], dict(first.attrs), first.origin)
+        sizes = g.add_const(f"{first.name}_heads_split",
+                            np.array([w.shape[0] for w in ws], np.int64))
+        split = Op("Split", g.unique_name(f"{first.name}_heads_split"), [merged, sizes],
+                   [o.outputs[0] for o in ops], {"axis": 1}, first.origin)
+        g.replace_op(first, [conv, split])
+        for o in ops[1:]:
+            g.ops.remove(o)
+    g.dead_code_elimination()
+    return infer_shapes(g.topo_sort())
+
+
+def deconv_to_pixels(graph: Graph) -> Graph:
+    """Kernel == stride ConvTranspose heads -> 1x1 Conv + DepthToSpace (module docstring)."""
+    g = infer_shapes(graph)
+    cons = g.consumers()
+    for op in [o for o in g.ops if o.type == "ConvTranspose"]:
+        a = op.attrs
+        w = g.const(op.input(1))
+        b = g.const(op.input(2)) if op.input(2) else None
+        ks = [int(k) for k in a.get("kernel_shape", w.shape[2:] if w is not None else [])]
+        st = [int(s) for s in a.get("strides", [1, 1])]
+        if (w is None or w.ndim != 4 or (op.input(2) and b is None)
+                or int(a.get("group", 1)) != 1 or len(ks) != 2 or ks != st or ks[0] != ks[1]
+                or ks[0] < 2 or any(int(p) for p in a.get("pads", [0, 0, 0, 0]))
+                or any(int(p) for p in a.get("output_padding", [0, 0]))
+                or any(int(d) != 1 for d in a.get("dilations", [1, 1]))
+                or a.get("auto_pad", "NOTSET") not in ("NOTSET", "VALID")
+                or a.get("output_shape") or not _finite_fp16(w)):
+            continue
+        y = op.outputs[0]
+        tail: list[Op] = []
+        readers = cons.get(y, [])
+        if len(readers) == 1 and y not in g.outputs and readers[0].type in _ELEMENTWISE_TAIL:
+            tail = readers
+        end = tail[0].outputs[0] if tail else y
+        if not _leaves(g, end, cons):
+            continue
+        s = ks[0]
+        cin, m = w.shape[0], w.shape[1]
+        # out[m, h*s + i, w*s + j] = sum_c x[c, h, w] W[c, m, i, j] + b[m]
+        # = channel m*s*s + i*s + j of a 1x1 conv, DepthToSpace CRD puts it there
+        w1 = np.ascontiguousarray(np.asarray(w).transpose(1, 2, 3, 0).reshape(m * s * s, cin,
+                                                                               1, 1))
+        b1 = np.repeat(np.asarray(b if b is not None else np.zeros(m, w.dtype)), s * s)
+        packed = g.add_tensor(f"{op.name}_pixels")
+        conv = Op("Conv", g.unique_name(f"{op.name}_pixels"),
+                  [op.inputs[0], g.add_const(f"{op.name}_pixels_w", w1.astype(w.dtype)),
+                   g.add_const(f"{op.name}_pixels_b", b1.astype(w.dtype))], [packed],
+                  {"kernel_shape": [1, 1], "strides": [1, 1], "pads": [0, 0, 0, 0],
+                   "dilations": [1, 1], "group": 1}, op.origin)
+        if tail:
+            act = tail[0]
+            mid = g.add_tensor(f"{act.name}_pixels")
+            new_act = Op(act.type, act.name, [packed], [mid], dict(act.attrs), act.origin)
+            d2s = Op("DepthToSpace", g.unique_name(f"{op.name}_d2s"), [mid], [end],
+                     {"blocksize": s, "mode": "CRD"}, op.origin)
+            g.replace_op(op, [conv])
+            g.replace_op(act, [new_act, d2s])
+        else:
+            d2s = Op("DepthToSpace", g.unique_name(f"{op.name}_d2s"), [packed], [end],
+                     {"blocksize": s, "mode": "CRD"}, op.origin)
+            g.replace_op(op, [conv, d2s])
+        cons = g.consumers()
+    g.dead_code_elimination()
+    return infer_shapes(g)
+
+
+#: run after the simplification passes (:data:`dvsdk.compiler.simplify.PASSES`)
+HEAD_PASSES = [merge_sibling_heads, deconv_to_pixels]

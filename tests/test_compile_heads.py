@@ -1,0 +1,133 @@
+"""Output heads in cheaper shapes (dvsdk.compiler.heads): the same bits, less device work.
+
+Each case is compiled with the default passes and with the head passes left out, run on
+sim://, and must give identical outputs bit for bit; onnxruntime checks the result is
+still the model's.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from dvsdk.compiler.build import Options, compile, compile_graph
+from dvsdk.compiler.fold import infer_and_fold
+from dvsdk.compiler.frontends import load
+from dvsdk.compiler.heads import HEAD_PASSES
+from dvsdk.compiler.simplify import PASSES, optimize
+from dvsdk.runtime.net import Net
+
+from .compile_harness import SIM, ort_reference
+from .onnx_models import NetBuilder
+
+
+def _without_heads(model):
+    g = optimize(infer_and_fold(load(model.SerializeToString(), None, None)),
+                 passes=[p for p in PASSES if p not in HEAD_PASSES])
+    return compile_graph(g, Options(golden=False))
+
+
+def _run(net, x):
+    with Net(net, SIM) as dev:
+        out = dev.run(x)
+    return {k: np.asarray(v, np.float32) for k, v in out.items()}
+
+
+def _check(model, x):
+    """(with the head passes, without): same bits, and onnxruntime's answer."""
+    on, off = compile(model, golden=False), _without_heads(model)
+    a, b = _run(on, x), _run(off, x)
+    assert a.keys() == b.keys()
+    for k in a:
+        assert a[k].shape == b[k].shape and np.array_equal(a[k].view(np.uint32),
+                                                           b[k].view(np.uint32)), k
+    refs = ort_reference(model, {"x": x})
+    for spec, ref in zip(on.meta["outputs"], refs):
+        y = a[spec["name"]]
+        assert y.shape == ref.shape
+        assert np.abs(y - ref).max() <= 1e-3 + 1e-2 * np.ptp(ref)
+    return on, off
+
+
+def _x(shape, seed=0):
+    return np.random.default_rng(seed).uniform(-1, 1, shape).astype(np.float32)
+
+
+def _kinds(net) -> list[str]:
+    return [r for s in net.meta["program"] if s["kind"] == "hw" for r in s["runs"]]
+
+
+def _pnet_tail():
+    """3x3 conv -> PReLU -> {1x1 conv -> Softmax, 1x1 conv}: MTCNN P-Net's heads."""
+    b = NetBuilder(3)
+    t = b.node("PRelu", [b.conv("x", 8, 32, p=0),
+                         b.const(np.full((32, 1, 1), 0.25, np.float32), "slope")])
+    prob = b.node("Softmax", [b.conv(t, 32, 2, 1)], axis=1)
+    return b.model([("x", (1, 8, 14, 18))], [prob, b.conv(t, 32, 4, 1)], "pnet")
+
+
+def test_sibling_heads_read_their_input_once_and_chain():
+    on, off = _check(_pnet_tail(), _x((1, 8, 14, 18)))
+    assert len(_kinds(off)) == 3 and not any(k.startswith("chain") for k in _kinds(off))
+    (kind,) = _kinds(on)  # the 3x3 conv and the merged heads: one command, UBUF hand-over
+    assert kind.startswith("chain [conv 3x3 +prelu -> conv 1x1")
+    assert on.meta["stats"]["commands"] == 1
+
+
+def test_heads_with_different_windows_or_device_tails_stay_apart():
+    b = NetBuilder(4)
+    t = b.conv("x", 8, 16)
+    outs = [b.conv(t, 16, 4, 1), b.conv(t, 16, 4, 3),            # another window
+            b.node("Relu", [b.conv(t, 16, 4, 1)])]               # a tail the DV700 fuses
+    model = b.model([("x", (1, 8, 8, 8))], outs, "apart")
+    on, off = _check(model, _x((1, 8, 8, 8), 1))
+    assert _kinds(on) == _kinds(off)
+
+
+def _dbnet_head(last_act: str | None = "Sigmoid", k: int = 2, s: int = 2, scale: float = 0.2,
+                after: bool = False):
+    b = NetBuilder(6)
+    t = b.node("Relu", [b.conv("x", 8, 16)])
+    w = (np.random.default_rng(7).standard_normal((16, 1, k, k)) * scale).astype(np.float32)
+    y = b.node("ConvTranspose", [t, b.const(w, "W"), b.const(np.float32([0.1]), "B")],
+               kernel_shape=[k, k], strides=[s, s])
+    if last_act:
+        y = b.node(last_act, [y])
+    if after:  # the result goes on to a DV700 conv: no DepthToSpace on the device
+        y = b.conv(y, 1, 4)
+    return b.model([("x", (1, 8, 12, 20))], [y], "head")
+
+
+@pytest.mark.parametrize("act", ["Sigmoid", "Relu", None])
+def test_kernel_equals_stride_deconv_becomes_a_1x1_conv(act):
+    on, off = _check(_dbnet_head(act), _x((1, 8, 12, 20), 2))
+    assert any("deconv 2x2" in k for k in _kinds(off))
+    assert not any("deconv" in k for k in _kinds(on))
+    assert any("conv 1x1" in k for k in _kinds(on))
+    steps = [s["op"] for s in on.meta["program"] if s["kind"] == "cpu"]
+    assert steps == ["DepthToSpace"]
+
+
+@pytest.mark.parametrize("case", [dict(k=3, s=2), dict(after=True), dict(scale=1e6)])
+def test_other_deconvs_stay(case):
+    """A window larger than the stride (taps overlap), a result the device reads on, and
+    weights beyond FP16 (an inf times an inserted zero is NaN in the deconv, not in a 1x1
+    conv) keep the deconv."""
+    model = _dbnet_head(**case)
+    on, off = compile(model, golden=False), _without_heads(model)
+    assert _kinds(on) == _kinds(off)
+    assert not any(s["kind"] == "cpu" and s["op"] == "DepthToSpace"
+                   for s in on.meta["program"])
+
+
+def test_dbnet_like_network_same_bits():
+    from .realistic_nets import NETWORKS, input_of
+
+    build, _ = NETWORKS["dbnet"]
+    model = build(64)
+    x = input_of("dbnet")[:, :, :64, :64]
+    on, off = compile(model, golden=False), _without_heads(model)
+    a, b = _run(on, x), _run(off, x)
+    assert all(np.array_equal(a[k].view(np.uint32), b[k].view(np.uint32)) for k in a)
+    assert sum(k.count("deconv") for k in _kinds(off)) == 2
+    assert sum(k.count("deconv") for k in _kinds(on)) == 1  # the last one: its map leaves
