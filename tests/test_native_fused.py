@@ -312,3 +312,25 @@ def test_ew_refuses_bad_arguments():
         NATIVE.ew_f16(1, x, x.copy(), np.zeros(3, np.float32), 3, 4)
     with pytest.raises(TypeError):
         NATIVE.ew_f16(0, np.zeros(16, np.float32), x.copy())
+
+
+def test_lookup16_is_numpys_take_of_the_binary16_bits():
+    """lookup16 (Fp16Table's compiled gather) against numpy's take, for a binary16 table
+    (the runtime's FP16-to-FP16 step) and a float32 one (the CPU op), in place too; sizes
+    that do not fit and an output partly over the input are refused."""
+    rng = np.random.default_rng(16)
+    bits = rng.integers(0, 1 << 16, 70001).astype(np.uint16)
+    bits[:4] = [0, 0x7C00, 0xFE00, 0xFFFF]
+    for table in (rng.integers(0, 1 << 16, 1 << 16).astype(np.uint16),
+                  rng.standard_normal(1 << 16).astype(np.float32)):
+        out = np.empty(bits.size, table.dtype)
+        NATIVE.lookup16(table, bits, out)
+        assert out.tobytes() == np.take(table, bits).tobytes()
+    table = rng.integers(0, 1 << 16, 1 << 16).astype(np.uint16)
+    inplace = bits.copy()
+    NATIVE.lookup16(table, inplace, inplace)
+    assert np.array_equal(inplace, table[bits])
+    for args in ((table[:100], bits, np.empty_like(bits)), (table, bits, bits[:-1].copy()),
+                 (table, bits, np.empty(bits.size, np.float32)), (table, bits[:50], bits[10:60])):
+        with pytest.raises(ValueError):
+            NATIVE.lookup16(*args)

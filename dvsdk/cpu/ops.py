@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from .. import native
 from ..errors import ModelError
 from ..hw import arith, elementary
 from ..hw.fp16 import to_f16
@@ -423,7 +424,11 @@ def _fp16_table(inputs: list, attrs: Attrs) -> list[Arr]:
                          value=f"{table.dtype}{list(table.shape)}", limit="float32[65536]")
     out = np.empty_like(x)
     dst = out.ravel(order="K")  # (a view: out is contiguous in x's axis order)
-    np.take(table, to_f16(x.ravel(order="K")).view(np.uint16), out=dst, mode="clip")
+    bits = to_f16(x.ravel(order="K")).view(np.uint16)
+    if native.NATIVE is not None and dst.flags.c_contiguous:  # (the same gather, compiled)
+        native.NATIVE.lookup16(np.ascontiguousarray(table), bits, dst)
+    else:
+        np.take(table, bits, out=dst, mode="clip")
     if not np.shares_memory(dst, out):  # (empty_like keeps a dense layout: not reached)
         out[...] = table[to_f16(np.ascontiguousarray(x)).view(np.uint16)].reshape(x.shape)
     return [out]

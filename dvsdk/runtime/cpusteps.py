@@ -493,6 +493,16 @@ def _fused_plan(net: Any, seg: Segment) -> FusedPlan | bool:
                      not any(s < b and a < e for s, e, _ in syncs))
 
 
+def lookup(table: np.ndarray, bits: np.ndarray, out: np.ndarray) -> None:
+    """``out = table[bits]`` (``bits``: uint16, binary16 patterns; ``table``: 65,536
+    entries; ``out``: ``bits``' size, of the table's type, never partly over ``bits``): the
+    compiled gather, else numpy's (the same copy of bits)."""
+    if native.NATIVE is not None:
+        native.NATIVE.lookup16(table, bits, out)
+    else:
+        np.take(table, bits, out=out, mode="clip")
+
+
 def _run_fused(net: Any, h: Any, seg: Segment, plan: FusedPlan) -> None:
     _sync_spans_for_cpu(h, plan.syncs)  # (its operands are not held by the host: step())
     hh, ww, c = plan.hwc
@@ -507,7 +517,7 @@ def _run_fused(net: Any, h: Any, seg: Segment, plan: FusedPlan) -> None:
 
         def fill(view: np.ndarray) -> None:  # the result straight into the arena
             if plan.table is not None:  # binary16 in, binary16 out: a gather
-                np.take(plan.table, x.view(np.uint16), out=view.view(np.uint16), mode="clip")
+                lookup(plan.table, x.view(np.uint16), view.view(np.uint16))
                 return
             native.NATIVE.ew_f16(plan.code, x.view(np.uint16), view.view(np.uint16), y,
                                  c if plan.per_channel else 0, hh * ww, plan.y_first)
