@@ -347,3 +347,21 @@ def test_a_scalar_integer_power_takes_the_selections_of_the_general_one(b):
     want = elementary.power(a, np.full(a.shape, float(b)))
     for exponent in (b, float(b), np.float32(b), np.array(b)):
         assert elementary.power(a, exponent).tobytes() == want.tobytes()
+
+
+@pytest.mark.parametrize("shape", [(7, 33), (1, 40, 33), (2, 3, 5, 33)])
+def test_a_2d_right_operand_takes_all_rows_in_one_product(shape):
+    """matmul_nd with a 2-D float32 right operand (one product of every row of ``a``)
+    against the same product broadcast batch by batch (``b`` given a batch dimension):
+    the same bits, a transposed (non-contiguous) ``a`` too."""
+    rng = np.random.default_rng(len(shape))
+    a = rng.standard_normal(shape).astype(np.float32)
+    a.reshape(-1)[:3] = [np.nan, np.inf, -0.0]
+    b = rng.standard_normal((33, 21)).astype(np.float32)
+    want = arith.matmul_nd(a, b[None])
+    assert want.shape[-2:] == (shape[-2], 21) if len(shape) > 1 else True
+    got = arith.matmul_nd(a, b)
+    assert got.shape == (*shape[:-1], 21)
+    assert got.tobytes() == want.reshape(got.shape).tobytes()
+    at = np.ascontiguousarray(np.swapaxes(a, -1, -2))
+    assert arith.matmul_nd(np.swapaxes(at, -1, -2), b).tobytes() == got.tobytes()

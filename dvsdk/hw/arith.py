@@ -113,6 +113,13 @@ def matmul_nd(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     a, b = np.asarray(a), np.asarray(b)
     if a.ndim == 0 or b.ndim == 0 or (a.dtype.kind != "f" and b.dtype.kind != "f"):
         return np.matmul(a, b)  # (integers; a 0-d operand: numpy's error)
+    if (a.dtype == b.dtype == np.float32 and a.ndim >= 2 and b.ndim == 2
+            and a.shape[-1] == b.shape[0]):
+        # a layer's product (a 2-D right operand): every row of a, whatever its batch
+        # dimensions, in one call (each output is its own fixed-order sum: the same bits)
+        packed = _packed_constant(b) if native.NATIVE is not None else None
+        rows = matmul(a.reshape(-1, a.shape[-1]), b, packed=packed)
+        return rows.reshape(*a.shape[:-1], b.shape[1])
     dt = np.result_type(a, b)
     a, b = a.astype(dt, copy=False), b.astype(dt, copy=False)
     a2 = a[None, :] if a.ndim == 1 else a
