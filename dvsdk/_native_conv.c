@@ -378,8 +378,18 @@ HOT __attribute__((optimize("no-trapping-math"))) static void act_elem_all(
                 out[i] = tab[idx[i]];
             continue;
         }
-        for (Py_ssize_t i = 0; i < m; i++)
-            tmp[i] = tab && idx[i] < 0x10000 ? tab[idx[i]] : act_elem_one(blk[i], act, alpha);
+        /* else every element computes (a table entry is the same function of the same
+         * value, rounded: the same bits), in a loop of one function */
+        if (act == 1) {
+            for (Py_ssize_t i = 0; i < m; i++)
+                tmp[i] = act_elem_one(blk[i], 1, alpha);
+        } else if (act == 3) {
+            for (Py_ssize_t i = 0; i < m; i++)
+                tmp[i] = act_elem_one(blk[i], 3, alpha);
+        } else {
+            for (Py_ssize_t i = 0; i < m; i++)
+                tmp[i] = act_elem_one(blk[i], 5, alpha);
+        }
         round_block((const u32a *)tmp, (u32a *)(y + b0), m);
     }
 }
