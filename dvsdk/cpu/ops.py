@@ -20,10 +20,9 @@ from typing import Any
 
 import numpy as np
 
-from .. import native
 from ..errors import ModelError
 from ..hw import arith, elementary
-from ..hw.fp16 import to_f16
+from ..hw.fp16 import lookup, to_f16
 from .dtypes import onnx_dtype, refusal
 from .nn import NN_KERNELS
 from .roi import max_roi_pool
@@ -424,11 +423,7 @@ def _fp16_table(inputs: list, attrs: Attrs) -> list[Arr]:
                          value=f"{table.dtype}{list(table.shape)}", limit="float32[65536]")
     out = np.empty_like(x)
     dst = out.ravel(order="K")  # (a view: out is contiguous in x's axis order)
-    bits = to_f16(x.ravel(order="K")).view(np.uint16)
-    if native.NATIVE is not None and dst.flags.c_contiguous:  # (the same gather, compiled)
-        native.NATIVE.lookup16(np.ascontiguousarray(table), bits, dst)
-    else:
-        np.take(table, bits, out=dst, mode="clip")
+    lookup(table, to_f16(x.ravel(order="K")).view(np.uint16), dst)
     if not np.shares_memory(dst, out):  # (empty_like keeps a dense layout: not reached)
         out[...] = table[to_f16(np.ascontiguousarray(x)).view(np.uint16)].reshape(x.shape)
     return [out]

@@ -44,7 +44,7 @@ from .. import native
 from ..cpu import ops as cpu_ops
 from ..errors import DeviceError, NetFileError
 from ..hw import layout
-from ..hw.fp16 import to_f16, to_f32
+from ..hw.fp16 import lookup, to_f16, to_f32
 from . import board_model
 
 #: ops whose kernels compute each output element from the same element of each operand
@@ -420,7 +420,8 @@ class FusedPlan:
     table: np.ndarray | None = None  # Fp16Table: the table rounded to binary16, as bits
 
 
-#: FusedPlan.code of a table lookup (a numpy gather, no compiled loop needed)
+#: FusedPlan.code of a table lookup (a gather, hw.fp16.lookup: runs without the compiled
+#: loops too)
 TABLE_CODE = -1
 
 
@@ -491,16 +492,6 @@ def _fused_plan(net: Any, seg: Segment) -> FusedPlan | bool:
     return FusedPlan(FUSED[op_type], x, y, bool(channel), y is not None and inputs[0] != x,
                      out, key[0], syncs, f"{op_type} {net.steps[seg.start][1][4]}",
                      not any(s < b and a < e for s, e, _ in syncs))
-
-
-def lookup(table: np.ndarray, bits: np.ndarray, out: np.ndarray) -> None:
-    """``out = table[bits]`` (``bits``: uint16, binary16 patterns; ``table``: 65,536
-    entries; ``out``: ``bits``' size, of the table's type, never partly over ``bits``): the
-    compiled gather, else numpy's (the same copy of bits)."""
-    if native.NATIVE is not None:
-        native.NATIVE.lookup16(table, bits, out)
-    else:
-        np.take(table, bits, out=out, mode="clip")
 
 
 def _run_fused(net: Any, h: Any, seg: Segment, plan: FusedPlan) -> None:
