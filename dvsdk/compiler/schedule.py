@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import heapq
 
-from .memplan import nbytes, resolve
+from .memplan import resolve
 from .program import CpuStep, HwCmd, HwStep, Program, unit_io
 
 Unit = HwCmd | CpuStep
@@ -45,7 +45,7 @@ def schedule(program: Program) -> Program:
         if name not in program.device:
             return name, 0, 1
         root, off = resolve(name, program.aliases)
-        return root, off, off + nbytes(program.device[name])
+        return root, off, off + program.nbytes(name)
 
     writers: dict[str, list[tuple[int, int, int]]] = {}  # root -> (start, end, unit)
     for i, u in enumerate(units):
@@ -89,4 +89,5 @@ def schedule(program: Program) -> Program:
             steps[-1].commands.append(u)
         else:
             steps.append(HwStep([u]))
-    return Program(program.graph, steps, program.device, program.aliases, program.report)
+    return Program(program.graph, steps, program.device, program.aliases, program.report,
+                   program.samples)

@@ -126,7 +126,8 @@ def tabulate(program: Program) -> Program:
     device = {n: v for n, v in program.device.items() if n not in dropped}
     rep = [dict(r, where="cpu", detail=report[r["op"]]) if r["op"] in report else r
            for r in program.report]
-    return Program(g, steps, device, program.aliases, rep)
+    samples = {n: k for n, k in program.samples.items() if n not in dropped}
+    return Program(g, steps, device, program.aliases, rep, samples)
 
 
 def _names(u: Unit) -> list[str]:

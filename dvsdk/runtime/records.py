@@ -114,17 +114,20 @@ def command_access(k: int, cmd: ConvCommand, info: DeviceInfo) -> Access:
     except DvsdkError as e:
         raise NetFileError(f"net.bin CMDS[{k}] is not a valid command: {e.message}",
                            field=f"CMDS[{k}].{e.field}", value=e.value, limit=e.limit) from None
-    # a v1 command reads uint8, which the runtime never uploads
-    inputs = [Piece(cmd.input_buf.offset, cmd.h, cmd.w, cmd.c) if cmd.version == 0 else None]
+    # a v1 command reads uint8, which the runtime never uploads; every buffer holds the
+    # batch's samples one sample's size of that buffer apart (§4.10)
+    n = cmd.batch
+    inputs = [Piece(cmd.input_buf.offset, cmd.h, cmd.w, cmd.c, n) if cmd.version == 0
+              else None]
     if cmd.output_mode == 1:   # the addend has the shape before max-pool/upsample (§4.4)
         r0 = cmd.runs[0]
         pre = r0 if r0.pool_enable == POOL_ENABLE.avg else replace(r0, pool_enable=0)
         (ew, eh, _, ec), _ = dims.run_output_shape(pre, (cmd.w, cmd.h, cmd.z, cmd.c))
-        inputs.append(Piece(cmd.eltwise_buf.offset, eh, ew, ec))
+        inputs.append(Piece(cmd.eltwise_buf.offset, eh, ew, ec, n))
     writes, base = [], cmd.output_buf.offset
     for i, (w, h, _, c) in enumerate(plan.out_shapes):
         if cmd.topo >> i & 1:
-            writes.append(Piece(base, h, w, c))
+            writes.append(Piece(base, h, w, c, n, plan.out_bytes if n > 1 else 0))
             base += 2 * w * h * c
     return Access([p for p in inputs if p is not None], merge(writes), inputs)
 
@@ -363,15 +366,16 @@ def verify(net: NetFile) -> list[ConvCommand]:
     records = net.command_records()
     commands = [decode_command(k, raw, arena, weights) for k, raw in enumerate(records)]
     access = [command_access(k, cmd, info) for k, cmd in enumerate(commands)]
-    dev = {n: (t["device"]["offset"], tuple(t["device"]["hwc"]))
+    dev = {n: (t["device"]["offset"], tuple(t["device"]["hwc"]),
+               int(t["device"].get("batch", 1)))
            for n, t in tensors.items() if t.get("device") is not None}
     reads = PieceIndex(merge(p for a in access for p in a.reads))
     writes = PieceIndex(merge(p for a in access for p in a.writes))
     for name, place in dev.items():
         if not (reads.holds(place) or writes.holds(place)):
             _fail(f"tensors.{name}.device", "is not where any command reads or writes it "
-                  "(offset, H, W or channel chunk)", [place[0], list(place[1])],
-                  "a command buffer")
+                  "(offset, H, W, channel chunk or batch)", [place[0], list(place[1]),
+                                                             place[2]], "a command buffer")
     for i, step in enumerate(meta["program"]):
         if step["kind"] == "hw":
             continue
