@@ -365,3 +365,15 @@ def test_a_2d_right_operand_takes_all_rows_in_one_product(shape):
     assert got.tobytes() == want.reshape(got.shape).tobytes()
     at = np.ascontiguousarray(np.swapaxes(a, -1, -2))
     assert arith.matmul_nd(np.swapaxes(at, -1, -2), b).tobytes() == got.tobytes()
+
+
+@pytest.mark.parametrize("k,m", [(15, 40), (27, 10), (3, 16), (1, 1), (120, 6625)])
+def test_pack_b_is_the_zero_padded_panels(k, m):
+    """pack_b: (ceil(M/16), K, 16) panels of ``b``, the last one's spare columns zeros
+    (against np.pad's formulation), NaN payloads kept."""
+    b = np.random.default_rng(k).standard_normal((k, m)).astype(np.float32)
+    b.reshape(-1)[:1] = np.array([0x7F800123], np.uint32).view(np.float32)
+    p = -(-m // arith.PANEL)
+    want = np.pad(b, ((0, 0), (0, p * arith.PANEL - m))).reshape(k, p, arith.PANEL)
+    assert arith.pack_b(b).tobytes() == np.ascontiguousarray(want.transpose(1, 0, 2)).tobytes()
+    assert arith.pack_b(np.asfortranarray(b)).tobytes() == arith.pack_b(b).tobytes()

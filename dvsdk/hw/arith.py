@@ -49,8 +49,10 @@ def pack_b(b: np.ndarray) -> np.ndarray:
     b = np.asarray(b, np.float32)
     k, m = b.shape
     p = -(-m // PANEL)
-    if p * PANEL != m:
-        b = np.pad(b, ((0, 0), (0, p * PANEL - m)))
+    if p * PANEL != m:  # zeros in the last panel's spare columns (np.pad took ~50 us)
+        padded = np.zeros((k, p * PANEL), np.float32)
+        padded[:, :m] = b
+        b = padded
     return np.ascontiguousarray(b.reshape(k, p, PANEL).transpose(1, 0, 2))
 
 
