@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from dvsdk import native
-from dvsdk.hw import layout
+from dvsdk.hw import arith, layout
 from dvsdk.hw.fp16 import f32_to_f16, round_f16, to_f16, to_f32
 from dvsdk.sim import ops
 
@@ -334,3 +334,26 @@ def test_lookup16_is_numpys_take_of_the_binary16_bits():
                  (table, bits, np.empty(bits.size, np.float32)), (table, bits[:50], bits[10:60])):
         with pytest.raises(ValueError):
             NATIVE.lookup16(*args)
+
+
+@pytest.mark.parametrize("act,slope", [(-1, 0.0), (0, 0.0), (2, 0.125), (4, 0.0), (6, 0.0)])
+@pytest.mark.parametrize("m", [1, 4, 16, 40, 48, 72])  # (up to 48: a tile of every column)
+@pytest.mark.parametrize("parts", [1, 2])
+def test_gemm_with_its_epilogue_equals_gemm_then_epilogue(act, slope, m, parts):
+    """The product's epilogue on each finished tile (for a narrow output, a tile's rows in
+    one pass with the bias and slopes repeated) against the product, then the epilogue on
+    the whole: the same bits, with and without an addend, in one part and in two (NaN
+    payloads aside where nothing rounds, act -1: see same_values)."""
+    rng = np.random.default_rng(m * 10 + act)
+    n, k = 203, 27
+    a = rng.standard_normal((n, k)).astype(np.float16).astype(np.float32)
+    bp = arith.pack_b(rng.standard_normal((k, m)).astype(np.float16).astype(np.float32))
+    b = special_mix(rng, (m,))
+    p = rng.normal(size=m).astype(np.float32) if act == 4 else None
+    for addend in (None, special_mix(rng, (n, m))):
+        want = np.empty((n, m), np.float32)
+        NATIVE.gemm(a, bp, want, True, 0, -1, 0, -1)
+        NATIVE.epilogue(want, b, addend, act, slope, p)
+        got = np.full((n, m), 7.0, np.float32)
+        NATIVE.gemm(a, bp, got, True, 0, -1, 0, -1, b, addend, act, slope, p, parts)
+        assert (same_bits if act >= 0 else same_values)(got, want)
