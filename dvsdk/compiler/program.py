@@ -6,6 +6,7 @@ memory plan (:mod:`.memplan`) and the net.bin builder (:mod:`.build`).
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 
 from ..driver.commands import BufferRef, ConvCommand, ConvRun
@@ -82,6 +83,20 @@ def unit_io(unit: HwCmd | CpuStep) -> tuple[list[str], list[str]]:
     if isinstance(unit, HwCmd):
         return [unit.input] + ([unit.eltwise] if unit.eltwise else []), [unit.output]
     return [i for i in unit.op.inputs if i], [o for o in unit.op.outputs if o]
+
+
+def as_steps(units: Iterable[HwCmd | CpuStep]) -> list[HwStep | CpuStep]:
+    """Commands and CPU steps in order as program steps: each run of consecutive commands
+    one :class:`HwStep`."""
+    steps: list[HwStep | CpuStep] = []
+    for u in units:
+        if isinstance(u, CpuStep):
+            steps.append(u)
+        elif steps and isinstance(steps[-1], HwStep):
+            steps[-1].commands.append(u)
+        else:
+            steps.append(HwStep([u]))
+    return steps
 
 
 @dataclass
