@@ -33,6 +33,7 @@ from ..cpu.nn import (
 )
 from ..cpu.ops import KERNELS, full_pads, run_op, slice_index, split_sizes
 from ..errors import ModelError, UnsupportedOps
+from .fold_ops import MORE_RULES
 from .ir import Graph, Op
 from .limits import check_split, check_tensor, check_window, check_window_attrs, range_length
 
@@ -474,6 +475,7 @@ SHAPE_RULES: dict[str, Callable[[_Ctx], Result]] = {
     "DepthToSpace": _depth_to_space,
     "SpaceToDepth": _depth_to_space,
     "MaxRoiPool": _max_roi_pool,
+    **MORE_RULES,
 }
 
 

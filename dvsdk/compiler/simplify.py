@@ -12,7 +12,8 @@ fold_pad                 constant zero spatial Pad -> pads of the following Conv
                          -inf, not 0)
 canonicalize_gemm        Gemm with constant B -> B as [N, K] with transB=1, alpha folded into
                          B, beta into C, a per-column C as a 1-D [N] vector
-matmul_to_gemm           MatMul(2-D A, constant 2-D B) [+ Add(constant bias)] -> Gemm
+matmul_to_gemm           MatMul(2-D A, constant 2-D B) [+ Add(constant bias)] -> Gemm;
+                         rank >= 3 A: Reshape to rows, that, Reshape back
 fold_batchnorm           BatchNormalization after Conv/ConvTranspose/Gemm (single consumer) ->
                          folded into its weights and bias (float64 math, then the weight dtype).
                          A BatchNormalization that cannot be folded stays a
@@ -232,9 +233,53 @@ def canonicalize_gemm(graph: Graph) -> Graph:
     return _finish(g)
 
 
+def _matmul_rows(g: Graph) -> None:
+    """MatMul(A of rank >= 3, constant 2-D B) -> Reshape(A, [rows, K]), the 2-D MatMul (a
+    Gemm below: one FC per row on the DV700, the rows its samples), Reshape back to
+    ``[*lead, N]``.  A per-column constant Add after it moves before the last Reshape, where
+    the Gemm takes it as its bias.  The same products as a 2-D MatMul of the rows."""
+    cons = g.consumers()
+    for mm in [o for o in g.ops if o.type == "MatMul"]:
+        a, a_shape, b = mm.inputs[0], g.shape(mm.inputs[0]), g.const(mm.inputs[1])
+        if b is None or b.ndim != 2 or a_shape is None or len(a_shape) < 3 \
+                or g.is_const(a) or not _is_float(g, a) or 0 in a_shape:
+            continue
+        lead, k, n = tuple(a_shape[:-1]), int(a_shape[-1]), int(b.shape[1])
+        rows = int(np.prod(lead))
+        dt = g.tensors[a].dtype
+        flat = g.add_tensor(f"{mm.name}_rows", (rows, k), dt)
+        out2 = g.add_tensor(f"{mm.name}_fc", (rows, n), dt)
+        y = mm.outputs[0]
+        to_rows = Op("Reshape", g.unique_name(f"{mm.name}_to_rows"),
+                     [a, g.add_const(f"{mm.name}_rows_shape", np.array([rows, k], np.int64))],
+                     [flat], {"allowzero": 0}, mm.origin)
+        back = Op("Reshape", g.unique_name(f"{mm.name}_from_rows"),
+                  [out2, g.add_const(f"{mm.name}_out_shape", np.array([*lead, n], np.int64))],
+                  [y], {"allowzero": 0}, mm.origin)
+        g.replace_op(mm, [to_rows, Op("MatMul", mm.name, [flat, mm.inputs[1]], [out2],
+                                      {}, mm.origin), back])
+        add = _sole_reader(g, y, cons)
+        if add is None or add.type != "Add" or add.inputs[0] == add.inputs[1]:
+            continue
+        other = add.inputs[1] if add.inputs[0] == y else add.inputs[0]
+        c = g.const(other)
+        vec = None if c is None else _channel_vector(c, (*lead, n), axis=len(lead))
+        if vec is None or g.shape(add.outputs[0]) != (*lead, n):
+            continue
+        with_bias = g.add_tensor(f"{mm.name}_fc_bias", (rows, n), dt)
+        g.ops.insert(g.ops.index(back), Op("Add", add.name, [out2, g.add_const(
+            f"{mm.name}_bias", vec.astype(c.dtype))], [with_bias], {}, add.origin))
+        back.inputs[0] = with_bias
+        _absorb(g, back, add)
+
+
 def matmul_to_gemm(graph: Graph) -> Graph:
-    """MatMul(2-D A, constant 2-D B) followed by an Add of a constant [N] bias -> Gemm."""
+    """MatMul(2-D A, constant 2-D B) followed by an Add of a constant [N] bias -> Gemm;
+    a MatMul of a rank >= 3 A and a constant 2-D B first becomes one on A's rows
+    (:func:`_matmul_rows`)."""
     g = infer_shapes(graph)
+    _matmul_rows(g)
+    g = infer_shapes(g)
     cons = g.consumers()
     for mm in [o for o in g.ops if o.type == "MatMul"]:
         a_shape, b = g.shape(mm.inputs[0]), g.const(mm.inputs[1])

@@ -135,10 +135,13 @@ def command_access(k: int, cmd: ConvCommand, info: DeviceInfo) -> Access:
 # --------------------------------------------------------------------------- attributes
 _FLAGS = {"keepdims", "noop_with_empty_axes", "select_last_index", "allowzero", "transA",
           "transB", "ceil_mode", "count_include_pad", "storage_order", "antialias",
-          "exclude_outside"}
-_REALS = {"alpha", "beta", "gamma", "epsilon", "bias", "cubic_coeff_a", "extrapolation_value"}
+          "exclude_outside", "largest", "sorted", "is_causal", "input_forget",
+          "linear_before_reset", "align_corners", "layout"}
+_REALS = {"alpha", "beta", "gamma", "epsilon", "bias", "cubic_coeff_a", "extrapolation_value",
+          "clip", "scale", "softcap"}
 _COUNTS = {"group": 1 << 16, "blocksize": 1 << 16, "size": 1 << 16, "num_outputs": 1 << 16,
-           "opset": 1000}
+           "opset": 1000, "hidden_size": 1 << 16, "q_num_heads": 1 << 16,
+           "kv_num_heads": 1 << 16}
 _WINDOWS = {"kernel_shape": (1, 1 << 16), "strides": (1, 1 << 16), "dilations": (1, 1 << 16),
             "pads": (-(1 << 16), 1 << 16), "output_padding": (0, 1 << 16),
             "output_shape": (0, LIMITS["dim"]), "split": (0, LIMITS["dim"])}
@@ -149,8 +152,16 @@ _NAMES = {
                                        "half_pixel_symmetric"),
     "nearest_mode": ("round_prefer_floor", "round_prefer_ceil", "floor", "ceil", "simple"),
     "keep_aspect_ratio_policy": ("stretch", "not_larger", "not_smaller"),
+    "approximate": ("none", "tanh"),
+    "reduction": ("none", "add", "mul", "max", "min"),
+    "padding_mode": ("zeros", "border", "reflection"),
+    "direction": ("forward", "reverse", "bidirectional"),
 }
-_MODES = {"Pad": ("constant", "reflect", "edge", "wrap"), "Resize": ("nearest", "linear"),
+#: recurrent activations (dvsdk.cpu.recurrent)
+_RNN_ACTS = ("Sigmoid", "Tanh", "Relu", "Softsign", "Softplus", "HardSigmoid", "LeakyRelu",
+             "ThresholdedRelu", "ScaledTanh", "Affine", "Elu")
+_MODES = {"Pad": ("constant", "reflect", "edge", "wrap"), "Resize": ("nearest", "linear", "cubic"),
+          "GridSample": ("linear", "bilinear", "nearest", "cubic", "bicubic"),
           "DepthToSpace": ("DCR", "CRD")}
 _REQUIRED = {"LRN": ("size",), "DepthToSpace": ("blocksize",), "SpaceToDepth": ("blocksize",),
              "MaxPool": ("kernel_shape",), "AveragePool": ("kernel_shape",), "Cast": ("to",)}
@@ -261,6 +272,22 @@ def check_attrs(op: str, attrs: dict[str, Any], ranks: list[int | None], path: s
                 m.fail(p, "is not a permutation of the input's axes", perm, r)
         elif key in ("start", "end") and v is not None:
             m.integer(v, p, -LIMITS["int_abs"], LIMITS["int_abs"])
+        elif key == "k":                                     # TopK < 10
+            m.integer(v, p, 0, LIMITS["dim"])
+        elif key == "qk_matmul_output_mode":
+            m.integer(v, p, 0, 3)
+        elif key == "stash_type":
+            m.integer(v, p, 0, 1 << 8)
+            if v not in ONNX_DTYPES or ONNX_DTYPES[v].kind != "f":
+                m.fail(p, "is not a float element type the CPU handles", v, [1, 10, 11])
+        elif key == "equation":
+            m.text(v, p)
+        elif key == "activations":
+            for i, a in enumerate(m.lst(v, p)):
+                m.text(a, f"{p}[{i}]", _RNN_ACTS)
+        elif key in ("activation_alpha", "activation_beta"):
+            for i, a in enumerate(m.lst(v, p)):
+                m.number(a, f"{p}[{i}]")
 
 
 # --------------------------------------------------------------------------- I/O, golden
