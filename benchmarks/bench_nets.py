@@ -1,14 +1,17 @@
-"""Real networks with CPU steps on sim:// against onnxruntime with one intra-op thread (issue 14).
+"""Real networks with CPU steps on sim:// against onnxruntime with one intra-op thread
+(issues 14 and 27).
 
-For each of the four networks of ``tests/realistic_nets.py`` (MobileNetV3-small-like,
-EfficientNet-Lite0-like, YOLOv8n-like, DBNet-like; calibrated BatchNorm) and the bundled
-digits model: compile (no golden pair), then in the same process time ``--repeats`` runs
-of onnxruntime (CPU provider, ``intra_op_num_threads=1``, default graph optimizations:
-this is timing, not a reference) and of the compiled net on ``sim://``, interleaved so a
-change of machine load hits both.  Printed per network: min/median/max of both, the ratio
-of the medians against the issue's goal, the ratio of the fastest runs (steadier on a
-shared machine; not the goal), how many CPU steps the program has, in how many
-CPU segments, with how many device<->CPU transitions, where the simulator run's wall time
+For each network of ``tests/realistic_nets.py`` (MobileNetV3-small-like,
+EfficientNet-Lite0-like, YOLOv8n-like, DBNet-like, and the stand-ins of PP-OCRv4 det, rec
+and the direction classifier and of MTCNN's P-Net; calibrated BatchNorm) and the bundled
+digits model: compile (no golden pair), load the net on a fresh ``sim://`` and time its
+first run, then in the same process time ``--repeats`` runs of onnxruntime (CPU provider,
+``intra_op_num_threads=1``, default graph optimizations: this is timing, not a reference)
+and of the compiled net, interleaved so a change of machine load hits both.  Printed per
+network: min/median/max of both, the ratio of the medians against the issue's goal, the
+ratio of the fastest runs (steadier on a shared machine; not the goal), the first run
+against the median of the steady ones, how many CPU steps the program has, in how many CPU
+segments, with how many device<->CPU transitions, where the simulator run's wall time
 went (device segments, CPU ops, pack, sync, unpack), and the accuracy of the run against
 onnxruntime with optimizations disabled (max-abs error as a fraction of the output range;
 the project's FP16 tolerance is 1e-3 + 1e-2 x range).  Then the same run on the board,
@@ -21,9 +24,15 @@ output to DRAM is device time, as on a board: from the second run on, ``sim://``
 tensor the CPU reads when the device stores it (``dvsdk.sim.dram``), so a sync only moves
 the bytes between DRAM and the CPU's view.
 
-Goals (issue 14): EfficientNet-Lite0-like <= 2x, the nets with CPU steps <= 5x, digits-size
-nets <= 10x onnxruntime.  The machine's load average is printed first: time-based numbers
-are noisy on a shared machine, the ratios less so.
+Goals (issue 27): every network and the digits model <= 3x onnxruntime (ratio of the
+medians), and a first run <= 2x a steady one.  The machine's load average is printed first
+and last: time-based numbers are noisy on a shared machine, the ratios less so.
+
+One thread against one: onnxruntime runs with one intra-op thread, so the simulator's
+loops run unsplit (``DVSDK_SIM_THREADS=1`` unless the environment sets it: on this shared
+2-core machine under load, the split made YOLOv8n ~1.3x and MobileNetV3 ~1.4x slower),
+and BLAS is held to one thread (threadpoolctl, where installed) for the whole run, the
+CPU steps included (they call no BLAS: tests/test_sim_threads.py).
 
     python benchmarks/bench_nets.py [--repeats 21] [--nets yolov8n,dbnet]
 """
@@ -31,6 +40,7 @@ are noisy on a shared machine, the ratios less so.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import statistics
 import sys
@@ -41,15 +51,17 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+os.environ.setdefault("DVSDK_SIM_THREADS", "1")  # (read when dvsdk.sim.split is imported)
 
 from dvsdk.compiler.build import compile as compile_model  # noqa: E402
 from dvsdk.runtime.net import Net  # noqa: E402
 from tests.onnx_models import NetBuilder  # noqa: E402
 from tests.realistic_nets import NETWORKS, input_of  # noqa: E402
 
-#: ratio goals of issue 14 (onnxruntime, one intra-op thread)
-GOALS = {"efficientnet_lite0": 2.0, "digits": 10.0}
-GOAL_CPU_STEPS = 5.0
+#: ratio goal of issue 27 for every network (onnxruntime, one intra-op thread)
+GOAL = 3.0
+#: a first run on a freshly loaded net against the median steady run (issue 27)
+GOAL_FIRST = 2.0
 GOAL_OVERHEAD_MS = 0.2
 
 
@@ -90,7 +102,9 @@ def bench_net(name: str, model, x: np.ndarray, repeats: int, feed: str) -> dict:
     sess.run(None, {feed: x})
     t_ort, t_sim, runs = [], [], []
     with Net(netfile, "sim://") as net:
+        t0 = time.perf_counter()
         net.run(x)
+        first = time.perf_counter() - t0
         for _ in range(repeats):  # interleaved: load changes hit both alike
             t0 = time.perf_counter()
             sess.run(None, {feed: x})
@@ -104,7 +118,7 @@ def bench_net(name: str, model, x: np.ndarray, repeats: int, feed: str) -> dict:
         y = np.asarray(out[spec["name"]], np.float64)
         err = max(err, float(np.abs(y - r).max()) / max(float(np.ptp(r)), 1e-12))
     mid = sorted(runs, key=lambda s: s.total_us)[len(runs) // 2]
-    return {"name": name, "ort": t_ort, "sim": t_sim, "run": mid, "err": err,
+    return {"name": name, "ort": t_ort, "sim": t_sim, "first": first, "run": mid, "err": err,
             "shape": program_shape(netfile.meta), "compile_s": compile_s,
             "commands": netfile.meta["stats"]["commands"]}
 
@@ -138,16 +152,34 @@ def main() -> None:
     ap.add_argument("--nets", default=",".join([*NETWORKS, "digits"]),
                     help="comma-separated subset of " + ", ".join([*NETWORKS, "digits"]))
     args = ap.parse_args()
-    import onnx
     import onnxruntime as ort
 
     from dvsdk import native
+    from dvsdk.sim import split
 
+    try:
+        from threadpoolctl import threadpool_limits
+    except ImportError:  # (a dev extra: without it, BLAS keeps its own thread count)
+        blas = contextlib.nullcontext()
+        pinned = "not pinned (no threadpoolctl)"
+    else:
+        blas = threadpool_limits(1, user_api="blas")
+        pinned = "1 thread"
     load = ", ".join(f"{v:.2f}" for v in os.getloadavg())
     print(f"load average {load} on {os.cpu_count()} cores; onnxruntime {ort.__version__} "
-          f"(1 intra-op thread); simulator data paths: {native.describe()}")
+          f"(1 intra-op thread); simulator data paths: {native.describe()}, "
+          f"{split.THREADS} thread(s); BLAS {pinned}")
+    with blas:
+        _measure(args)
+
+
+def _measure(args: argparse.Namespace) -> None:
+    """The table, the breakdown and the CPU-segment overhead (module docstring)."""
+    import onnx
+
     print(f"{'network':19s} {'ort min/med/max ms':>26s} {'sim:// min/med/max ms':>26s} "
-          f"{'ratio':>7s} {'goal':>6s} {'of mins':>8s}  cpu steps/segments/transitions")
+          f"{'ratio':>7s} {'goal':>6s} {'of mins':>8s} {'first ms':>9s} {'/steady':>8s}  "
+          "cpu steps/segments/transitions")
     results = []
     for name in args.nets.split(","):
         if name == "digits":
@@ -163,15 +195,16 @@ def main() -> None:
                             model.graph.input[0].name)
         results.append(res)
         cpu, seg, trans = res["shape"]
-        goal = GOALS.get(name, GOAL_CPU_STEPS if cpu else 2.0)
         ratio = statistics.median(res["sim"]) / statistics.median(res["ort"])
         # (the goal is on the medians; the ratio of the fastest runs shows what a burst of
         # load on this shared machine did to them: it moves less from run to run)
         fastest = min(res["sim"]) / min(res["ort"])
-        mark = "ok" if ratio <= goal else "MISSED"
+        first = res["first"] / statistics.median(res["sim"])
+        mark = "ok" if ratio <= GOAL else "MISSED"
+        mark += "" if first <= GOAL_FIRST else " (first run MISSED)"
         print(f"{name:19s} {stats(res['ort']):>26s} {stats(res['sim']):>26s} "
-              f"{ratio:6.1f}x {goal:5.0f}x {fastest:7.1f}x  {cpu}/{seg}/{trans}  {mark}",
-              flush=True)
+              f"{ratio:6.1f}x {GOAL:5.0f}x {fastest:7.1f}x {1e3 * res['first']:9.1f} "
+              f"{first:7.1f}x  {cpu}/{seg}/{trans}  {mark}", flush=True)
     print("\nwhere the median sim:// run's wall time went (ms), and accuracy against "
           "onnxruntime (optimizations off)")
     print(f"{'network':19s} {'total':>8s} {'device':>8s} {'cpu ops':>8s} {'pack':>7s} "
@@ -200,6 +233,8 @@ def main() -> None:
           f"min {min(around):.3f} median {med:.3f} max {max(around):.3f} ms (goal <= "
           f"{GOAL_OVERHEAD_MS} ms: {'ok' if med <= GOAL_OVERHEAD_MS else 'MISSED'}); "
           f"the CPU op itself (Exp) {cpu:.3f} ms")
+    load = ", ".join(f"{v:.2f}" for v in os.getloadavg())
+    print(f"load average at the end: {load}")
 
 
 if __name__ == "__main__":

@@ -479,6 +479,7 @@ static PyMethodDef methods[] = {
     {"act_elem", dv_act_elem, METH_VARARGS, dv_act_elem_doc},
     {"unpack", dv_unpack, METH_VARARGS, dv_unpack_doc},
     {"ew_f16", dv_ew_f16, METH_VARARGS, dv_ew_f16_doc},
+    {"lookup16", dv_lookup16, METH_VARARGS, dv_lookup16_doc},
     {"gemm", dv_gemm, METH_VARARGS, dv_gemm_doc},
     {"elem", dv_elem, METH_VARARGS, dv_elem_doc},
     {"team_stats", dv_team_stats, METH_VARARGS, dv_team_stats_doc},

@@ -239,8 +239,9 @@ int get_buf(PyObject *obj, Py_buffer *view, int flags, Py_ssize_t itemsize, cons
             const char *name);
 /* the element-wise CPU steps of _native_ew.c */
 PyObject *dv_ew_f16(PyObject *self, PyObject *args);
+PyObject *dv_lookup16(PyObject *self, PyObject *args);
 extern const char dv_f16_to_f32_doc[], dv_f32_to_f16_doc[], dv_pack_doc[], dv_unpack_doc[],
-    dv_ew_f16_doc[];
+    dv_ew_f16_doc[], dv_lookup16_doc[];
 /* the conv engine's helpers of _native_conv.c */
 PyObject *dv_im2col(PyObject *self, PyObject *args);
 PyObject *dv_avgpool(PyObject *self, PyObject *args);

@@ -298,9 +298,11 @@ static inline __attribute__((always_inline)) float act_elem_one(float x, int act
     return v > 0.0 ? (float)v : (float)(alpha * el_expm1(v));
 }
 
-/* The same values for every binary16 input, worked out once per function: a standalone
+/* The same results for every binary16 input, worked out once per function: a standalone
  * activation command reads binary16 values from DRAM, so a block of them is a table
- * lookup.  [0]: tanh, [1]: sigmoid, [2]: ELU with alpha 1 (other alphas compute). */
+ * lookup.  Each entry is the function's value rounded to binary16 (what the element
+ * computes and then rounds).  [0]: tanh, [1]: sigmoid, [2]: ELU with alpha 1 (other
+ * alphas compute). */
 static float *act_table[3];
 
 static inline __attribute__((always_inline)) const float *act_table_of(int act,
@@ -315,8 +317,10 @@ static int act_table_ready(int act, double alpha)
     int slot = act == 1 ? 0 : act == 3 ? 1 : 2;
     if (act_table[slot] || (act == 5 && alpha != 1.0))
         return 0;
-    float *t = PyMem_Malloc(65536 * sizeof(float));
-    if (!t) {
+    float *t = PyMem_Malloc(65536 * sizeof(float)), *v = PyMem_Malloc(65536 * sizeof(float));
+    if (!t || !v) {
+        PyMem_Free(t);
+        PyMem_Free(v);
         PyErr_NoMemory();
         return -1;
     }
@@ -324,35 +328,59 @@ static int act_table_ready(int act, double alpha)
         uint32_t u = f16_bits_to_f32((uint16_t)h);
         float x;
         memcpy(&x, &u, 4);
-        t[h] = act_elem_one(x, act, 1.0);
+        v[h] = act_elem_one(x, act, 1.0);
     }
+    round_block((const u32a *)v, (u32a *)t, 65536);
+    PyMem_Free(v);
     act_table[slot] = t;
     return 0;
 }
 
-/* then the rounding to binary16 values; a block whose values are all zero or normal
- * binary16 values takes them from the table (the same bits), any other block computes */
+/* The binary16 bits of the float32 pattern u if it is a binary16 value (zero, subnormal,
+ * normal, infinity or a NaN whose payload fits), else 0x10000: branch-free, so the loop
+ * that calls it vectorizes */
+static inline __attribute__((always_inline)) int32_t f16_index(uint32_t u)
+{
+    uint32_t sign = (u >> 16) & 0x8000u, a = u & 0x7fffffffu;
+    uint32_t low13 = a & 0x1fffu;
+    uint32_t normal = (low13 == 0) & (a >= 0x38800000u) & (a <= 0x477fe000u);
+    uint32_t special = (low13 == 0) & (a >= 0x7f800000u);          /* inf, NaN */
+    uint32_t e = a >> 23;                                           /* subnormal: 103..112 */
+    uint32_t shift = 126u - (e < 103u ? 103u : e > 112u ? 112u : e);
+    uint32_t sig = (a & 0x007fffffu) | 0x00800000u;
+    uint32_t sub = (a >= 0x33800000u) & (a < 0x38800000u) & ((sig & ((1u << shift) - 1u)) == 0);
+    uint32_t bits = normal ? (a - 0x38000000u) >> 13
+                    : special ? 0x7c00u | ((a >> 13) & 0x3ffu)
+                    : sub ? sig >> shift : 0u;
+    return (normal | special | sub | (a == 0)) ? (int32_t)(sign | bits) : 0x10000;
+}
+
+/* then the rounding to binary16 values: an element that is a binary16 value takes its
+ * result from the table (the same bits), any other computes; y = f(x) (x may be y) */
 HOT __attribute__((optimize("no-trapping-math"))) static void act_elem_all(
-    float *restrict y, Py_ssize_t n, int act, double alpha)
+    const float *x, float *y, Py_ssize_t n, int act, double alpha)
 {
     float tmp[FINISH_BLOCK];
-    uint16_t idx[FINISH_BLOCK];
+    int32_t idx[FINISH_BLOCK];
     const float *tab = act_table_of(act, alpha);
     for (Py_ssize_t b0 = 0; b0 < n; b0 += FINISH_BLOCK) {
         Py_ssize_t m = n - b0 < FINISH_BLOCK ? n - b0 : FINISH_BLOCK;
-        float *blk = y + b0;
+        const float *blk = x + b0;
         const u32a *bits = (const u32a *)blk;
-        uint32_t other = 0;
-        for (Py_ssize_t i = 0; i < m; i++) {
-            uint32_t u = bits[i], a = u & 0x7fffffffu;
-            uint32_t normal = (a & 0x1fffu) == 0 && a >= 0x38800000u && a <= 0x477fe000u;
-            other |= !(normal || a == 0) || !tab;
-            idx[i] = (uint16_t)(((u >> 16) & 0x8000u) | (normal ? (a - 0x38000000u) >> 13 : 0));
-        }
-        if (!other) {
+        int32_t other = tab == NULL ? 0x10000 : 0;  /* no table: every one computes */
+        for (Py_ssize_t i = 0; i < m; i++)
+            idx[i] = f16_index(bits[i]);
+        for (Py_ssize_t i = 0; i < m; i++)
+            other |= idx[i];
+        if (!(other & 0x10000)) {  /* every one from the table, rounded already */
+            float *out = y + b0;
             for (Py_ssize_t i = 0; i < m; i++)
-                tmp[i] = tab[idx[i]];
-        } else if (act == 1) {
+                out[i] = tab[idx[i]];
+            continue;
+        }
+        /* else every element computes (a table entry is the same function of the same
+         * value, rounded: the same bits), in a loop of one function */
+        if (act == 1) {
             for (Py_ssize_t i = 0; i < m; i++)
                 tmp[i] = act_elem_one(blk[i], 1, alpha);
         } else if (act == 3) {
@@ -362,23 +390,23 @@ HOT __attribute__((optimize("no-trapping-math"))) static void act_elem_all(
             for (Py_ssize_t i = 0; i < m; i++)
                 tmp[i] = act_elem_one(blk[i], 5, alpha);
         }
-        round_block((const u32a *)tmp, (u32a *)blk, m);
+        round_block((const u32a *)tmp, (u32a *)(y + b0), m);
     }
 }
 
 const char dv_act_elem_doc[] =
-    "act_elem(y, act, alpha)\n\nIn place on float32 ``y``: tanh (``act`` 1), sigmoid (3) "
+    "act_elem(y, act, alpha, x=None)\n\nOn float32 ``y``: tanh (``act`` 1), sigmoid (3) "
     "or ELU (5, with ``alpha``) as ops.activation computes them, then rounding to binary16 "
-    "values.";
+    "values; of ``x`` (as many float32 values) into ``y`` where given, else in place.";
 
 PyObject *dv_act_elem(PyObject *self, PyObject *args)
 {
     (void)self;
-    PyObject *yo;
+    PyObject *yo, *xo = Py_None;
     int act;
     double alpha;
-    Py_buffer y;
-    if (!PyArg_ParseTuple(args, "Oid", &yo, &act, &alpha))
+    Py_buffer y, x;
+    if (!PyArg_ParseTuple(args, "Oid|O", &yo, &act, &alpha, &xo))
         return NULL;
     if (act != 1 && act != 3 && act != 5) {
         PyErr_Format(PyExc_ValueError, "act_elem: activation %d is not tanh, sigmoid or ELU",
@@ -389,11 +417,27 @@ PyObject *dv_act_elem(PyObject *self, PyObject *args)
         return NULL;
     if (buf_f32(yo, &y, 1, 0, "y") < 0)
         return NULL;
+    if (xo != Py_None) {
+        if (buf_f32(xo, &x, 0, 0, "x") < 0) {
+            PyBuffer_Release(&y);
+            return NULL;
+        }
+        if (x.len != y.len || (x.buf != y.buf && bufs_overlap(&x, &y))) {
+            PyErr_SetString(PyExc_ValueError, "act_elem: x must have y's size, and be y "
+                            "or not overlap it");
+            PyBuffer_Release(&x);
+            PyBuffer_Release(&y);
+            return NULL;
+        }
+    }
     {
+        const float *src = xo != Py_None ? (const float *)x.buf : (const float *)y.buf;
         Py_BEGIN_ALLOW_THREADS
-        act_elem_all((float *)y.buf, y.len / 4, act, alpha);
+        act_elem_all(src, (float *)y.buf, y.len / 4, act, alpha);
         Py_END_ALLOW_THREADS
     }
+    if (xo != Py_None)
+        PyBuffer_Release(&x);
     PyBuffer_Release(&y);
     Py_RETURN_NONE;
 }

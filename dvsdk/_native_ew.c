@@ -133,3 +133,68 @@ done:
         return NULL;
     Py_RETURN_NONE;
 }
+
+/* -- Fp16Table: a 65,536-entry table indexed by binary16 bits ------------------------- */
+
+HOT static void lookup_run(const void *table, const uint16_t *x, void *out, Py_ssize_t n,
+                           Py_ssize_t itemsize)
+{
+    if (itemsize == 2) {
+        const uint16_t *t = table;
+        uint16_t *o = out;
+        for (Py_ssize_t i = 0; i < n; i++)
+            o[i] = t[x[i]];
+    } else {
+        const uint32_t *t = table;
+        uint32_t *o = out;
+        for (Py_ssize_t i = 0; i < n; i++)
+            o[i] = t[x[i]];
+    }
+}
+
+const char dv_lookup16_doc[] =
+    "lookup16(table, x, out)\n\n``out[i] = table[x[i]]``: ``x`` binary16 bits (2-byte "
+    "items, contiguous), ``table`` 65536 items of 2 or 4 bytes, ``out`` as many items as "
+    "``x`` of the table's size (contiguous; it may be ``x`` itself, never overlap it "
+    "otherwise).  A copy of bits: numpy's ``take`` gives the same.";
+
+PyObject *dv_lookup16(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *to, *xo, *oo;
+    Py_buffer t, x, o;
+    if (!PyArg_ParseTuple(args, "OOO", &to, &xo, &oo))
+        return NULL;
+    if (PyObject_GetBuffer(to, &t, PyBUF_C_CONTIGUOUS) < 0)
+        return NULL;
+    if (get_buf(xo, &x, PyBUF_C_CONTIGUOUS, 2, "eHh", "x") < 0) {
+        PyBuffer_Release(&t);
+        return NULL;
+    }
+    if (PyObject_GetBuffer(oo, &o, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE) < 0) {
+        PyBuffer_Release(&x);
+        PyBuffer_Release(&t);
+        return NULL;
+    }
+    Py_ssize_t isz = t.len / 65536, n = x.len / 2;
+    const char *xb = x.buf, *ob = o.buf;
+    if ((isz != 2 && isz != 4) || t.len != 65536 * isz)
+        PyErr_SetString(PyExc_ValueError, "lookup16: table must hold 65536 items of 2 or 4 "
+                        "bytes");
+    else if (o.len != n * isz)
+        PyErr_SetString(PyExc_ValueError, "lookup16: out must hold as many items as x, "
+                        "each of the table's size");
+    else if (xb != ob && xb < ob + o.len && ob < xb + x.len)
+        PyErr_SetString(PyExc_ValueError, "lookup16: out overlaps x");
+    else {
+        Py_BEGIN_ALLOW_THREADS
+        lookup_run(t.buf, (const uint16_t *)x.buf, o.buf, n, isz);
+        Py_END_ALLOW_THREADS
+    }
+    PyBuffer_Release(&o);
+    PyBuffer_Release(&x);
+    PyBuffer_Release(&t);
+    if (PyErr_Occurred())
+        return NULL;
+    Py_RETURN_NONE;
+}

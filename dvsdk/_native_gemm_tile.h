@@ -119,11 +119,27 @@ static TARGET void FN(gemm)(const float *a, Py_ssize_t k, const float *bp, Py_ss
             Py_ssize_t c0 = g * PANEL;
             Py_ssize_t ncols = m - c0 < nv * PANEL ? m - c0 : nv * PANEL;
             const float *b = bp + g * kpan + k0 * PANEL;
+            /* a tile of every column (a narrow output): its rows lie back to back, so the
+             * epilogue takes them in one call, with the bias and slopes repeated per row
+             * (element by element as row by row: the same operations) */
+            float brep[MR * NVMAX * PANEL], prep[MR * NVMAX * PANEL];
+            const int whole = last && ep && c0 == 0 && ncols == m;
+            if (whole)
+                for (Py_ssize_t j = 0; j < MR * m; j++) {
+                    if (ep->bias)
+                        brep[j] = ep->bias[j % m];
+                    if (ep->prelu)
+                        prep[j] = ep->prelu[j % m];
+                }
             for (Py_ssize_t i = r0; i < r1; i += MR) {
                 int mr = r1 - i < MR ? (int)(r1 - i) : MR;
                 FN(tiles)[fused][nv - 1][mr - 1](a + i * k + k0, k, b, kpan, kn,
                                                  c + i * m + c0, m, ncols, k0 == 0);
-                if (last && ep)
+                if (whole)
+                    epilogue_run(c + i * m, mr * m, ep->bias ? brep : NULL,
+                                 ep->addend ? ep->addend + i * m : NULL, ep->act, ep->slope,
+                                 ep->prelu ? prep : NULL);
+                else if (last && ep)
                     for (int r = 0; r < mr; r++)
                         epilogue_run(c + (i + r) * m + c0, ncols,
                                      ep->bias ? ep->bias + c0 : NULL,

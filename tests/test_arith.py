@@ -295,3 +295,86 @@ def test_float64_products_take_the_fixed_order_too():
         ref = ref + a[:, k:k + 1] * b[k]
     assert got.dtype == np.float64 and np.array_equal(got, ref)
     assert arith.matmul_nd(a.astype(np.float32), b).dtype == np.float64
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
+def test_clip_with_number_bounds_selects_as_where_did(dtype):
+    """clip's in-place selection (Python-number bounds) against the two np.where of its
+    general path, on every binary16 pattern (NaN payloads, -0): the same bits; ``x`` is
+    left alone unless ``owned``."""
+    x = np.arange(65536, dtype=np.uint16).view(np.float16).astype(dtype)
+    keep = x.copy()
+    for lo, hi in ((0, 1), (None, 6), (-2.5, None), (0.1, 1e4)):
+        ref = x
+        if lo is not None:
+            ref = np.where(ref < lo, lo, ref)
+        if hi is not None:
+            ref = np.where(ref > hi, hi, ref)
+        got = arith.clip(x, lo, hi)
+        assert got.dtype == dtype and got.tobytes() == ref.astype(dtype).tobytes()
+        assert x.tobytes() == keep.tobytes()
+        t = x.copy()
+        assert arith.clip(t, lo, hi, owned=True).tobytes() == got.tobytes()
+
+
+@pytest.mark.skipif(native.NATIVE is None, reason="the packed operand is the compiled product's")
+def test_a_constant_operand_is_packed_once_and_others_every_time():
+    """matmul_nd keeps pack_b of a right-hand operand whose bytes cannot change (a
+    read-only view of ``bytes``, as a net.bin's constants are) and never of one that can:
+    the same bits either way."""
+    rng = np.random.default_rng(5)
+    raw = rng.standard_normal(96 * 40).astype(np.float32).tobytes()
+    const = np.frombuffer(raw, np.float32).reshape(96, 40)
+    mutable = const.copy()
+    a = rng.standard_normal((2, 7, 96)).astype(np.float32)
+    arith._PACKED.clear()
+    first = arith.matmul_nd(a, const)
+    assert len(arith._PACKED) == 1 and arith.matmul_nd(a, const).tobytes() == first.tobytes()
+    assert arith.matmul_nd(a, mutable).tobytes() == first.tobytes()
+    mutable[0, 0] += 1.0  # a writable operand is packed afresh: its change shows
+    assert arith.matmul_nd(a, mutable).tobytes() != first.tobytes()
+    assert len(arith._PACKED) == 1
+    assert not arith._immutable(np.frombuffer(bytearray(raw), np.float32))
+
+
+@pytest.mark.parametrize("b", [1, 2, 3, 7, 64, -1, -2, -5, -64])
+def test_a_scalar_integer_power_takes_the_selections_of_the_general_one(b):
+    """power(a, b) for one integer exponent (its short way) against the same exponent as
+    an array (the general way, whose selections pick the same operations): the same bits
+    on every binary16 value, NaN payloads, infinities, zeros and huge and tiny values."""
+    h = np.arange(65536, dtype=np.uint16).view(np.float16).astype(np.float64)
+    odd = np.array([0x7FF0000000000001, 0xFFF8000000001234], np.uint64).view(np.float64)
+    a = np.concatenate([h, odd, [1e308, -1e-308, 5e-324, -1.0, 1.0]])
+    want = elementary.power(a, np.full(a.shape, float(b)))
+    for exponent in (b, float(b), np.float32(b), np.array(b)):
+        assert elementary.power(a, exponent).tobytes() == want.tobytes()
+
+
+@pytest.mark.parametrize("shape", [(7, 33), (1, 40, 33), (2, 3, 5, 33)])
+def test_a_2d_right_operand_takes_all_rows_in_one_product(shape):
+    """matmul_nd with a 2-D float32 right operand (one product of every row of ``a``)
+    against the same product broadcast batch by batch (``b`` given a batch dimension):
+    the same bits, a transposed (non-contiguous) ``a`` too."""
+    rng = np.random.default_rng(len(shape))
+    a = rng.standard_normal(shape).astype(np.float32)
+    a.reshape(-1)[:3] = [np.nan, np.inf, -0.0]
+    b = rng.standard_normal((33, 21)).astype(np.float32)
+    want = arith.matmul_nd(a, b[None])
+    assert want.shape[-2:] == (shape[-2], 21) if len(shape) > 1 else True
+    got = arith.matmul_nd(a, b)
+    assert got.shape == (*shape[:-1], 21)
+    assert got.tobytes() == want.reshape(got.shape).tobytes()
+    at = np.ascontiguousarray(np.swapaxes(a, -1, -2))
+    assert arith.matmul_nd(np.swapaxes(at, -1, -2), b).tobytes() == got.tobytes()
+
+
+@pytest.mark.parametrize("k,m", [(15, 40), (27, 10), (3, 16), (1, 1), (120, 6625)])
+def test_pack_b_is_the_zero_padded_panels(k, m):
+    """pack_b: (ceil(M/16), K, 16) panels of ``b``, the last one's spare columns zeros
+    (against np.pad's formulation), NaN payloads kept."""
+    b = np.random.default_rng(k).standard_normal((k, m)).astype(np.float32)
+    b.reshape(-1)[:1] = np.array([0x7F800123], np.uint32).view(np.float32)
+    p = -(-m // arith.PANEL)
+    want = np.pad(b, ((0, 0), (0, p * arith.PANEL - m))).reshape(k, p, arith.PANEL)
+    assert arith.pack_b(b).tobytes() == np.ascontiguousarray(want.transpose(1, 0, 2)).tobytes()
+    assert arith.pack_b(np.asfortranarray(b)).tobytes() == arith.pack_b(b).tobytes()

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from dvsdk import native
-from dvsdk.hw import layout
+from dvsdk.hw import arith, layout
 from dvsdk.hw.fp16 import f32_to_f16, round_f16, to_f16, to_f32
 from dvsdk.sim import ops
 
@@ -233,6 +233,22 @@ def test_tanh_sigmoid_and_elu_equal_the_numpy_activation(act, param):
         got = h.copy()
         NATIVE.act_elem(got, act, ops.elu_alpha(param))
         assert same_bits(got, round_f16(ops.activation(h, act, param)))
+        # out of place (x read, y written): the same bits, x unchanged
+        src = h.copy()
+        out = np.full_like(h, 7.0)
+        NATIVE.act_elem(out, act, ops.elu_alpha(param), src)
+        assert same_bits(out, got) and same_bits(src, h)
+    # float32 NaNs whose payload is a binary16 one, and ones whose is not
+    nans = np.array([0x7FC00000, 0xFFC00000, 0x7F802000, 0xFFFFE000, 0x7F800001, 0x7FC00001],
+                    np.uint32).view(np.float32)
+    got = nans.copy()
+    NATIVE.act_elem(got, act, ops.elu_alpha(param))
+    assert same_bits(got, round_f16(ops.activation(nans, act, param)))
+    with pytest.raises(ValueError):
+        NATIVE.act_elem(np.empty(4, np.float32), act, 1.0, np.empty(5, np.float32))
+    both = np.zeros(8, np.float32)
+    with pytest.raises(ValueError):
+        NATIVE.act_elem(both[:6], act, 1.0, both[2:])
 
 
 # -- ew_f16: one CPU step from FP16 bytes to FP16 bytes (runtime/cpusteps.py) ---------------
@@ -296,3 +312,48 @@ def test_ew_refuses_bad_arguments():
         NATIVE.ew_f16(1, x, x.copy(), np.zeros(3, np.float32), 3, 4)
     with pytest.raises(TypeError):
         NATIVE.ew_f16(0, np.zeros(16, np.float32), x.copy())
+
+
+def test_lookup16_is_numpys_take_of_the_binary16_bits():
+    """lookup16 (Fp16Table's compiled gather) against numpy's take, for a binary16 table
+    (the runtime's FP16-to-FP16 step) and a float32 one (the CPU op), in place too; sizes
+    that do not fit and an output partly over the input are refused."""
+    rng = np.random.default_rng(16)
+    bits = rng.integers(0, 1 << 16, 70001).astype(np.uint16)
+    bits[:4] = [0, 0x7C00, 0xFE00, 0xFFFF]
+    for table in (rng.integers(0, 1 << 16, 1 << 16).astype(np.uint16),
+                  rng.standard_normal(1 << 16).astype(np.float32)):
+        out = np.empty(bits.size, table.dtype)
+        NATIVE.lookup16(table, bits, out)
+        assert out.tobytes() == np.take(table, bits).tobytes()
+    table = rng.integers(0, 1 << 16, 1 << 16).astype(np.uint16)
+    inplace = bits.copy()
+    NATIVE.lookup16(table, inplace, inplace)
+    assert np.array_equal(inplace, table[bits])
+    for args in ((table[:100], bits, np.empty_like(bits)), (table, bits, bits[:-1].copy()),
+                 (table, bits, np.empty(bits.size, np.float32)), (table, bits[:50], bits[10:60])):
+        with pytest.raises(ValueError):
+            NATIVE.lookup16(*args)
+
+
+@pytest.mark.parametrize("act,slope", [(-1, 0.0), (0, 0.0), (2, 0.125), (4, 0.0), (6, 0.0)])
+@pytest.mark.parametrize("m", [1, 4, 16, 40, 48, 72])  # (up to 48: a tile of every column)
+@pytest.mark.parametrize("parts", [1, 2])
+def test_gemm_with_its_epilogue_equals_gemm_then_epilogue(act, slope, m, parts):
+    """The product's epilogue on each finished tile (for a narrow output, a tile's rows in
+    one pass with the bias and slopes repeated) against the product, then the epilogue on
+    the whole: the same bits, with and without an addend, in one part and in two (NaN
+    payloads aside where nothing rounds, act -1: see same_values)."""
+    rng = np.random.default_rng(m * 10 + act)
+    n, k = 203, 27
+    a = rng.standard_normal((n, k)).astype(np.float16).astype(np.float32)
+    bp = arith.pack_b(rng.standard_normal((k, m)).astype(np.float16).astype(np.float32))
+    b = special_mix(rng, (m,))
+    p = rng.normal(size=m).astype(np.float32) if act == 4 else None
+    for addend in (None, special_mix(rng, (n, m))):
+        want = np.empty((n, m), np.float32)
+        NATIVE.gemm(a, bp, want, True, 0, -1, 0, -1)
+        NATIVE.epilogue(want, b, addend, act, slope, p)
+        got = np.full((n, m), 7.0, np.float32)
+        NATIVE.gemm(a, bp, got, True, 0, -1, 0, -1, b, addend, act, slope, p, parts)
+        assert (same_bits if act >= 0 else same_values)(got, want)

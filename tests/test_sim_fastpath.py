@@ -4,7 +4,8 @@
   (``DVSDK_NATIVE=0``'s ``conv_unit._run``), on a spread of test_ops_conv's matrices
   (every kernel, stride and activation, PReLU, leaky slopes, rectify, Q8; depthwise,
   deconv, dilated, max-pool between conv and activation),
-  element-wise adds with pools and upsampling, and multi-run commands; each set also with
+  element-wise adds with pools and upsampling, standalone max and average pools (every
+  activation) and upsampling, and multi-run commands; each set also with
   the decoded-stream and configuration-plan caches off.  The cases themselves check
   their outputs against the independent references of tests/refs.py.
 * Decoded stream chunks: kept per address and content; the watchdog's step limit met in
@@ -38,7 +39,7 @@ from .test_ops_conv import (
     dilated_cases,
 )
 from .test_ops_multirun import chain_cases
-from .test_ops_pool import add_cases
+from .test_ops_pool import add_cases, pool_cases, upsample_cases
 from .test_sim_faults import _tiny_conv
 
 pytestmark = pytest.mark.filterwarnings("ignore::dvsdk.native.NativeFallbackWarning")
@@ -74,10 +75,11 @@ def _outputs(sim, cases, monkeypatch, compiled: bool, caches: bool):
 
 
 @needs_native
-@pytest.mark.parametrize("which", ["conv", "add", "multirun"])
+@pytest.mark.parametrize("which", ["conv", "add", "multirun", "pool"])
 def test_fused_steps_and_caches_change_no_bit(which, monkeypatch):
     cases = {"conv": conv_cases, "add": lambda: list(add_cases()),
-             "multirun": lambda: list(chain_cases())}[which]()
+             "multirun": lambda: list(chain_cases()),
+             "pool": lambda: list(pool_cases())[::2] + list(upsample_cases())[::5]}[which]()
     shas = {}
     for compiled in (True, False):
         for caches in (True, False):
@@ -90,11 +92,11 @@ def test_fused_steps_and_caches_change_no_bit(which, monkeypatch):
 
 
 def test_a_stream_is_decoded_once_per_address_and_content(sim, monkeypatch):
-    cl, _ = _tiny_conv(sim)
     calls = []
     import dvsdk.sim.engine as engine
 
     monkeypatch.setattr(engine, "decode", lambda *a: calls.append(a) or decode(*a))
+    cl, _ = _tiny_conv(sim)   # (decoded when committed: sim/warm.py)
     cl.run()
     first = len(calls)
     cl.run()

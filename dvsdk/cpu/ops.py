@@ -22,7 +22,7 @@ import numpy as np
 
 from ..errors import ModelError
 from ..hw import arith, elementary
-from ..hw.fp16 import to_f16
+from ..hw.fp16 import lookup, to_f16
 from .attention import attention
 from .dtypes import cast_array, onnx_dtype, refusal
 from .nn import NN_KERNELS
@@ -154,12 +154,16 @@ def _selu(inputs: list, attrs: Attrs) -> list[Arr]:
 def _hard_sigmoid(inputs: list, attrs: Attrs) -> list[Arr]:
     x = inputs[0]
     alpha, beta = float(attrs.get("alpha", 0.2)), float(attrs.get("beta", 0.5))
-    return [arith.clip(x * np.float32(alpha) + np.float32(beta), 0, 1).astype(x.dtype)]
+    t = x * np.float32(alpha)
+    t += np.float32(beta)  # (in place: the same rounding as x * alpha + beta)
+    return [arith.clip(t, 0, 1, owned=True).astype(x.dtype, copy=False)]
 
 
 def _hard_swish(inputs: list, attrs: Attrs) -> list[Arr]:
     x = inputs[0]
-    return [(x * arith.clip(x * np.float32(1 / 6) + np.float32(0.5), 0, 1)).astype(x.dtype)]
+    t = x * np.float32(1 / 6)
+    t += np.float32(0.5)
+    return [(x * arith.clip(t, 0, 1, owned=True)).astype(x.dtype, copy=False)]
 
 
 def _clip(inputs: list, attrs: Attrs) -> list[Arr]:
@@ -411,7 +415,7 @@ def _fp16_table(inputs: list, attrs: Attrs) -> list[Arr]:
                          value=f"{table.dtype}{list(table.shape)}", limit="float32[65536]")
     out = np.empty_like(x)
     dst = out.ravel(order="K")  # (a view: out is contiguous in x's axis order)
-    np.take(table, to_f16(x.ravel(order="K")).view(np.uint16), out=dst, mode="clip")
+    lookup(table, to_f16(x.ravel(order="K")).view(np.uint16), dst)
     if not np.shares_memory(dst, out):  # (empty_like keeps a dense layout: not reached)
         out[...] = table[to_f16(np.ascontiguousarray(x)).view(np.uint16)].reshape(x.shape)
     return [out]

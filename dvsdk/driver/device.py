@@ -269,6 +269,12 @@ class Device(ABC):
         backend that hands commands to a kernel module (``dv://``) overrides this."""
         return None
 
+    def stream_committed(self, address: int, length8: int) -> None:
+        """A committed conv stream now lies at ``address`` (``length8`` 8-byte units of its
+        first chunk), synced: the simulator works out ahead what its kick will run (wall
+        time only, :mod:`dvsdk.sim.warm`); nothing to do for hardware (the default)."""
+        return None
+
     def set_clock(self, mhz: int) -> int:
         """Set the conv clock (MHz) where the board allows it (DMP's kernel module's
         writable ``conv_freq``, §10.9); returns the clock read back."""

@@ -73,6 +73,7 @@ class RegisterSubmission:
         if unit == "conv":
             words = [conv_words(cmd, plan.tiles) for cmd, plan in zip(commands, plans)]
             self.stream = build_stream(device, words, chunk_bytes)
+            device.stream_committed(self.stream.address, self.stream.length8)
         elif unit == "ipu":
             self.reg_writes = [ipu_writes(c) for c in commands]
         else:

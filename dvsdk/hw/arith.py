@@ -25,6 +25,7 @@ Section numbers (§) are those of dv700-interface.md.
 from __future__ import annotations
 
 import warnings
+import weakref
 
 import numpy as np
 
@@ -48,8 +49,10 @@ def pack_b(b: np.ndarray) -> np.ndarray:
     b = np.asarray(b, np.float32)
     k, m = b.shape
     p = -(-m // PANEL)
-    if p * PANEL != m:
-        b = np.pad(b, ((0, 0), (0, p * PANEL - m)))
+    if p * PANEL != m:  # zeros in the last panel's spare columns (np.pad took ~50 us)
+        padded = np.zeros((k, p * PANEL), np.float32)
+        padded[:, :m] = b
+        b = padded
     return np.ascontiguousarray(b.reshape(k, p, PANEL).transpose(1, 0, 2))
 
 
@@ -112,6 +115,13 @@ def matmul_nd(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     a, b = np.asarray(a), np.asarray(b)
     if a.ndim == 0 or b.ndim == 0 or (a.dtype.kind != "f" and b.dtype.kind != "f"):
         return np.matmul(a, b)  # (integers; a 0-d operand: numpy's error)
+    if (a.dtype == b.dtype == np.float32 and a.ndim >= 2 and b.ndim == 2
+            and a.shape[-1] == b.shape[0]):
+        # a layer's product (a 2-D right operand): every row of a, whatever its batch
+        # dimensions, in one call (each output is its own fixed-order sum: the same bits)
+        packed = _packed_constant(b) if native.NATIVE is not None else None
+        rows = matmul(a.reshape(-1, a.shape[-1]), b, packed=packed)
+        return rows.reshape(*a.shape[:-1], b.shape[1])
     dt = np.result_type(a, b)
     a, b = a.astype(dt, copy=False), b.astype(dt, copy=False)
     a2 = a[None, :] if a.ndim == 1 else a
@@ -123,9 +133,10 @@ def matmul_nd(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     ab = np.broadcast_to(a2, (*batch, n, a2.shape[-1]))
     bb = np.broadcast_to(b2, (*batch, *b2.shape[-2:]))
     out = np.empty((*batch, n, m), dt)
+    packed = _packed_constant(b2) if dt == np.float32 and native.NATIVE is not None else None
     for idx in np.ndindex(*batch):
         if dt == np.float32:
-            matmul(ab[idx], bb[idx], out[idx])
+            matmul(ab[idx], bb[idx], out[idx], packed=packed)
         else:
             _matmul_numpy(np.ascontiguousarray(ab[idx]), bb[idx], out[idx], 0, n, 0, m)
     if a.ndim == 1:
@@ -133,6 +144,39 @@ def matmul_nd(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     if b.ndim == 1:
         out = out[..., 0]
     return out
+
+
+#: pack_b of 2-D operands whose bytes cannot change, by id: (the array, weakly; packed)
+_PACKED: dict[int, tuple[weakref.ref, np.ndarray]] = {}
+
+
+def _immutable(b: np.ndarray) -> bool:
+    """Whether ``b``'s elements can never change: a read-only view of a ``bytes`` object
+    (a net.bin's constants, ``np.frombuffer``), through any chain of numpy views."""
+    base = b
+    while isinstance(base, np.ndarray):
+        if base.flags.writeable:
+            return False
+        base = base.base
+    if isinstance(base, memoryview):
+        base = base.obj if base.readonly else None
+    return isinstance(base, bytes)
+
+
+def _packed_constant(b: np.ndarray) -> np.ndarray | None:
+    """:func:`pack_b` of the 2-D float32 operand ``b``, packed once while ``b`` lives when
+    its bytes cannot change (a CPU step's weights, packed on every run before); None for
+    any other operand (the product packs it)."""
+    if b.ndim != 2 or b.dtype != np.float32 or not _immutable(b):
+        return None
+    hit = _PACKED.get(id(b))
+    if hit is not None and hit[0]() is b:
+        return hit[1]
+    if len(_PACKED) >= 256:
+        _PACKED.clear()
+    packed = pack_b(b)
+    _PACKED[id(b)] = (weakref.ref(b), packed)
+    return packed
 
 
 def total_keys(x: np.ndarray) -> np.ndarray:
@@ -166,11 +210,24 @@ def minimum(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return np.where((a < b) | np.isnan(a), a, b)
 
 
-def clip(x: np.ndarray, lo: float | np.ndarray | None, hi: float | np.ndarray | None
-         ) -> np.ndarray:
+def clip(x: np.ndarray, lo: float | np.ndarray | None, hi: float | np.ndarray | None,
+         owned: bool = False) -> np.ndarray:
     """``lo`` where ``x < lo``, ``hi`` where ``x > hi``, else ``x`` (NaN stays NaN, ``-0``
-    stays ``-0`` against a bound of 0): the compiled CPU steps' clamp."""
+    stays ``-0`` against a bound of 0): the compiled CPU steps' clamp.  ``owned``: ``x``
+    is a temporary of the caller's that may be clamped in place (with scalar bounds)."""
     y = np.asarray(x)
+    if y.dtype.kind == "f" and y.ndim and all(b is None or type(b) in (int, float)
+                                              for b in (lo, hi)):
+        # the same selections without the temporaries of np.where: the bounds stored into
+        # y where the comparisons hold (Python numbers: y's type, as np.where's result had;
+        # a numpy bound may promote, and goes the general way)
+        if not (owned and y.flags.writeable):
+            y = y.copy()
+        if lo is not None:
+            np.copyto(y, lo, where=y < lo, casting="unsafe")
+        if hi is not None:
+            np.copyto(y, hi, where=y > hi, casting="unsafe")
+        return y
     if lo is not None:
         y = np.where(y < lo, lo, y)
     if hi is not None:

@@ -190,6 +190,27 @@ def _pow_int(a: np.ndarray, n: np.ndarray) -> np.ndarray:
     return y
 
 
+def _pow_small_scalar(a: np.ndarray, b: int) -> np.ndarray:
+    """:func:`power` for one integer exponent ``b``, ``0 < |b| <= 64`` (LayerNorm's square):
+    the same operations as its per-element selections pick for such an exponent (the
+    products of :func:`_pow_int` for the bits of ``|b|``, one division for a negative
+    one, then the zero and one bases), without the ``exp(b log|a|)`` they discard."""
+    n = abs(b)
+    with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
+        y = np.ones(a.shape)
+        sq = a
+        for bit in range(n.bit_length()):
+            if (n >> bit) & 1:
+                y = y * sq
+            if bit + 1 < n.bit_length():
+                sq = sq * sq
+        if b < 0:
+            y = 1.0 / y
+        zero = np.inf if b < 0 else 0.0
+        y = np.where(a == 0, np.copysign(zero, a) if n % 2 else zero, y)
+        return np.where(a == 1.0, 1.0, y)
+
+
 def power(a: np.ndarray | float, b: np.ndarray | float) -> np.ndarray:
     """a**b as C's pow defines its special cases.  Where the exponent is an integer up to
     64 in magnitude: repeated multiplication (:func:`_pow_int`, and one division for a
@@ -200,6 +221,8 @@ def power(a: np.ndarray | float, b: np.ndarray | float) -> np.ndarray:
         a = _f64(a)
         with np.errstate(invalid="ignore"):
             return np.where(a == -np.inf, np.inf, np.sqrt(np.where(a == 0, 0.0, a)))
+    if b_arr.ndim == 0 and float(b_arr).is_integer() and 0 < abs(float(b_arr)) <= _POW_INT_MAX:
+        return _pow_small_scalar(_f64(a), int(b_arr))
     a, b = np.broadcast_arrays(_f64(a), b_arr)
     with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
         mag = exp(b * log(np.abs(a)))

@@ -230,3 +230,14 @@ def to_f32(h: np.ndarray) -> np.ndarray:
         native.NATIVE.f16_to_f32(np.ascontiguousarray(h).view(_U16LE), out)
         return out
     return f16_to_f32(h)
+
+
+def lookup(table: np.ndarray, bits: np.ndarray, out: np.ndarray) -> None:
+    """``out = table[bits]``: ``bits`` uint16 binary16 patterns, ``table`` 65,536 entries
+    (an Fp16Table step's: binary16 bits or float32 values), ``out`` as many items of the
+    table's type, never partly over ``bits``.  The compiled gather (``native.lookup16``),
+    else numpy's ``take``: the same copy of bits."""
+    if native.NATIVE is not None and out.flags.c_contiguous and table.flags.c_contiguous:
+        native.NATIVE.lookup16(table, bits, out)
+    else:
+        np.take(table, bits, out=out, mode="clip")

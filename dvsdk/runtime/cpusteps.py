@@ -46,7 +46,7 @@ from .. import native
 from ..cpu import ops as cpu_ops
 from ..errors import DeviceError, NetFileError
 from ..hw import layout
-from ..hw.fp16 import to_f16, to_f32
+from ..hw.fp16 import lookup, to_f16, to_f32
 from . import board_model
 
 #: ops whose kernels compute each output element from the same element of each operand
@@ -448,7 +448,8 @@ class FusedPlan:
     table: np.ndarray | None = None  # Fp16Table: the table rounded to binary16, as bits
 
 
-#: FusedPlan.code of a table lookup (a numpy gather, no compiled loop needed)
+#: FusedPlan.code of a table lookup (a gather, hw.fp16.lookup: runs without the compiled
+#: loops too)
 TABLE_CODE = -1
 
 
@@ -535,7 +536,7 @@ def _run_fused(net: Any, h: Any, seg: Segment, plan: FusedPlan) -> None:
 
         def fill(view: np.ndarray) -> None:  # the result straight into the arena
             if plan.table is not None:  # binary16 in, binary16 out: a gather
-                np.take(plan.table, x.view(np.uint16), out=view.view(np.uint16), mode="clip")
+                lookup(plan.table, x.view(np.uint16), view.view(np.uint16))
                 return
             native.NATIVE.ew_f16(plan.code, x.view(np.uint16), view.view(np.uint16), y,
                                  c if plan.per_channel else 0, hh * ww, plan.y_first)

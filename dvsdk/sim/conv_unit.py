@@ -59,22 +59,8 @@ def _pads(word: int, mask_a: int) -> tuple[int, int, int, int]:
 def run_configuration(core: CoreState) -> None:
     """START was written: decode the image and run every sample of the batch."""
     table_word, core.u8_table = core.u8_table, NO_BUFFER  # consumed per command
-    topo = int(core.cfg_mem[_TOPO : _TOPO + 4].view("<u4")[0])
-    nruns = topo.bit_length()
-    end = CFG_ADDR + CONFIG.size + nruns * CONFIG_RUN.size
-    if nruns == 0 or end > core.cfg_mem.size:
-        raise HardwareError("bad_config", CFG_ADDR, f"topo {topo:#x} selects no runs")
     try:
-        key = (core.cfg_mem[CFG_ADDR:end].tobytes(), table_word != NO_BUFFER)
-        plan = core.conv_plans.get(key)
-        hdr = plan.hdr if plan is not None else _decoded(CONFIG, core.cfg_mem, CFG_ADDR)
-        if plan is None:
-            runs = [_decoded(CONFIG_RUN, core.cfg_mem, CFG_ADDR + CONFIG.size
-                             + i * CONFIG_RUN.size) for i in range(nruns)]
-            plan = _plan(core, hdr, runs, table_word != NO_BUFFER)
-            if len(core.conv_plans) > 1024:
-                core.conv_plans.clear()
-            core.conv_plans[key] = plan
+        plan = plan_of(core, core.cfg_mem, table_word)
         cost = core.params.timing.command_overhead + plan.batch * plan.one.cycles
         if core.totals.cycles + cost > core.kick_cycle_limit:
             raise Hang(CFG_ADDR, f"watchdog: this command's {cost} cycles take the kick past "
@@ -85,6 +71,28 @@ def run_configuration(core: CoreState) -> None:
         raise
     except (DvsdkError, ValueError, IndexError, ZeroDivisionError, OverflowError) as e:
         raise HardwareError("bad_config", CFG_ADDR, f"configuration cannot run: {e}") from None
+
+
+def plan_of(core: CoreState, cfg_mem: np.ndarray, table_word: int) -> ConvPlan:
+    """The :class:`ConvPlan` of the image at ``CFG_ADDR`` of controller memory ``cfg_mem``
+    (``table_word``: the u8 table register), worked out once per image; HardwareError
+    (or a decoding error) where the hardware cannot run it."""
+    topo = int(cfg_mem[_TOPO : _TOPO + 4].view("<u4")[0])
+    nruns = topo.bit_length()
+    end = CFG_ADDR + CONFIG.size + nruns * CONFIG_RUN.size
+    if nruns == 0 or end > cfg_mem.size:
+        raise HardwareError("bad_config", CFG_ADDR, f"topo {topo:#x} selects no runs")
+    key = (cfg_mem[CFG_ADDR:end].tobytes(), table_word != NO_BUFFER)
+    plan = core.conv_plans.get(key)
+    if plan is None:
+        hdr = _decoded(CONFIG, cfg_mem, CFG_ADDR)
+        runs = [_decoded(CONFIG_RUN, cfg_mem, CFG_ADDR + CONFIG.size + i * CONFIG_RUN.size)
+                for i in range(nruns)]
+        plan = _plan(core, hdr, runs, table_word != NO_BUFFER)
+        if len(core.conv_plans) > 1024:
+            core.conv_plans.clear()
+        core.conv_plans[key] = plan
+    return plan  # type: ignore[return-value]
 
 
 _DECODED: dict[tuple, dict] = {}
@@ -360,12 +368,39 @@ def _load_weights(core: CoreState, run: dict, key: tuple) -> tuple:
     decoded = _decode_weights(blob, run, in_c, size)
     nbytes = sum(a.nbytes for a in decoded[:3] if a is not None)
     nbytes += 0 if version is not None else size
+    _cache_weights(core, key, (version, blob.copy() if version is None else None, decoded),
+                   nbytes)
+    return decoded
+
+
+def warm_weights(core: CoreState, run: dict, key: tuple) -> tuple | None:
+    """:func:`_load_weights` ahead of the kick (:mod:`.warm`): the decoded block from the
+    cache, or decoded from the bytes DRAM holds now and cached under their write clock,
+    without a device read (no coherence check, nothing written out); None where the
+    clock is unknown (eager DRAM) or the bytes are not in DRAM yet."""
+    addr, size = key[:2]
+    version = core.mem.version(addr, size)
+    if version is None:
+        return None
+    hit = core.weight_cache.get(key)
+    if hit is not None and hit[0] == version:
+        return hit[2]
+    blob = core.mem.peek(addr, size)
+    if blob is None:
+        return None
+    decoded = _decode_weights(blob, run, key[2], size)
+    _cache_weights(core, key, (version, None, decoded),
+                   sum(a.nbytes for a in decoded[:3] if a is not None))
+    return decoded
+
+
+def _cache_weights(core: CoreState, key: tuple, entry: tuple, nbytes: int) -> None:
+    cache = core.weight_cache
     if len(cache) > 512 or core.weight_cache_bytes + nbytes > core.cache_limit:
         cache.clear()
         core.weight_cache_bytes = 0
-    cache[key] = (version, blob.copy() if version is None else None, decoded)
+    cache[key] = entry
     core.weight_cache_bytes += nbytes
-    return decoded
 
 
 def _decode_weights(blob: np.ndarray, run: dict, in_c: int, size: int) -> tuple:

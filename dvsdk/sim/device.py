@@ -57,6 +57,7 @@ from ..hw import arith, quirks
 from .core import IRQ_REGS, Faults, R, SimParams
 from .dram import Dram, remove_span, same_bytes
 from .engine import Dv700Core
+from .warm import warm_stream
 
 DRAM_BASE = 0x6000_0000
 COHERENCE_MODES = ("error", "warn", "off")
@@ -384,6 +385,11 @@ class SimDevice(Device):
             self._clean_in_kick.clear()  # any register write may start a unit: check afresh
             self._running = unit  # whose kick a coherence problem belongs to
             self.core.write_reg(unit, offset, value)
+
+    def stream_committed(self, address: int, length8: int) -> None:
+        with self.lock:
+            if not self.closed:
+                warm_stream(self.core, address, length8)
 
     def alloc(self, nbytes: int, align: int = 64, name: str = "") -> SimDmaBuffer:
         with self.lock:

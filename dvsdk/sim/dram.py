@@ -185,6 +185,18 @@ class Dram:
         self.materialize(addr, n)
         return self.array[off : off + n]
 
+    def peek(self, addr: int, n: int) -> np.ndarray | None:
+        """The bytes at ``addr`` as DRAM holds them now (a view), without a device read: no
+        ``on_read`` and nothing written out; None where a stored tensor's bytes are not
+        written yet or the range is outside DRAM.  For work done ahead of a kick
+        (:mod:`.warm`) that the kick checks again."""
+        off = addr - self.base
+        if n < 0 or off < 0 or off + n > self.array.size:
+            return None
+        if any(t.packed is None for t in self._overlapping(addr, addr + n)):
+            return None
+        return self.array[off : off + n]
+
     def write(self, addr: int, data: np.ndarray) -> None:
         raw = np.ascontiguousarray(data).view(np.uint8).reshape(-1)
         off = self._span(addr, raw.size)

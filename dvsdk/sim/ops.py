@@ -413,7 +413,10 @@ def upsample2x(x: np.ndarray) -> np.ndarray:
     ``out[y, x, c] = in[y // 2, x // 2, c]``; output ``(2H, 2W, C)``.
     """
     x = _hwc(x)
-    return np.repeat(np.repeat(x, 2, axis=0), 2, axis=1)
+    h, w, c = x.shape
+    out = np.empty((2 * h, 2 * w, c), x.dtype)
+    out.reshape(h, 2, w, 2, c)[...] = x[:, None, :, None, :]  # (one pass; np.repeat's two)
+    return out
 
 
 # ---------------------------------------------------------------------------
@@ -429,12 +432,17 @@ def finish(t: np.ndarray, code: int, param: float = 0.0, prelu: np.ndarray | Non
     loops (:mod:`dvsdk.native`), every activation but PReLU runs fused with the rounding in
     one pass, with the same bits."""
     if native.NATIVE is not None and code != ACT_PRELU and not rect:
-        y = t if owned and t.dtype == np.float32 and t.flags.c_contiguous \
-            and t.flags.writeable else np.array(t, np.float32, order="C")
+        mine = owned and t.dtype == np.float32 and t.flags.c_contiguous and t.flags.writeable
         if code in (ACT_TANH, ACT_SIGMOID, ACT_ELU):
-            native.NATIVE.act_elem(y, int(code), elu_alpha(param))
-        else:
-            native.NATIVE.finish(y, int(code), float(param))
+            if mine:
+                native.NATIVE.act_elem(t, int(code), elu_alpha(param))
+                return t
+            x = np.ascontiguousarray(t, np.float32)  # (a stored tensor: read, not copied)
+            y = np.empty(x.shape, np.float32)
+            native.NATIVE.act_elem(y, int(code), elu_alpha(param), x)
+            return y
+        y = t if mine else np.array(t, np.float32, order="C")
+        native.NATIVE.finish(y, int(code), float(param))
         return y
     if code:
         t = activation(t, code, param, prelu)
