@@ -13,7 +13,22 @@ and the MobileNetV3/DBNet nets of issue 14) this compiles the model, runs it onc
   onnx's own shape inference), and the compulsory bytes are the FP16 weights of those ops
   plus the network's input and outputs, each moved once;
 * their ratio (1.0: the device would do no better), and the number of commands and of
-  device<->CPU transitions.
+  device<->CPU transitions;
+* a structural floor, also from the graph alone: the roofline's bytes plus what the
+  DV700's structure forces through DRAM whatever the compiler does, ``max(MACs / 576,
+  (compulsory + forced bytes) / 16)``.  Forced: every Conv/ConvTranspose output larger
+  than the 512 KiB unified buffer (sim:// ``ub_size``) that is not a network output is
+  written once and read back once (a command's whole output stays on chip only if it
+  fits); every product of two activations (``Mul`` with no constant operand, as SiLU,
+  HardSwish split in two and squeeze-excitation write it, and ``HardSwish``) of a tensor a
+  conv made (and activations, pools and adds continued) needs the CPU,
+  because the device multiplies by constants only (§4.2): its result, at least, goes to
+  the CPU and comes back (written once, read once; smaller than the unified buffer, or
+  it is already counted).  MatMuls of activations of rank 3 and more (attention) run on the
+  CPU and are not in the floor (they are in the roofline, as issue 27 defines it: such a
+  network's ratio understates its device's).  The floor ignores the per-command overhead
+  and the depthwise convolutions' low MAC use, so the best a compiler could do is above
+  it.
 
 Nothing here is timed on the host: the numbers are the same on every machine.
 
@@ -56,8 +71,10 @@ def _shapes(model: onnx.ModelProto) -> dict[str, tuple[int, ...]]:
     return out
 
 
-def roofline(model: onnx.ModelProto) -> tuple[int, int, float]:
-    """(MACs, compulsory bytes, roofline cycles) of ``model`` as the module docstring says."""
+def roofline(model: onnx.ModelProto, device_only: bool = False) -> tuple[int, int, float]:
+    """(MACs, compulsory bytes, roofline cycles) of ``model`` as the module docstring says;
+    ``device_only``: without the MatMuls of activations of rank 3 and more (the attention
+    blocks of a recognizer), which stay on the CPU."""
     shapes = _shapes(model)
     consts = {i.name: numpy_helper.to_array(i) for i in model.graph.initializer}
     macs = weight_elems = 0
@@ -72,6 +89,8 @@ def roofline(model: onnx.ModelProto) -> tuple[int, int, float]:
             weight_elems += math.prod(w)
         elif node.op_type in ("Gemm", "MatMul"):
             a, out = shapes[node.input[0]], shapes[node.output[0]]
+            if device_only and len(a) > 2:
+                continue
             k = a[-1] if not (node.op_type == "Gemm" and attrs.get("transA")) else a[0]
             macs += math.prod(out) * k
             weight_elems += sum(math.prod(shapes[i]) for i in node.input[1:2] if i in consts)
@@ -81,6 +100,33 @@ def roofline(model: onnx.ModelProto) -> tuple[int, int, float]:
     return macs, nbytes, max(macs / MACS_PER_CYCLE, nbytes / BYTES_PER_CYCLE)
 
 
+#: ops that continue a conv's result on the device (its tensor stays "made by a conv")
+_DEVICE_TAILS = {"Relu", "Clip", "LeakyRelu", "Sigmoid", "HardSigmoid", "Tanh", "Add",
+                 "MaxPool", "AveragePool", "BatchNormalization"}
+
+
+def floor(model: onnx.ModelProto, ub_size: int = 524288) -> float:
+    """The structural floor in cycles, as the module docstring says."""
+    macs, nbytes, _ = roofline(model, device_only=True)
+    shapes = _shapes(model)
+    consts = {i.name for i in model.graph.initializer}
+    outputs = {v.name for v in model.graph.output}
+    forced, device = 0, set()  # device: tensors a conv makes (then activations and adds)
+    for node in model.graph.node:
+        size = 2 * math.prod(shapes.get(node.output[0], (0,)))
+        if node.op_type in ("Conv", "ConvTranspose") or (
+                node.op_type in _DEVICE_TAILS and node.input[0] in device):
+            device.add(node.output[0])
+        if node.output[0] in outputs:
+            continue
+        if node.op_type in ("Conv", "ConvTranspose") and size > ub_size:
+            forced += 2 * size
+        elif (node.op_type == "HardSwish" or node.op_type == "Mul" and not any(
+                i in consts for i in node.input)) and any(i in device for i in node.input):
+            forced += 2 * size if size <= ub_size else 0
+    return max(macs / MACS_PER_CYCLE, (nbytes + forced) / BYTES_PER_CYCLE)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--nets", default=",".join(NETWORKS),
@@ -88,7 +134,8 @@ def main() -> None:
     args = ap.parse_args()
     warnings.simplefilter("ignore")
     print(f"{'network':19s} {'GMAC':>7s} {'MB min':>7s} {'roofline us':>12s} "
-          f"{'predicted us':>13s} {'ratio':>7s} {'DRAM MB':>8s} {'cmds':>5s} {'switches':>9s}")
+          f"{'predicted us':>13s} {'ratio':>7s} {'floor us':>9s} {'/floor':>7s} {'DRAM MB':>8s} "
+          f"{'cmds':>5s} {'switches':>9s}")
     for name in args.nets.split(","):
         build, size = NETWORKS[name]
         model = build(size)
@@ -100,9 +147,11 @@ def main() -> None:
             moved = sum(int(r.get("bytes") or 0) for r in net.profile(input_of(name))
                         if r.get("where") != "cpu")
         roof_us = cycles / CLOCK_MHZ
+        floor_us = floor(model) / CLOCK_MHZ
         ps = program_shape(netfile.meta)
         print(f"{name:19s} {macs / 1e9:7.3f} {nbytes / 1e6:7.2f} {roof_us:12.1f} "
               f"{st.device_us:13.1f} {st.device_us / roof_us:6.2f}x "
+              f"{floor_us:9.1f} {st.device_us / floor_us:6.2f}x "
               f"{moved / 1e6:8.2f} "
               f"{netfile.meta['stats']['commands']:5d} {ps.transitions:9d}")
 

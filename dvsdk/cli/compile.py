@@ -65,6 +65,11 @@ def build_parser() -> Parser:
     p.add_argument("--no-tables", action="store_true",
                    help="keep element-wise tails such as SiLU's sigmoid and product as they "
                         "are instead of one CPU table lookup per tail (the same results)")
+    p.add_argument("--fuse-adds", action="store_true",
+                   help="schedule each conv just before the Add it feeds, so the add runs "
+                        "inside the conv command (fewer commands and DRAM round trips; "
+                        "one FP16 rounding instead of two, so results change within FP16 "
+                        "tolerance)")
     p.add_argument("-q", "--quiet", action="store_true")
     p.add_argument("--debug", action="store_true", help="show tracebacks")
     p.add_version()
@@ -123,7 +128,8 @@ def main(argv: list[str]) -> int:
             channel_order=args.channel_order, resize=args.resize, labels=args.labels,
             ub_size=args.ub_size, golden=not args.no_golden, format=args.format,
             hw_version=args.hw_version or _target_hw_date(args.target),
-            chain=not args.no_chain, tables=not args.no_tables, progress=progress)
+            chain=not args.no_chain, tables=not args.no_tables,
+            fuse_adds=args.fuse_adds, progress=progress)
         meta = net.meta
         progress(f"writing {out}")
         write(net, out)

@@ -57,6 +57,9 @@ class Options:
     chain: bool = True
     #: element-wise tails of device tensors as one CPU table lookup (:mod:`.table`)
     tables: bool = True
+    #: convs moved to just before the Add they feed, so it fuses (:mod:`.reorder`):
+    #: one FP16 rounding instead of two, so results change (within FP16 tolerance)
+    fuse_adds: bool = False
     format: str | None = None  # the model format; None: from the file
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -220,7 +223,8 @@ def compile_graph(graph: Graph, options: Options, source: str = "") -> NetFile:
 
         graph = transpose_spatial(graph)
     program = lower(graph, info, quantize=quantized, multirun=options.multirun,
-                    chain=options.chain, tables=options.tables)
+                    chain=options.chain, tables=options.tables,
+                    fuse_adds=options.fuse_adds)
     mplan = plan(program)
     steps, cmds, weights, constants, const_index = _encode_program(program, mplan, options)
     tensors = {}

@@ -25,6 +25,7 @@ from .ir import Graph, Op
 from .lower_ops import OpLowerings
 from .multirun import MultiRunLowerings
 from .program import CpuStep, HwCmd, HwStep, Program, out_hwc, validate_cmd
+from .reorder import convs_before_their_adds
 from .schedule import schedule
 from .table import tabulate
 
@@ -429,11 +430,15 @@ class Lowering(OpLowerings, MultiRunLowerings):
 
 
 def lower(graph: Graph, info: DeviceInfo, quantize: bool | frozenset = False,
-          multirun: bool = True, chain: bool = True, tables: bool = True) -> Program:
-    """Lower an optimized, shape-inferred graph for a device with ``info``; element-wise
-    tails of device tensors as table lookups (``tables``, :mod:`.table`), the steps in an
-    order with few device <-> CPU transitions (:mod:`.schedule`), chained commands merged
-    into one (``chain``, :mod:`.chain`)."""
+          multirun: bool = True, chain: bool = True, tables: bool = True,
+          fuse_adds: bool = False) -> Program:
+    """Lower an optimized, shape-inferred graph for a device with ``info``; convs moved to
+    just before the Add they feed (``fuse_adds``, :mod:`.reorder`: changes results),
+    element-wise tails of device tensors as table lookups (``tables``, :mod:`.table`), the
+    steps in an order with few device <-> CPU transitions (:mod:`.schedule`), chained
+    commands merged into one (``chain``, :mod:`.chain`)."""
+    if fuse_adds:
+        graph = convs_before_their_adds(graph)
     program = Lowering(graph, info, quantize, multirun).run()
     if tables:
         program = tabulate(program)
