@@ -563,7 +563,3 @@ def _interpolate(b, L, ins, outs):
 @layer("Identity", ir="Identity")
 def _identity(b, L, ins, outs):
     return [affine(b, ins[0], 1.0, 0.0, outs[0])]
-
-
-# Range and ScaledDotProductAttention register themselves in LAYERS (kept apart for size)
-from . import openvino_v10_seq  # noqa: E402,F401

@@ -1,5 +1,6 @@
 """OpenVINO IR v10/v11 generators and sequence layers: ``Range`` and
-``ScaledDotProductAttention`` (registered in :data:`.openvino_v10.LAYERS`).
+``ScaledDotProductAttention``, registered in :data:`.openvino_v10.LAYERS` (re-exported here as
+``LAYERS``, the complete v10/v11 table, which :mod:`.openvino` uses).
 
 * ``Range``-1 (start, stop, step of one numeric type; the output has it) and ``Range``-4
   (``output_type``; the inputs are converted to it first, a float to an integer truncating
@@ -21,7 +22,9 @@ from __future__ import annotations
 import numpy as np
 
 from .openvino_ir import ONNX_TYPES, Builder, Layer, element_type
-from .openvino_v10 import layer
+from .openvino_v10 import LAYERS, layer
+
+__all__ = ["LAYERS"]
 
 _NUMERIC = ("f32", "f16", "f64", "i8", "i16", "i32", "i64", "u8", "u16", "u32", "u64")
 
