@@ -32,7 +32,7 @@ and the MobileNetV3/DBNet nets of issue 14) this compiles the model, runs it onc
 
 Nothing here is timed on the host: the numbers are the same on every machine.
 
-    python benchmarks/bench_predicted.py [--nets yolov8n,ppocr_rec]
+    python benchmarks/bench_predicted.py [--nets yolov8n,ppocr_rec] [--fuse-adds]
 """
 
 from __future__ import annotations
@@ -131,6 +131,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--nets", default=",".join(NETWORKS),
                     help="comma-separated subset of " + ", ".join(NETWORKS))
+    ap.add_argument("--fuse-adds", action="store_true",
+                    help="compile with fuse_adds (dvsdk-compile --fuse-adds: changes results)")
     args = ap.parse_args()
     warnings.simplefilter("ignore")
     print(f"{'network':19s} {'GMAC':>7s} {'MB min':>7s} {'roofline us':>12s} "
@@ -140,7 +142,7 @@ def main() -> None:
         build, size = NETWORKS[name]
         model = build(size)
         macs, nbytes, cycles = roofline(model)
-        netfile = compile_model(model, golden=False)
+        netfile = compile_model(model, golden=False, fuse_adds=args.fuse_adds)
         with Net(netfile, "sim://") as net:
             net.run(input_of(name))
             st = net.last_run

@@ -542,13 +542,17 @@ def _check_device(m: MetaReader, dev: Any, path: str, shape: tuple[int, ...], ar
     if len(hwc) != 3:
         m.fail(f"{path}.hwc", "is not (H, W, C)", hwc, 3)
     hwc = [m.integer(d, f"{path}.hwc[{i}]", 1, LIMITS["hw_dim"]) for i, d in enumerate(hwc)]
-    # the runtime moves (1, C, H, W) and (1, C) values as (H, W, C) and (1, 1, C)
+    # the runtime moves (N, C, H, W) and (N, C) values as N samples of (H, W, C) and
+    # (1, 1, C), back to back (§1, §4.10); "batch" is N, absent for 1
+    batch = m.integer(dev.get("batch", 1), f"{path}.batch", 1, LIMITS["batch"])
     want = {4: list(shape[2:]) + list(shape[1:2]), 2: [1, 1] + list(shape[1:])}.get(len(shape))
-    if not shape or shape[0] != 1 or hwc != want:
-        m.fail(f"{path}.hwc", "is not the (H, W, C) of the tensor's (1, C, H, W) or (1, C) "
+    if not shape or hwc != want:
+        m.fail(f"{path}.hwc", "is not the (H, W, C) of the tensor's (N, C, H, W) or (N, C) "
                "shape", hwc, want)
+    if shape[0] != batch:
+        m.fail(f"{path}.batch", "is not the N of the tensor's shape", batch, shape[0])
     m.flag(dev.get("transpose", False), f"{path}.transpose")
-    end = off + 2 * math.prod(hwc)
+    end = off + 2 * math.prod(hwc) * batch
     if end > arena:
         m.fail(path, "lies outside the arena", end, arena)
     return off, end - off

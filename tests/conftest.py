@@ -10,6 +10,10 @@ from pathlib import Path
 
 import pytest
 
+# Keras (tests/keras_apps.py) reads its backend once, when first imported: numpy, which
+# needs neither TensorFlow nor JAX, whichever test imports it first
+os.environ.setdefault("KERAS_BACKEND", "numpy")
+
 pytest_plugins = ["pytester"]
 
 # No verdict depends on the machine's speed: hypothesis's per-example deadline (200 ms) and

@@ -612,7 +612,7 @@ def unknown_ops_model() -> onnx.ModelProto:
     """Two different unsupported ops (and one custom-domain op) between supported ones."""
     nodes = [helper.make_node("Relu", ["x"], ["a"], name="relu_ok"),
              helper.make_node("NonMaxSuppression", ["a", "a"], ["b"], name="nms_1"),
-             helper.make_node("Einsum", ["b"], ["c"], name="einsum_7", equation="ij->ji"),
+             helper.make_node("Unique", ["b"], ["c"], name="unique_7"),
              helper.make_node("FancyOp", ["c"], ["y"], name="fancy", domain="com.example")]
     return make_model(nodes, [("x", (1, 4))], ["y"])
 

@@ -448,7 +448,7 @@ CASES: list[E2E] = [
         detail=(("Gemm", "in place"),), quant=True),
     E2E("gemm_row_canonicalized", gemm_row, commands=1, detail=(("Gemm", "fc 12->6"),)),
     E2E("matmul_row", matmul_row, commands=1, detail=(("Gemm", "fc 12->5"),)),
-    E2E("gemm_batch2_cpu", S("gemm_transB"), cpu=("Gemm",)),
+    E2E("gemm_batch2", S("gemm_transB"), commands=1, detail=(("Gemm", "fc 6->5"),)),
     # -- views, concat, split --------------------------------------------------------------
     E2E("gap_squeeze_unsqueeze_reshape", gap_views, fused=(("Gemm", "Relu"),), commands=5,
         detail=(("Squeeze", "free view"), ("Unsqueeze", "free view"),

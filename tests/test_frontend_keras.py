@@ -110,6 +110,9 @@ def test_every_listed_layer_is_exercised_by_the_files():
     untested = set(LAYERS) - classes - {"SpatialDropout2D", "GaussianNoise", "GaussianDropout",
                                         "AlphaDropout", "ActivityRegularization",
                                         "ThresholdedReLU"}
+    # made by Keras at test time: tests/test_keras_applications.py
+    untested -= {"Rescaling", "Normalization", "CenterCrop", "LayerScale",
+                 "LayerNormalization"}
     assert not untested, untested
 
 
@@ -299,8 +302,8 @@ def test_h5_files_are_detected_as_keras():
 def test_unknown_and_refused_layers_are_all_listed_in_one_error():
     with pytest.raises(UnsupportedOps) as e:
         load(DATA / "bad_layers.h5")
-    assert e.value.ops == [("Lambda", "times_two"), ("Activation[activation=gelu]", "gelu"),
-                           ("Conv1D", "conv1d")]
+    # (Activation("gelu") is read since issue 28: the IR's Gelu)
+    assert e.value.ops == [("Lambda", "times_two"), ("Conv1D", "conv1d")]
 
 
 def test_channels_first_is_refused_by_name(tmp_path):

@@ -19,7 +19,11 @@ equal; float outputs with NaN and +-inf where expected, and the finite values wi
 
 * ``2**-8 * max|expected|`` when any op of the net runs on the DV700 (FP16 arithmetic: 8
   units of FP16 rounding, 2**-11, of the output's magnitude), else
-* ``8 * eps(dtype) * max|expected|`` (the CPU kernels compute in the output's own type).
+* ``8 * eps(dtype) * max|expected|`` (the CPU kernels compute in the output's own type),
+
+plus half a unit in the last decimal for the few tests whose expected outputs the ONNX
+project wrote by hand rounded to some decimals (:data:`ROUNDED`; the ONNX reference
+implementation itself is that far from them).
 
 The data: :mod:`tests.onnx_nodes` fetches the onnx 1.22 wheel from the package registry
 (``pip download``), once, into ``~/.cache/dvsdk/onnx-node-tests``; the tests skip, saying
@@ -38,6 +42,9 @@ pytest.importorskip("onnx")
 
 FP16_REL = 2.0 ** -8
 CPU_EPS = 8
+#: node tests whose expected outputs are printed to this many decimals (hand-written in
+#: onnx/backend/test/case/node/*.py), not computed
+ROUNDED = {"test_gridsample_bicubic": 4}
 
 
 def _accepted() -> frozenset[str]:
@@ -76,7 +83,8 @@ def sim():
     dev.close()
 
 
-def _check(name: str, got: np.ndarray, want: np.ndarray, on_hw: bool) -> None:
+def _check(name: str, got: np.ndarray, want: np.ndarray, on_hw: bool,
+           decimals: int | None = None) -> None:
     assert got.shape == want.shape, f"{name}: shape {got.shape}, expected {want.shape}"
     assert got.dtype == want.dtype, f"{name}: dtype {got.dtype}, expected {want.dtype}"
     if want.dtype.kind != "f":
@@ -91,7 +99,8 @@ def _check(name: str, got: np.ndarray, want: np.ndarray, on_hw: bool) -> None:
     scale = float(np.max(np.abs(w[fin])))
     rel = FP16_REL if on_hw else CPU_EPS * float(np.finfo(want.dtype).eps)
     err = float(np.max(np.abs(g[fin] - w[fin])))
-    assert err <= rel * scale, (f"{name}: max error {err:.3g} > {rel:.3g} x {scale:.3g} "
+    atol = 0.5 * 10.0 ** -decimals if decimals is not None else 0.0
+    assert err <= rel * scale + atol, (f"{name}: max error {err:.3g} > {rel:.3g} x {scale:.3g} "
                                 f"({'DV700' if on_hw else 'CPU'})")
 
 
@@ -114,7 +123,7 @@ def test_node(node_case: NodeCase | None, sim) -> None:
         got = loaded.run(feeds)
     assert set(got) == set(expected)
     for name, want in expected.items():
-        _check(name, got[name], want, on_hw)
+        _check(name, got[name], want, on_hw, ROUNDED.get(node_case.name))
 
 
 def test_refused_list_is_current() -> None:

@@ -2,12 +2,15 @@
 
 One warm-up run comes first and is not counted.  Each stage (preprocess, pack, sync,
 device, unpack, CPU ops, total) is summarized by its mean, min, median, 99th percentile
-and max over the runs.  On the simulator the device row is the time predicted at the
-configured clock (the simulator's own wall time is not the device's); the host stages
-are measured, so the total mixes both, and the table says so.  Next to them, the
-``board us`` column predicts each stage on the board (``RunStats.board``: the device
-time, then the Cortex-A53 model of :mod:`dvsdk.runtime.board_model` for the CPU's work
-and the syncs), with its own FPS, apart from this host's.
+and max over the runs.  A run of a net compiled for a batch of N (``dvsdk-compile
+--batch N``) takes N images: the stages are per batch, and a line more gives the device
+and total time per image and the images per second.  On the simulator the device row is
+the time predicted at the configured clock (the simulator's own wall time is not the
+device's); the host stages are measured, so the total mixes both, and the table says so.
+Next to them, the ``board us`` column predicts each stage on the board
+(``RunStats.board``: the device time, then the Cortex-A53 model of
+:mod:`dvsdk.runtime.board_model` for the CPU's work and the syncs), with its own FPS,
+apart from this host's.
 """
 
 from __future__ import annotations
@@ -79,18 +82,26 @@ def bench(net: Any, job: Job, runs: int | None, seconds: float | None,
     fps = 1e6 / max(rows["total"]["mean"], 1e-9)
     fps_pipe = 1e6 / max(rows["total"]["mean"] - dev, dev, 1e-9)
     info = net.device.info()
+    n = batch_size(net.meta)
+    per_image = {"device_us": dev / n, "total_us": rows["total"]["mean"] / n,
+                 "images_per_s": fps * n}
     boards = [st.board.as_dict() for st in stats]
     board = {k: statistics.fmean(b[k] for b in boards) if isinstance(v, (int, float))
              and not isinstance(v, bool) else v for k, v in boards[0].items()}
     return {"input": job.name, "runs": len(stats), "seconds": wall, "warmup_us": warmup_us,
-            "board": board,
-            "stages": rows,
+            "board": board, "stages": rows, "batch": n, "per_image": per_image,
             "fps": fps, "fps_double_buffered": fps_pipe,
             "program": asdict(program_shape(net.meta)),
             "cpu_us": rows["cpu ops"]["median"], "transfer_us": float(np.median(host)),
             "transfer_around_cpu_us": float(np.median(around)),
             "device_time": "predicted" if info.simulated else "measured",
             "clock_mhz": info.conv_freq}, stats
+
+
+def batch_size(meta: dict[str, Any]) -> int:
+    """Images one run takes: the leading dimension of the first input (rank 2 or more)."""
+    shape = meta["inputs"][0]["shape"] if meta["inputs"] else []
+    return int(shape[0]) if len(shape) >= 2 and shape[0] >= 1 else 1
 
 
 def cpu_crossings(meta: dict[str, Any]) -> set[str]:
@@ -136,4 +147,10 @@ def format_bench(res: dict[str, Any]) -> str:
                  f"{format_us(board['total_us'])} per run = device "
                  f"{format_us(board['device_us'])} + CPU {format_us(board['cpu_us'])} + "
                  f"DMA syncs {format_us(board['sync_us'])}")
+    n, one = res.get("batch", 1), res.get("per_image")
+    if n > 1 and one:
+        lines.append(f"batch of {n}: the stages above are per batch (a run); per image "
+                     f"(means): device {one['device_us']:.1f} us, total "
+                     f"{one['total_us']:.1f} us, {one['images_per_s']:.1f} images/s "
+                     f"sequential; on the board, predicted: {board['fps'] * n:,.1f} images/s")
     return "\n".join(lines)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import sys
 import time
+import warnings
 from pathlib import Path
 
 from . import Parser, entry, nonzero_number, parse_floats, parse_hw, positive_int
@@ -17,6 +18,7 @@ EPILOG = """examples:
   dvsdk-compile mobilenet.onnx -o mobilenet.bin --mean 123.7,116.3,103.5 --std 58.4,57.1,57.4
   dvsdk-compile detector.onnx -o det.bin --input-size 288x576 --quantize --report
   dvsdk-compile digits.onnx -o digits.bin --labels digits_labels.txt --scale 1/255
+  dvsdk-compile classifier.onnx -o classifier4.bin --batch 4   net.run takes 4 images
 
 numbers may be written as fractions: --scale 1/255, --mean 255/2
 an existing output file is replaced only with --force
@@ -42,6 +44,10 @@ def build_parser() -> Parser:
                         "--report; see dvsdk analyze --quantize-candidates)")
     p.add_argument("--transpose", action="store_true", help="DHWC input layout")
     p.add_argument("--input-size", metavar="HxW", help="fix free spatial dimensions")
+    p.add_argument("--batch", type=positive_int, metavar="N", default=None,
+                   help="samples per run: every input's batch dimension (1 or free) set to "
+                        "N, each DV700 command running N samples (default: the model's "
+                        "own; free = 1)")
     p.add_argument("--mean", default="0", help="per-channel mean subtracted (R,G,B)")
     p.add_argument("--scale", type=nonzero_number, default=None,
                    help="multiply after the mean (e.g. 1/255)")
@@ -103,6 +109,7 @@ def _output_path(args) -> Path:
 
 
 def main(argv: list[str]) -> int:
+    from ..compiler.batch import BatchWarning
     from ..compiler.build import compile as compile_model
     from ..netfile import write
 
@@ -120,16 +127,25 @@ def main(argv: list[str]) -> int:
             sys.stderr.flush()
 
     try:
-        net = compile_model(
-            args.model, None, quantize=args.quantize, transpose=args.transpose,
-            quantize_skip=args.quantize_skip,
-            input_size=input_size,
-            mean=mean, scale=args.scale if args.scale is not None else 1.0, std=std,
-            channel_order=args.channel_order, resize=args.resize, labels=args.labels,
-            ub_size=args.ub_size, golden=not args.no_golden, format=args.format,
-            hw_version=args.hw_version or _target_hw_date(args.target),
-            chain=not args.no_chain, tables=not args.no_tables,
-            fuse_adds=args.fuse_adds, progress=progress)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", BatchWarning)
+            net = compile_model(
+                args.model, None, quantize=args.quantize, transpose=args.transpose,
+                quantize_skip=args.quantize_skip,
+                input_size=input_size, batch=args.batch,
+                mean=mean, scale=args.scale if args.scale is not None else 1.0, std=std,
+                channel_order=args.channel_order, resize=args.resize, labels=args.labels,
+                ub_size=args.ub_size, golden=not args.no_golden, format=args.format,
+                hw_version=args.hw_version or _target_hw_date(args.target),
+                chain=not args.no_chain, tables=not args.no_tables,
+                fuse_adds=args.fuse_adds, progress=progress)
+        for w in caught:  # the batch's CPU ops as one line; others as Python prints them
+            if issubclass(w.category, BatchWarning):
+                if tty:
+                    sys.stderr.write("\r\x1b[K")
+                print(f"dvsdk-compile: warning: {w.message}", file=sys.stderr)
+            else:
+                warnings.showwarning(w.message, w.category, w.filename, w.lineno)
         meta = net.meta
         progress(f"writing {out}")
         write(net, out)
@@ -164,7 +180,11 @@ def print_report(meta: dict) -> None:
     for r in report:
         lead = f"{r.get('source', ''):{src}s}  " if src else ""
         print(f"{lead}{r['op']:{width}s}  {r['type']:18s} {r['where']:5s}  {r['detail']}")
-    print(f"program: {program_shape(meta)}")
+    batches = sorted({d["device"].get("batch", 1) for d in meta["tensors"].values()
+                      if d.get("device")})
+    each = (f"; the DV700 runs {', '.join(map(str, batches))} samples a command "
+            "(input_circular_offset)" if batches and batches != [1] else "")
+    print(f"program: {program_shape(meta)}{each}")
 
 
 

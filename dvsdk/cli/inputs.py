@@ -6,6 +6,7 @@ Every problem with an argument names the user's file and says what was expected.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -180,11 +181,62 @@ def random_job(net: Any, seed: int = 0) -> Job:
 
 
 def preprocessed(net: Any, job: Job) -> Any:
-    """The job's input as ``net.run`` takes it (images preprocessed as recorded)."""
+    """The job's input as ``net.run`` takes it (images preprocessed as recorded; for a
+    network compiled for N samples, the image in each of them)."""
     if job.kind != "image":
         return job.payload
     from ..runtime.images import preprocess
 
     spec = net.inputs[0]
-    return preprocess(job.payload, tuple(spec["shape"]), spec.get("preprocess", {}),
-                      spec.get("layout", "NCHW"))
+    shape = tuple(spec["shape"])
+    x = preprocess(job.payload, (1, *shape[1:]), spec.get("preprocess", {}),
+                   spec.get("layout", "NCHW"))
+    return x if shape[0] == 1 else np.repeat(x, shape[0], axis=0)
+
+
+def runs(net: Any, jobs: list[Job], timeout: float, ipu: bool = False) -> Iterator[tuple]:
+    """Run ``jobs`` in order: ``(job, outputs, run stats, (index, n))`` each, or ``(job,
+    ImageError, None, (0, 1))`` for an image that cannot be read (the others still run).
+
+    A network compiled for N > 1 samples (``dvsdk-compile --batch N``) runs N images a
+    run: consecutive image jobs are grouped N at a time (the last group filled up with
+    its last image), each job gets its sample's outputs ``(1, ...)``, ``index`` its place
+    in the run and ``n`` = N; a tensor job is one run of its own (N, ...) arrays."""
+    from ..runtime.images import preprocess
+
+    spec = net.inputs[0] if net.inputs else {}
+    shape = tuple(spec.get("shape", ()))
+    n = shape[0] if len(shape) == 4 and shape[0] > 1 else 1
+    group: list[tuple[Job, np.ndarray]] = []
+
+    def flush() -> Iterator[tuple]:
+        if group:
+            xs = [x for _, x in group] + [group[-1][1]] * (n - len(group))
+            outs = net.run(np.concatenate(xs), timeout)
+            for i, (job, _) in enumerate(group):
+                yield job, {k: v[i:i + 1] for k, v in outs.items()}, net.last_run, (i, n)
+            group.clear()
+
+    for job in jobs:
+        if job.kind == "image" and n > 1 and not ipu:
+            try:
+                x = preprocess(job.payload, (1, *shape[1:]), spec.get("preprocess", {}),
+                               spec.get("layout", "NCHW"))
+            except ImageError as e:
+                yield job, e, None, (0, 1)
+                continue
+            group.append((job, x))
+            if len(group) == n:
+                yield from flush()
+            continue
+        yield from flush()
+        try:
+            if job.kind == "image":
+                outs = net.run_image(job.payload, timeout=timeout, ipu=ipu)
+            else:
+                outs = net.run(job.payload, timeout=timeout)
+        except ImageError as e:
+            yield job, e, None, (0, 1)
+            continue
+        yield job, outs, net.last_run, (0, n if job.kind != "image" else 1)
+    yield from flush()

@@ -2,7 +2,9 @@
 
 Each input runs on its own: one that cannot be read (a corrupt image) or whose outputs
 are not finite is reported on stderr and in ``--json``, the others still run, and the
-exit status says that something failed (that of the first failure).
+exit status says that something failed (that of the first failure).  A network compiled
+for a batch of N (``dvsdk-compile --batch N``) runs the images N at a time
+(:func:`.inputs.runs`); each still gets its own result, with its share of the device time.
 """
 
 from __future__ import annotations
@@ -178,7 +180,7 @@ def _main(args) -> int:
 def _run(args, device) -> int:
     from ..errors import ImageError, InvalidArgument
     from ..runtime.net import load
-    from .inputs import check_image_input, image_jobs, random_job, tensor_jobs
+    from .inputs import check_image_input, image_jobs, random_job, runs, tensor_jobs
     from .term import Console
 
     if not os.path.exists(args.net):
@@ -210,24 +212,25 @@ def _run(args, device) -> int:
         saved: dict[str, np.ndarray] = {}
         traces: list = []
         status = 0
-        for job in jobs:
-            try:
-                if job.kind == "image":
-                    outs = net.run_image(job.payload, timeout=args.timeout, ipu=args.ipu)
-                else:
-                    outs = net.run(job.payload, timeout=args.timeout)
-            except ImageError as e:  # this input only: report it and go on
+        last = 0
+        for job, outs, st, (index, n) in runs(net, jobs, args.timeout, args.ipu):
+            if isinstance(outs, ImageError):  # this input only: report it and go on
                 console.step(job.name)
-                console.error(str(e))
-                results.append({"input": job.name, "error": str(e),
+                console.error(str(outs))
+                results.append({"input": job.name, "error": str(outs),
                                 "exit_code": EXIT_BAD_INPUT})
                 status = status or EXIT_BAD_INPUT
                 continue
-            traces.append((job.name, net.last_run))
+            if index == 0:
+                traces.append((job.name, st))
+            last = index
             console.step(job.name)
-            st = net.last_run
-            item = {"input": job.name, "device_us": st.device_us, "cycles": st.cycles,
-                    "wall_us": st.total_us, "board": st.board.as_dict()}
+            # one run of a batch-N net ran N images: a share of its device time each (the
+            # board's prediction is the whole run's)
+            item = {"input": job.name, "device_us": st.device_us / n, "cycles": st.cycles // n,
+                    "wall_us": st.total_us / n, "board": st.board.as_dict()}
+            if n > 1:
+                item["batch"] = n
             bad = nonfinite(outs)
             if bad is not None:
                 item.update(error=bad, exit_code=EXIT_NONFINITE,
@@ -247,7 +250,8 @@ def _run(args, device) -> int:
                 saved[k if len(jobs) == 1 else f"{job.stem}/{k}"] = v
         console.close()
         if args.save_mask and traces:
-            save_mask(args.save_mask, net.class_map())
+            maps = net.class_map()
+            save_mask(args.save_mask, maps if maps.ndim == 2 else maps[last])
             if chatty:
                 print(f"saved class map to {args.save_mask}")
         if args.save and saved:
@@ -305,7 +309,8 @@ def _save_npz(path: str, arrays: dict[str, np.ndarray]) -> None:
 
 
 def _print_result(console, item: dict, verbose: bool = False, stats=None) -> None:
-    lines = [f"{item['input']}:  (device {item['device_us']:.0f} us)"]
+    each = f" per image, {item['batch']} a run" if item.get("batch") else ""
+    lines = [f"{item['input']}:  (device {item['device_us']:.0f} us{each})"]
     if verbose and stats is not None:
         for seg in stats.segments:
             lines.append(f"    {seg.name}: {seg.commands} commands, {seg.device_us:.1f} us "

@@ -23,6 +23,7 @@ from ..errors import InvalidArgument, InvalidCommand, ModelError, NetFileError
 from ..hw import quirks
 from ..netfile import FORMAT_VERSION, REGIONS, BlobBuilder, NetFile, decode, encode, write
 from ..runtime.records import encode_attr
+from .batch import check_batch, set_batch, warn_fallbacks
 from .golden import add_golden
 from .ir import Graph
 from .lower import lower
@@ -41,6 +42,9 @@ class Options:
     quantize_skip: tuple[str, ...] = ()   # layers kept in FP16 when quantizing
     transpose: bool = False
     input_size: tuple[int, int] | None = None
+    #: samples per run (:mod:`.batch`): every batched input's leading dimension; None keeps
+    #: the model's own (a free batch is 1)
+    batch: int | None = None
     mean: tuple[float, ...] = (0.0, 0.0, 0.0)
     scale: float = 1.0
     std: tuple[float, ...] | None = None
@@ -85,6 +89,8 @@ class Options:
         except InvalidArgument as e:
             raise ModelError(e.message, field="hw_version", value=self.hw_version,
                              limit=e.limit) from None
+        if self.batch is not None:
+            self.batch = check_batch(self.batch)
         if self.channel_order not in CHANNEL_ORDERS:
             raise ModelError("unknown channel order", field="channel_order",
                              value=self.channel_order, limit=CHANNEL_ORDERS)
@@ -145,6 +151,8 @@ def load_model(model: Any, options: Options) -> Graph:
     from .simplify import optimize
 
     graph = load(model, options.format, options.input_size)
+    if options.batch is not None:
+        graph = set_batch(graph, options.batch)
     return optimize(infer_and_fold(graph))
 
 
@@ -235,6 +243,8 @@ def compile_graph(graph: Graph, options: Options, source: str = "") -> NetFile:
                                  "dtype": str(t.dtype or "float32")}
         if name in program.device:
             entry["device"] = {"offset": mplan.offsets[name], "hwc": list(program.device[name])}
+            if program.samples.get(name, 1) != 1:
+                entry["device"]["batch"] = program.samples[name]
         tensors[name] = entry
     preprocess = {"mean": list(options.mean), "scale": options.scale,
                   "std": list(options.std) if options.std else None,
@@ -273,6 +283,7 @@ def compile_graph(graph: Graph, options: Options, source: str = "") -> NetFile:
     }
     net = NetFile(meta=meta, commands=cmds, weights=weights, constants=constants.bytes())
     meta["transposed"] = options.transpose
+    warn_fallbacks(meta, program.graph)
     if options.golden:
         add_golden(net, model_graph)
     else:
@@ -341,12 +352,15 @@ def read_labels(path: str | os.PathLike) -> list[str]:
 
 
 def scored_classes(meta: dict) -> int | None:
-    """How many classes a single-output model scores: the channel axis of (1, K[, H, W])."""
+    """How many classes a single-output model scores: the channel axis of (N, K[, H, W]),
+    N 1 or the first input's batch."""
     outs = meta["outputs"]
     if len(outs) != 1:
         return None
     shape = outs[0]["shape"]
-    return int(shape[1]) if len(shape) >= 2 and shape[0] == 1 else None
+    first = meta["inputs"][0]["shape"] if meta["inputs"] else []
+    batch = first[0] if len(first) >= 2 else 1
+    return int(shape[1]) if len(shape) >= 2 and shape[0] in (1, batch) else None
 
 
 def compile(model: Any, output: str | os.PathLike | None = None, *,

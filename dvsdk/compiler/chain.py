@@ -67,7 +67,8 @@ def chain_commands(program: Program, info: DeviceInfo) -> Program:
                 merged.append(cmd)
         steps.append(HwStep(merged))
     device = {n: hwc for n, hwc in program.device.items() if n not in dropped}
-    return Program(program.graph, steps, device, program.aliases, program.report)
+    samples = {n: k for n, k in program.samples.items() if n not in dropped}
+    return Program(program.graph, steps, device, program.aliases, program.report, samples)
 
 
 def _chains(prev: HwCmd, cmd: HwCmd, readers: Counter[str], pinned: set[str]) -> bool:
@@ -77,7 +78,7 @@ def _chains(prev: HwCmd, cmd: HwCmd, readers: Counter[str], pinned: set[str]) ->
     view, concat slot or alias lives on it (``pinned``); both are pure chains; and neither
     adds an element-wise operand (dvsdk supports it on single-run commands only, §4.4
     [AMBIG]).  Whether the merged command fits is :func:`validate_cmd`'s to say."""
-    return (cmd.input == prev.output and readers[prev.output] == 1
+    return (cmd.input == prev.output and readers[prev.output] == 1 and cmd.batch == prev.batch
             and prev.output not in pinned and prev.eltwise is None and cmd.eltwise is None
             and _pure_chain(prev) and _pure_chain(cmd)
             and len(prev.runs) + len(cmd.runs) <= MAX_NUM_RUNS
@@ -99,4 +100,4 @@ def _join(prev: HwCmd, cmd: HwCmd) -> HwCmd:
     return HwCmd(input=prev.input, output=cmd.output, w=prev.w, h=prev.h, c=prev.c,
                  runs=runs, blobs=prev.blobs + cmd.blobs, eltwise=None,
                  topo=1 << (len(runs) - 1), sources=prev.sources + cmd.sources,
-                 kind="chain [" + " -> ".join(kinds) + "]")
+                 kind="chain [" + " -> ".join(kinds) + "]", batch=prev.batch)

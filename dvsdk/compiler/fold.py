@@ -35,6 +35,7 @@ from ..cpu.ops import KERNELS, full_pads, run_op, slice_index, split_sizes
 from ..errors import ModelError
 from .fold_checks import check_dtypes as _check_dtypes
 from .fold_checks import not_constant
+from .fold_ops import MORE_RULES
 from .ir import Graph, Op
 from .limits import check_split, check_tensor, check_window, check_window_attrs, range_length
 
@@ -476,6 +477,7 @@ SHAPE_RULES: dict[str, Callable[[_Ctx], Result]] = {
     "DepthToSpace": _depth_to_space,
     "SpaceToDepth": _depth_to_space,
     "MaxRoiPool": _max_roi_pool,
+    **MORE_RULES,
 }
 
 

@@ -31,14 +31,22 @@ class Act:
 
 
 def hwc(shape: tuple[int, ...] | None) -> tuple[int, int, int] | None:
-    """Device tensor shape (H, W, C) of an IR shape, or None if it cannot live on the device."""
+    """Device tensor shape (H, W, C) of one sample of an IR shape (N, C, H, W) or (N, C), or
+    None if it cannot live on the device.  The N samples lie back to back (§1, §4.10): see
+    :func:`samples`."""
     if shape is None or 0 in shape:
         return None
-    if len(shape) == 4 and shape[0] == 1:
+    if len(shape) == 4:
         return int(shape[2]), int(shape[3]), int(shape[1])
-    if len(shape) == 2 and shape[0] == 1:
+    if len(shape) == 2:
         return 1, 1, int(shape[1])
     return None
+
+
+def samples(shape: tuple[int, ...]) -> int:
+    """N of an (N, C, H, W) or (N, C) device tensor: the batch a command over it carries in
+    ``input_circular_offset`` (§4.10)."""
+    return int(shape[0])
 
 
 def _fp16_exact(v: float, what: str) -> float:

@@ -19,6 +19,7 @@ from ..driver.device import DeviceInfo
 from ..errors import InvalidCommand, WeightError
 from ..hw.weights import pack_conv_weights, pack_dilated_weights, quantize_weights
 from . import hwmap
+from .batch import BATCH_REASON
 from .chain import chain_commands
 from .hwmap import Act, NoMapping, hwc
 from .ir import Graph, Op
@@ -76,12 +77,29 @@ class Lowering(OpLowerings, MultiRunLowerings):
         return s
 
     def dev_shape(self, name: str) -> tuple[int, int, int]:
+        """(H, W, C) of one sample of a tensor that may live on the device."""
         d = hwc(self.shape(name))
         if d is None or self.g.is_const(name):
-            raise NoMapping(f"{name} {self.shape(name)} cannot live on the device (batch 1, "
-                            "rank 2 or 4 only)")
+            raise NoMapping(f"{name} {self.shape(name)} cannot live on the device (rank 2 "
+                            "or 4 only)")
         self.check_float(name)
         return d
+
+    def samples(self, name: str) -> int:
+        """N of a device tensor (N, C, H, W) or (N, C)."""
+        return hwmap.samples(self.shape(name))
+
+    def set_batch(self, cmd: HwCmd) -> None:
+        """``cmd.batch``: the samples of its input, which its output and element-wise operand
+        must share (each sample is one pass of the command over one sample of each, §4.10;
+        the add's operand is per sample too, §4.4)."""
+        n = self.samples(cmd.input)
+        for t in (cmd.output, cmd.eltwise):
+            if t and self.samples(t) != n:
+                raise NoMapping(f"{BATCH_REASON}{t} has {self.samples(t)} samples, the "
+                                f"command's input {cmd.input} {n}: a command runs sample "
+                                "by sample")
+        cmd.batch = n
 
     def check_float(self, name: str) -> None:
         """The DV700 computes in FP16: only float32 tensors may go to or come from it."""
@@ -117,7 +135,8 @@ class Lowering(OpLowerings, MultiRunLowerings):
         return blob, 1
 
     def check(self, cmd: HwCmd) -> None:
-        """The driver's own validation (§6) with stand-in buffers."""
+        """The driver's own validation (§6) with stand-in buffers, for the command's batch."""
+        self.set_batch(cmd)
         try:
             validate_cmd(cmd, self.info)
         except InvalidCommand as e:
@@ -156,7 +175,8 @@ class Lowering(OpLowerings, MultiRunLowerings):
         for name, (base, _) in self.aliases.items():
             self.device.setdefault(base, self.dev_shape(base))
             self.device[name] = self.dev_shape(name)
-        return Program(self.g, self.steps, self.device, self.aliases, self.report)
+        samples = {t: self.samples(t) for t in self.device if self.samples(t) != 1}
+        return Program(self.g, self.steps, self.device, self.aliases, self.report, samples)
 
     def position(self) -> tuple[int, int | None]:
         """Where the program is now: the step count, and the commands in the last step if
@@ -202,6 +222,7 @@ class Lowering(OpLowerings, MultiRunLowerings):
         if self.emit_sink is not None:  # a dry run (multirun.lower_group) collects
             self.emit_sink.append(cmd)
             return
+        self.set_batch(cmd)
         self.written.add(cmd.output)
         if not self.steps or not isinstance(self.steps[-1], HwStep):
             self.steps.append(HwStep())

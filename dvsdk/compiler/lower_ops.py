@@ -16,9 +16,16 @@ from ..driver.commands import ConvRun
 from ..hw import layout
 from ..hw.weights import pack_conv_weights
 from . import hwmap
+from .batch import BATCH_REASON
 from .hwmap import NoMapping, hwc
 from .ir import Op
 from .program import HwCmd
+
+#: why a zero-copy channel view needs one sample: a part of N samples is N pieces one
+#: whole-tensor stride apart, and a command reads or writes its N samples back to back (§4.10)
+#: (the prefix marks a placement the batch made: :func:`.batch.batch_fallbacks`)
+_ONE_SAMPLE = (BATCH_REASON + "zero-copy {} needs one sample ({} here): a channel slice of "
+               "a batch is not back to back")
 
 
 class OpLowerings:
@@ -42,7 +49,7 @@ class OpLowerings:
             np.asarray(cvec, np.float32).reshape(-1), (n_out,)).copy()
         src, cols = a, None
         if hwc(self.shape(a)) is None:
-            raise NoMapping("Gemm input is not a single row")
+            raise NoMapping("Gemm input is not a matrix of rows (one a sample)")
         p = self.prod.get(a)
         if p is not None and p.type in ("Flatten", "Reshape") and hwc(self.shape(p.inputs[0])):
             h, w, c = self.dev_shape(p.inputs[0])
@@ -128,8 +135,9 @@ class OpLowerings:
                 raise NoMapping("max-pool stage with a 1-wide window")
             last = i == n - 1
             oh, ow = h // b, w // a
-            dst = final if last else self.g.add_tensor(f"{final}_stage{i}", (1, c, oh, ow),
-                                                           np.float32)
+            dst = final if last else self.g.add_tensor(f"{final}_stage{i}",
+                                                       (self.samples(src), c, oh, ow),
+                                                       np.float32)
             run = ConvRun.make(c, pool="max", pool_size=(a, b), pool_stride=(a, b))
             cmd = HwCmd(src, dst, w, h, c, [run], [None], None, 1,
                              [op.name] if last else [], f"max-pool stage {a}x{b} of {kx}x{ky}")
@@ -192,7 +200,8 @@ class OpLowerings:
             oh_i = (pads[2] + h + pads[3] - bb) // st[1] + 1
             ow_i = (pads[0] + w + pads[1] - a) // st[0] + 1
             dst = final if last else self.g.add_tensor(f"{final}_cascade{i}",
-                                                       (1, c, oh_i, ow_i), np.float32)
+                                                       (self.samples(src), c, oh_i, ow_i),
+                                                       np.float32)
             run = ConvRun.make(c, pool="max", pool_size=(a, bb), pool_stride=st,
                                pool_pads=pads)
             cmd = HwCmd(src, dst, w, h, c, [run], [None], None, 1, [op.name] if last else [],
@@ -268,7 +277,8 @@ class OpLowerings:
         for i, ((kx, ky), (er, eb), (hh, ww)) in enumerate(stages):
             last = i == len(stages) - 1
             dst = final if last else self.g.add_tensor(
-                f"{final}_stage{i}", (1, c, -(-hh // ky), -(-ww // kx)), np.float32)
+                f"{final}_stage{i}", (self.samples(src), c, -(-hh // ky), -(-ww // kx)),
+                np.float32)
             if kind == "max":
                 run = ConvRun.make(c, pool="max", pool_size=(kx, ky), pool_stride=(kx, ky),
                                    pool_pads=(0, er, 0, eb))
@@ -374,7 +384,7 @@ class OpLowerings:
         h, w, c = self.dev_shape(x)
         out = self.shape(op.outputs[0])
         f = out[2] // h if len(out) == 4 else 0
-        if len(out) != 4 or out[2:] != (f * h, f * w) or out[:2] != (1, c) \
+        if len(out) != 4 or out[2:] != (f * h, f * w) or out[:2] != (self.samples(x), c) \
                 or f < 2 or f & (f - 1):
             raise NoMapping("only 2x, 4x, 8x ... spatial upsampling (2x stages) maps to the "
                             "hardware")
@@ -387,14 +397,14 @@ class OpLowerings:
         # on the coordinate mode, the rounding and the exact scale (half_pixel + floor/ceil,
         # tf_half_pixel_for_nn + round/ceil, or scale 2.1 with a 2x output size are not), so
         # run the op's own index map (the CPU kernel's ONNX semantics) on a probe of indices.
-        # (one channel: N and C are unchanged, checked above)
+        # (one sample, one channel: N and C are unchanged, checked above)
         probe = np.arange(h * w, dtype=np.float32).reshape(1, 1, h, w)
         args = [probe] + [self.g.const(n) if n else None for n in op.inputs[1:]]
         if any(a is None for a, n in zip(args[1:], op.inputs[1:]) if n):
             raise NoMapping("Resize scales/sizes are not constant")
         if len(args) > 3 and args[3] is not None and np.size(args[3]) == 4:
             args[3] = np.asarray(args[3]).copy()
-            args[3][1] = 1                     # sizes (N, C, H, W) for the 1-channel probe
+            args[3][:2] = 1                    # sizes (N, C, H, W) for the 1x1-channel probe
         try:
             got = cpu_ops.run_op("Resize", args, op.attrs)[0]
         except Exception as e:  # noqa: BLE001 - the CPU step reports it properly
@@ -406,8 +416,8 @@ class OpLowerings:
         while w < out[3]:
             last = 2 * w == out[3]
             dst = op.outputs[0] if last else self.g.add_tensor(
-                f"{op.outputs[0]}_x{2 * w // self.shape(x)[3]}", (1, c, 2 * h, 2 * w),
-                np.float32)
+                f"{op.outputs[0]}_x{2 * w // self.shape(x)[3]}",
+                (self.samples(x), c, 2 * h, 2 * w), np.float32)
             run = ConvRun.make(c, pool="upsample", pool_size=2, pool_stride=1)
             cmds.append(HwCmd(src, dst, w, h, c, [run], [None], None, 1,
                               [op.name] if last else [],
@@ -447,6 +457,8 @@ class OpLowerings:
         h, w, _ = self.dev_shape(x)
         if self.g.is_const(x):
             raise NoMapping("split of a constant")
+        if self.samples(x) != 1:
+            raise NoMapping(_ONE_SAMPLE.format("split", self.samples(x)))
         offset, parts = 0, []
         for i, name in enumerate(op.outputs):
             if not name:
@@ -488,6 +500,8 @@ class OpLowerings:
         shapes = [self.shape(i) for i in op.inputs]
         if axis != 1 or any(len(s) != 4 for s in shapes):
             raise NoMapping("concat on an axis other than channels")
+        if self.samples(op.outputs[0]) != 1:
+            raise NoMapping(_ONE_SAMPLE.format("concat", self.samples(op.outputs[0])))
         offset = 0
         members = []
         names = self._concat_members(op)

@@ -1,12 +1,13 @@
 """The activation arena: live ranges and first-fit placement (dmp-convertor §5.3, done better).
 
 Every tensor the device reads or writes gets a slot in one DMA arena, in the
-8-channel-chunked FP16 layout.  Views (a reshape of a 1x1xC tensor) and concat
-members share their root's slot at a byte offset, which also makes the root live
-as long as any of them.  Roots are placed largest first at the lowest 64-byte
-aligned offset that does not overlap a root alive at the same time.  Unlike
-DMP's planner, the input's slot is only reused once nothing reads it any more,
-and concat members stay aligned because every non-last member has C % 8 == 0.
+8-channel-chunked FP16 layout, its N samples back to back (§1, §4.10).  Views (a
+reshape of a 1x1xC tensor) and concat members share their root's slot at a byte
+offset, which also makes the root live as long as any of them.  Roots are placed
+largest first at the lowest 64-byte aligned offset that does not overlap a root alive
+at the same time.  Unlike DMP's planner, the input's slot is only reused once nothing
+reads it any more, and concat members stay aligned because every non-last member has
+C % 8 == 0.
 
 A command's output never shares its input's slot, even for a per-element run
 whose input dies there: nothing in the reference says the DV700 reads a run's
@@ -45,11 +46,6 @@ def resolve(name: str, aliases: dict[str, tuple[str, int]]) -> tuple[str, int]:
     return name, off
 
 
-def nbytes(hwc: tuple[int, int, int]) -> int:
-    h, w, c = hwc
-    return h * w * c * 2
-
-
 def plan(program: Program) -> Plan:
     graph = program.graph
     units: list[tuple[set[str], set[str]]] = []  # (reads, writes) per command / CPU op
@@ -61,12 +57,12 @@ def plan(program: Program) -> Plan:
     aliases = dict(program.aliases)
     roots: dict[str, str] = {}
     sizes: dict[str, int] = {}
-    for name, shape in program.device.items():
+    for name in program.device:
         root, off = resolve(name, aliases)
         roots[name] = root
-        need = off + nbytes(shape)
+        need = off + program.nbytes(name)
         if root in program.device:
-            need = max(need, nbytes(program.device[root]))
+            need = max(need, program.nbytes(root))
         sizes[root] = max(sizes.get(root, 0), need)
     first: dict[str, int] = {}
     last: dict[str, int] = {}

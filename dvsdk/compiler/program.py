@@ -6,6 +6,7 @@ memory plan (:mod:`.memplan`) and the net.bin builder (:mod:`.build`).
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 
 from ..driver.commands import BufferRef, ConvCommand, ConvRun
@@ -18,7 +19,10 @@ from .ir import Graph, Op
 
 @dataclass
 class HwCmd:
-    """A conv command over symbolic tensors; ``blobs[i]`` are run i's packed weights."""
+    """A conv command over symbolic tensors; ``blobs[i]`` are run i's packed weights.
+
+    ``batch`` is the number of samples of its input, output and element-wise operand (the
+    tensors' N, back to back in DRAM): the command runs once per sample, §4.10."""
 
     input: str
     output: str
@@ -31,6 +35,7 @@ class HwCmd:
     topo: int = 1
     sources: list[str] = field(default_factory=list)
     kind: str = ""
+    batch: int = 1
 
     def command(self, place: dict[str, BufferRef], weights: list[BufferRef | None]) -> ConvCommand:
         runs = [replace(r, weight_buf=wb) if wb is not None else r
@@ -38,14 +43,16 @@ class HwCmd:
         return ConvCommand(input_buf=place[self.input], output_buf=place[self.output],
                            eltwise_buf=place[self.eltwise] if self.eltwise else BufferRef(),
                            w=self.w, h=self.h, c=self.c, runs=runs, topo=self.topo,
-                           output_mode=1 if self.eltwise else 0)
+                           output_mode=1 if self.eltwise else 0,
+                           input_circular_offset=self.batch)
 
 
 class _FakeBuffer:
-    """A huge, aligned stand-in so validation checks shapes before the memory plan."""
+    """A huge, aligned stand-in so validation checks shapes before the memory plan: all of
+    the 32-bit DMA space above it (§6.8), so a batch too large for that is refused."""
 
     def __init__(self, phys: int) -> None:
-        self.phys, self.size, self.freed, self.name = phys, 1 << 28, False, "plan"
+        self.phys, self.size, self.freed, self.name = phys, (1 << 32) - phys, False, "plan"
 
 
 _FAKE = BufferRef(_FakeBuffer(0x1000_0000), 0)
@@ -78,6 +85,20 @@ def unit_io(unit: HwCmd | CpuStep) -> tuple[list[str], list[str]]:
     return [i for i in unit.op.inputs if i], [o for o in unit.op.outputs if o]
 
 
+def as_steps(units: Iterable[HwCmd | CpuStep]) -> list[HwStep | CpuStep]:
+    """Commands and CPU steps in order as program steps: each run of consecutive commands
+    one :class:`HwStep`."""
+    steps: list[HwStep | CpuStep] = []
+    for u in units:
+        if isinstance(u, CpuStep):
+            steps.append(u)
+        elif steps and isinstance(steps[-1], HwStep):
+            steps[-1].commands.append(u)
+        else:
+            steps.append(HwStep([u]))
+    return steps
+
+
 @dataclass
 class Program:
     graph: Graph
@@ -85,6 +106,13 @@ class Program:
     device: dict[str, tuple[int, int, int]]        # tensors with an arena slot: (H, W, C)
     aliases: dict[str, tuple[str, int]]            # tensor -> (base tensor, byte offset)
     report: list[dict]
+    #: device tensor -> its samples N (absent: 1), back to back in its slot (§1)
+    samples: dict[str, int] = field(default_factory=dict)
+
+    def nbytes(self, name: str) -> int:
+        """Bytes of device tensor ``name`` in the arena: N samples of (H, W, C) FP16."""
+        h, w, c = self.device[name]
+        return self.samples.get(name, 1) * h * w * c * 2
 
 
 def out_hwc(cmd: HwCmd) -> tuple[int, int, int]:

@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import heapq
 
-from .memplan import nbytes, resolve
-from .program import CpuStep, HwCmd, HwStep, Program, unit_io
+from .memplan import resolve
+from .program import CpuStep, HwCmd, HwStep, Program, as_steps, unit_io
 
 Unit = HwCmd | CpuStep
 
@@ -45,7 +45,7 @@ def schedule(program: Program) -> Program:
         if name not in program.device:
             return name, 0, 1
         root, off = resolve(name, program.aliases)
-        return root, off, off + nbytes(program.device[name])
+        return root, off, off + program.nbytes(name)
 
     writers: dict[str, list[tuple[int, int, int]]] = {}  # root -> (start, end, unit)
     for i, u in enumerate(units):
@@ -80,13 +80,5 @@ def schedule(program: Program) -> Program:
         raise AssertionError("schedule: dependency cycle among the program's units")
     if transitions([hw[i] for i in order]) >= transitions(hw):
         return program
-    steps: list[HwStep | CpuStep] = []
-    for i in order:
-        u = units[i]
-        if isinstance(u, CpuStep):
-            steps.append(u)
-        elif steps and isinstance(steps[-1], HwStep):
-            steps[-1].commands.append(u)
-        else:
-            steps.append(HwStep([u]))
-    return Program(program.graph, steps, program.device, program.aliases, program.report)
+    return Program(program.graph, as_steps(units[i] for i in order), program.device,
+                   program.aliases, program.report, program.samples)

@@ -12,7 +12,8 @@ fold_pad                 constant zero spatial Pad -> pads of the following Conv
                          -inf, not 0)
 canonicalize_gemm        Gemm with constant B -> B as [N, K] with transB=1, alpha folded into
                          B, beta into C, a per-column C as a 1-D [N] vector
-matmul_to_gemm           MatMul(2-D A, constant 2-D B) [+ Add(constant bias)] -> Gemm
+matmul_to_gemm           MatMul(2-D A, constant 2-D B) [+ Add(constant bias)] -> Gemm;
+                         rank >= 3 A: its rows as a one-row image, a 1x1 Conv over them
 fold_batchnorm           BatchNormalization after Conv/ConvTranspose/Gemm (single consumer) ->
                          folded into its weights and bias (float64 math, then the weight dtype).
                          A BatchNormalization that cannot be folded stays a
@@ -238,9 +239,65 @@ def canonicalize_gemm(graph: Graph) -> Graph:
     return _finish(g)
 
 
+def _matmul_rows(g: Graph) -> None:
+    """MatMul(A of rank >= 3, constant 2-D B) -> A's rows as the columns of a one-row image
+    and a 1x1 Conv over them: Transpose(A) to ``[K, *lead]``, Reshape to ``[1, K, 1, rows]``,
+    Conv with ``B^T`` as ``[N, K, 1, 1]`` weights, Reshape to ``[N, *lead]``, Transpose back
+    to ``[*lead, N]``.  A per-column constant Add after it becomes the Conv's bias.
+
+    On the DV700 the Conv reads its weights once for every row, where an FC command with
+    the rows as its samples reads them once a row (§4.10: N commands in one): PP-OCR rec's
+    120 x 6625 classifier over 40 rows moves 1.6 MB instead of 64 MB.  Each output is the
+    same sum as the FC's and the 2-D MatMul's (the products in k order, then the bias:
+    firmware_spec/arithmetic.md), so the same bits; the Transposes are CPU copies."""
+    cons = g.consumers()
+    for mm in [o for o in g.ops if o.type == "MatMul"]:
+        a, a_shape, b = mm.inputs[0], g.shape(mm.inputs[0]), g.const(mm.inputs[1])
+        if b is None or b.ndim != 2 or a_shape is None or len(a_shape) < 3 \
+                or g.is_const(a) or not _is_float(g, a) or 0 in a_shape:
+            continue
+        lead, k, n, r = tuple(a_shape[:-1]), int(a_shape[-1]), int(b.shape[1]), len(a_shape)
+        rows = int(np.prod(lead))
+        dt = g.tensors[a].dtype
+        y, bias = mm.outputs[0], None
+        add = _sole_reader(g, y, cons)
+        if add is not None and add.type == "Add" and add.inputs[0] != add.inputs[1] \
+                and g.shape(add.outputs[0]) == (*lead, n):
+            c = g.const(add.inputs[1] if add.inputs[0] == y else add.inputs[0])
+            bias = None if c is None else _channel_vector(c, (*lead, n), axis=len(lead))
+        if bias is not None:
+            g.ops.remove(add)
+            y = add.outputs[0]
+        names = [g.add_tensor(f"{mm.name}_{s}", shape, dt) for s, shape in (
+            ("cols", (k, *lead)), ("image", (1, k, 1, rows)), ("conv", (1, n, 1, rows)),
+            ("back", (n, *lead)))]
+        w = np.ascontiguousarray(b.T).reshape(n, k, 1, 1)
+        conv_in = [names[1], g.add_const(f"{mm.name}_w", w)]
+        if bias is not None:
+            conv_in.append(g.add_const(f"{mm.name}_b", bias.astype(w.dtype)))
+
+        def shape(v: tuple[int, ...], hint: str = f"{mm.name}_shape") -> str:
+            return g.add_const(hint, np.array(v, np.int64))
+
+        g.replace_op(mm, [
+            Op("Transpose", g.unique_name(f"{mm.name}_to_cols"), [a], [names[0]],
+               {"perm": [r - 1, *range(r - 1)]}, mm.origin),
+            Op("Reshape", g.unique_name(f"{mm.name}_to_image"), [names[0], shape(
+                (1, k, 1, rows))], [names[1]], {"allowzero": 0}, mm.origin),
+            Op("Conv", mm.name, conv_in, [names[2]], {"kernel_shape": [1, 1]}, mm.origin),
+            Op("Reshape", g.unique_name(f"{mm.name}_from_image"), [names[2], shape(
+                (n, *lead))], [names[3]], {"allowzero": 0}, mm.origin),
+            Op("Transpose", g.unique_name(f"{mm.name}_from_cols"), [names[3]], [y],
+               {"perm": [*range(1, r), 0]}, mm.origin)])
+
+
 def matmul_to_gemm(graph: Graph) -> Graph:
-    """MatMul(2-D A, constant 2-D B) followed by an Add of a constant [N] bias -> Gemm."""
+    """MatMul(2-D A, constant 2-D B) followed by an Add of a constant [N] bias -> Gemm;
+    a MatMul of a rank >= 3 A and a constant 2-D B becomes a 1x1 Conv over A's rows
+    (:func:`_matmul_rows`)."""
     g = infer_shapes(graph)
+    _matmul_rows(g)
+    g = infer_shapes(g)
     cons = g.consumers()
     for mm in [o for o in g.ops if o.type == "MatMul"]:
         a_shape, b = g.shape(mm.inputs[0]), g.const(mm.inputs[1])

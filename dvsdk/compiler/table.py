@@ -39,7 +39,7 @@ from ..hw.activation import activation, rectify
 from ..hw.fp16 import fp16_value, round_f16, to_f32
 from ..runtime.records import decode_attr, encode_attr
 from .ir import Op
-from .program import CpuStep, HwCmd, HwStep, Program, unit_io
+from .program import CpuStep, HwCmd, HwStep, Program, as_steps, unit_io
 
 #: CPU ops a table may replace: element-wise, and computed with exactly rounded IEEE
 #: operations or the fixed float64 sequences of :mod:`dvsdk.hw.elementary`, so the
@@ -110,23 +110,19 @@ def tabulate(program: Program) -> Program:
             report[n] = f"table lookup {op.attrs['ops']} of {u.output} (one CPU step)"
     if not replace:
         return program
-    steps: list[HwStep | CpuStep] = []
+    kept: list[Unit] = []
     dropped: set[str] = set()
     for i, u in enumerate(units):
         if i in taken and i not in replace:
             dropped.update(t for t in unit_io(u)[1])
             continue
-        u = replace.get(i, u)
-        if isinstance(u, CpuStep):
-            steps.append(u)
-        elif steps and isinstance(steps[-1], HwStep):
-            steps[-1].commands.append(u)
-        else:
-            steps.append(HwStep([u]))
+        kept.append(replace.get(i, u))
+    steps = as_steps(kept)
     device = {n: v for n, v in program.device.items() if n not in dropped}
     rep = [dict(r, where="cpu", detail=report[r["op"]]) if r["op"] in report else r
            for r in program.report]
-    return Program(g, steps, device, program.aliases, rep)
+    samples = {n: k for n, k in program.samples.items() if n not in dropped}
+    return Program(g, steps, device, program.aliases, rep, samples)
 
 
 def _names(u: Unit) -> list[str]:

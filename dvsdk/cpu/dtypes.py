@@ -25,7 +25,7 @@ import numpy as np
 from ..errors import ModelError
 
 __all__ = ["ONNX_DTYPES", "ONNX_TYPE_NAMES", "onnx_dtype", "type_name", "refusal",
-           "DTYPE_RULES"]
+           "DTYPE_RULES", "cast_array", "onnx_code"]
 
 #: ONNX TensorProto.DataType code -> numpy dtype (our own table; no onnx import).
 ONNX_DTYPES: dict[int, np.dtype] = {
@@ -55,6 +55,33 @@ def onnx_dtype(code: int) -> np.dtype:
         raise ModelError("unsupported tensor element type", field="dtype",
                          value=type_name(code),
                          limit=[type_name(c) for c in sorted(ONNX_DTYPES)]) from None
+
+
+def onnx_code(dtype: np.dtype) -> int:
+    """The ONNX type code of a numpy dtype we handle (ModelError otherwise)."""
+    for code, dt in ONNX_DTYPES.items():
+        if dt == np.dtype(dtype):
+            return code
+    raise ModelError("unsupported tensor element type", field="dtype", value=str(dtype),
+                     limit=[type_name(c) for c in sorted(ONNX_DTYPES)])
+
+
+def cast_array(x: np.ndarray, to: np.dtype) -> np.ndarray:
+    """ONNX Cast of ``x`` to ``to``.  A float to an integer type (ONNX leaves NaN, inf and
+    values out of range undefined, and x86 and Arm convert them differently): NaN becomes
+    0, the rest is clamped to the type's range, then truncated toward zero
+    (firmware_spec/arithmetic.md)."""
+    to = np.dtype(to)
+    if x.dtype.kind == "f" and to.kind in "iu":
+        info = np.iinfo(to)
+        lo = float(info.min)  # (exact in float64 for every integer type)
+        # the largest float64 that converts: the type's max, or for 64-bit types the double
+        # just below 2**63 / 2**64 (the max itself rounds up to those and overflows)
+        hi = float(info.max) if to.itemsize < 8 else float(np.nextafter(float(info.max), 0.0))
+        x = np.clip(np.nan_to_num(x.astype(np.float64), nan=0.0, posinf=hi, neginf=lo), lo,
+                    hi)
+    with np.errstate(invalid="ignore", over="ignore"):
+        return x.astype(to)
 
 
 _F, _FI, _NUM, _ANY, _B, _INT = "f", "fi", "fiu", "fiub", "b", "iu"
@@ -88,6 +115,15 @@ DTYPE_RULES: dict[str, tuple[str, ...]] = {
     "Concat": (_ANY,),
     "ConstantOfShape": (_INT,),
     "Fp16Table": (_F, _F),
+    # transformer, recurrent and sampling ops (dvsdk.cpu.transformer, attention, recurrent,
+    # sample): float arithmetic; index, length and mask inputs unchecked
+    **{t: (_F,) for t in "Gelu Erf LayerNormalization GridSample".split()},
+    "TopK": (_NUM, ""),
+    "CastLike": (_ANY,),
+    "ScatterND": (_ANY, "", _ANY),
+    "Einsum": (_NUM,),
+    "Attention": (_F, _F, _F, "", _F, _F, ""),
+    **{t: (_F, _F, _F, _F, "", _F, _F, _F) for t in ("LSTM", "GRU", "RNN")},
 }
 
 
@@ -136,7 +172,8 @@ def _refusal(op_type: str, dtypes: Sequence[np.dtype | None],
     if op_type == "Mod" and not attrs.get("fmod", 0) and dtypes and dtypes[0] is not None \
             and np.dtype(dtypes[0]).kind == "f":
         return f"Mod[fmod=0, {np.dtype(dtypes[0])}]"  # ONNX: floats need fmod=1
-    if op_type == "Resize" and attrs.get("mode", "nearest") == "linear" and dtypes \
+    mode = attrs.get("mode", "nearest")
+    if op_type == "Resize" and mode in ("linear", "cubic") and dtypes \
             and dtypes[0] is not None and np.dtype(dtypes[0]).kind != "f":
-        return f"Resize[linear, {np.dtype(dtypes[0])}]"
+        return f"Resize[{mode}, {np.dtype(dtypes[0])}]"
     return None

@@ -22,6 +22,7 @@ from numpy.lib.stride_tricks import as_strided
 
 from ..errors import ModelError
 from ..hw import arith, elementary
+from .sample import resize_cubic
 
 Arr = np.ndarray
 Attrs = dict[str, Any]
@@ -396,18 +397,21 @@ def _nearest_index(xs: Arr, mode: str, scale: float, n_in: int) -> Arr:
 
 
 def resize(inputs: list, attrs: Attrs) -> list[Arr]:
-    """ONNX Resize, modes nearest and linear (separable, n-linear)."""
+    """ONNX Resize, modes nearest, linear (separable, n-linear) and cubic
+    (:func:`dvsdk.cpu.sample.resize_cubic`)."""
     x = inputs[0]
     scales = inputs[2] if len(inputs) > 2 else None
     sizes = inputs[3] if len(inputs) > 3 else None
     mode = attrs.get("mode", "nearest")
-    if mode not in ("nearest", "linear"):
+    if mode not in ("nearest", "linear", "cubic"):
         raise ModelError("Resize mode not supported", field="Resize.mode", value=mode,
-                         limit="nearest, linear")
-    if attrs.get("antialias", 0) and mode == "linear":
+                         limit="nearest, linear, cubic")
+    if attrs.get("antialias", 0) and mode != "nearest":
         raise ModelError("Resize antialias not supported", field="Resize.antialias", value=1)
     ctm = attrs.get("coordinate_transformation_mode", "half_pixel")
     out, sc = _resize_params(x.shape, scales, sizes, attrs)
+    if mode == "cubic":
+        return [resize_cubic(x, out, sc, attrs, _source_coords)]
     y = x
     for ax in range(x.ndim):
         n_in, n_out = x.shape[ax], out[ax]

@@ -23,9 +23,13 @@ import numpy as np
 from ..errors import ModelError
 from ..hw import arith, elementary
 from ..hw.fp16 import to_f16
-from .dtypes import onnx_dtype, refusal
+from .attention import attention
+from .dtypes import cast_array, onnx_dtype, refusal
 from .nn import NN_KERNELS
+from .recurrent import RECURRENT_KERNELS
 from .roi import max_roi_pool
+from .sample import grid_sample
+from .transformer import TRANSFORMER_KERNELS
 
 __all__ = ["KERNELS", "Kernel", "run_op"]
 
@@ -195,20 +199,8 @@ def _size(inputs: list, attrs: Attrs) -> list[Arr]:
 
 
 def _cast(inputs: list, attrs: Attrs) -> list[Arr]:
-    """ONNX Cast.  A float to an integer type (ONNX leaves NaN, inf and values out of
-    range undefined, and x86 and Arm convert them differently): NaN becomes 0, the rest is
-    clamped to the type's range, then truncated toward zero (firmware_spec/arithmetic.md)."""
-    x, to = inputs[0], np.dtype(onnx_dtype(attrs["to"]))
-    if x.dtype.kind == "f" and to.kind in "iu":
-        info = np.iinfo(to)
-        lo = float(info.min)  # (exact in float64 for every integer type)
-        # the largest float64 that converts: the type's max, or for 64-bit types the double
-        # just below 2**63 / 2**64 (the max itself rounds up to those and overflows)
-        hi = float(info.max) if to.itemsize < 8 else float(np.nextafter(float(info.max), 0.0))
-        x = np.clip(np.nan_to_num(x.astype(np.float64), nan=0.0, posinf=hi, neginf=lo), lo,
-                    hi)
-    with np.errstate(invalid="ignore", over="ignore"):
-        return [x.astype(to)]
+    """ONNX Cast (:func:`dvsdk.cpu.dtypes.cast_array`)."""
+    return [cast_array(inputs[0], onnx_dtype(attrs["to"]))]
 
 
 def _constant_of_shape(inputs: list, attrs: Attrs) -> list[Arr]:
@@ -514,6 +506,10 @@ KERNELS: dict[str, Kernel] = {
     "ArgMin": _arg(np.argmin),
     **NN_KERNELS,
     "MaxRoiPool": max_roi_pool,
+    **TRANSFORMER_KERNELS,
+    "Attention": attention,
+    **RECURRENT_KERNELS,
+    "GridSample": grid_sample,
     "Fp16Table": _fp16_table,
 }
 

@@ -22,7 +22,7 @@ import numpy as np
 
 from .. import native
 
-__all__ = ["exp", "expm1", "log", "log1p", "tanh", "sigmoid", "elu", "power"]
+__all__ = ["exp", "expm1", "log", "log1p", "tanh", "sigmoid", "elu", "power", "erf"]
 
 _F64 = np.float64
 #: ln 2 in two parts (fdlibm's): the high part has 21 trailing zero bits, so k * _LN2_HI is
@@ -216,3 +216,42 @@ def power(a: np.ndarray | float, b: np.ndarray | float) -> np.ndarray:
         y = np.where(a == 0, np.where(odd, np.copysign(zero, a), zero), y)
         y = np.where((b == 0) | (a == 1.0), 1.0, y)
     return y
+
+
+#: erf: below this |x| the series, from it the continued fraction (both converge there to
+#: far below a double's precision with the fixed term counts)
+_ERF_CUT = 2.0
+_ERF_SERIES_TERMS = 64
+_ERF_CF_TERMS = 40
+#: from this |x| erf is +-1 in double (erfc(6) = 2.2e-17, under half an ulp of 1)
+_ERF_ONE = 6.0
+_TWO_OVER_SQRT_PI = 2.0 / math.sqrt(math.pi)
+_SQRT_PI = math.sqrt(math.pi)
+
+
+def erf(x: np.ndarray | float) -> np.ndarray:
+    """The error function, odd in x (erf(-0) = -0, erf(+-inf) = +-1, NaN stays NaN).
+
+    For ``a = |x| < 2`` the series of positive terms ``erf a = 2/sqrt(pi) a e**(-a*a)
+    sum_n (2a*a)**n / (3*5*...*(2n+1))``, n = 0..64, by Horner's rule from the innermost
+    ``p = 1 + (z / (2n+1)) * p`` with ``z = 2a*a`` (no cancellation); for ``2 <= a < 6``
+    ``1 - e**(-a*a) / (sqrt(pi) f)`` with the continued fraction ``f = a + (1/2)/(a + 1/(a
+    + (3/2)/(a + ...)))`` evaluated from its 40th term ``f = a + (k/2)/f``, k = 40..1;
+    from 6 on, 1.  Error: under 6e-16 relative to math.erf on [-7, 7] and down to 1e-300
+    (tests/test_transformer_ops.py), far below the float32 results it is rounded to."""
+    x = _f64(x)
+    a = np.abs(x)
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        t = np.minimum(a, _ERF_CUT)
+        z = 2.0 * t * t
+        p = np.ones_like(t)
+        for n in range(_ERF_SERIES_TERMS, 0, -1):
+            p = 1.0 + (z / (2 * n + 1)) * p
+        series = (_TWO_OVER_SQRT_PI * t) * exp(-(t * t)) * p
+        u = np.minimum(np.maximum(a, _ERF_CUT), _ERF_ONE)
+        f = u.copy()
+        for k in range(_ERF_CF_TERMS, 0, -1):
+            f = u + (0.5 * k) / f
+        tail = 1.0 - exp(-(u * u)) / (_SQRT_PI * f)
+    y = np.where(a < _ERF_CUT, series, np.where(a >= _ERF_ONE, 1.0, tail))
+    return np.where(np.isnan(x), x, np.copysign(y, x))

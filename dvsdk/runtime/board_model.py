@@ -120,7 +120,8 @@ DEFAULT = BoardParams()
 KINDS: dict[str, tuple[float, int, str]] = {
     "view": (0.0, 0, "Reshape Flatten Squeeze Unsqueeze Identity Dropout Shape Size"),
     "copy": (0.25, 1, "Concat Split Slice Pad Expand Tile Gather GatherElements Transpose "
-                      "DepthToSpace SpaceToDepth Resize Cast ConstantOfShape Range Where"),
+                      "DepthToSpace SpaceToDepth Resize Cast ConstantOfShape Range Where "
+                      "ScatterND CastLike"),
     "arith": (0.5, 1, "Add Sub Mul Sum Neg Abs Floor Ceil Round Sign Not And Or Xor Equal "
                       "Less LessOrEqual Greater GreaterOrEqual"),
     "select": (1.0, 4, "Relu Max Min"),          # compare, NaN test, or, select
@@ -131,12 +132,15 @@ KINDS: dict[str, tuple[float, int, str]] = {
     "lookup": (3.0, 1, "Fp16Table"),              # one indexed load (docstring)
     "divide": (7.0, 1, "Div Reciprocal Sqrt Mod"),  # the divider (docstring)
     "float64": (50.0, 3, "Sigmoid Tanh Exp Log Elu Selu Softplus Softsign Pow"),  # docstring
+    "erf": (150.0, 3, "Erf Gelu"),               # erf's 64-term series and an exp, float64
+    "sort": (20.0, 3, "TopK"),                   # a stable sort along the axis
+    "sample": (8.0, 2, "GridSample"),            # 4 to 16 gathered taps per output
     "softmax": (55.0, 5, "Softmax LogSoftmax"),  # an exp, a sum, a divide per element
     "reduce": (0.5, 1, "GlobalAveragePool GlobalMaxPool ReduceSum ReduceMean ReduceMax "
                        "ReduceMin ReduceProd ReduceL2 ReduceSumSquare ArgMax ArgMin MaxPool "
                        "AveragePool LRN MaxRoiPool"),
-    "normalize": (1.0, 3, "BatchNormalization InstanceNormalization Mean"),
-    "mac": (0.0, 1, "Conv ConvTranspose MatMul Gemm"),  # mac_cycles per MAC; Conv's im2col
+    "normalize": (1.0, 3, "BatchNormalization InstanceNormalization Mean LayerNormalization"),
+    "mac": (0.0, 1, "Conv ConvTranspose MatMul Gemm Einsum Attention LSTM GRU RNN"),  # per MAC
 }
 #: op -> (kind, cycles per element, sweeps)
 OPS: dict[str, tuple[str, float, int]] = {
@@ -218,11 +222,29 @@ def _shape(v: Any) -> tuple[int, ...]:
 
 def _macs(op: str, inputs: Sequence[Any], out_elements: int, attrs: Mapping[str, Any]) -> int:
     """Multiply-accumulates of a MAC op (0 for the others)."""
-    if op not in ("Conv", "ConvTranspose", "MatMul", "Gemm") or len(inputs) < 2:
+    if op not in OPS or OPS[op][0] != "mac" or len(inputs) < 2:
         return 0
     a, w = _shape(inputs[0]), _shape(inputs[1])
     if not a or not w:
         return 0
+    if op in ("LSTM", "GRU", "RNN") and len(inputs) > 2 and len(a) == 3 and len(w) == 3:
+        return a[0] * a[1] * w[0] * w[1] * (w[2] + _shape(inputs[2])[-1])
+    if op == "Attention":  # Q K^T and P V: per output element of Y, two products per key
+        keys = w[-2] if len(w) == 4 else w[1]
+        if len(inputs) > 4 and inputs[4] is not None:
+            keys += _shape(inputs[4])[2]
+        return 2 * out_elements * keys
+    if op == "Einsum":  # every combination of the letters' values, once per pair
+        from ..cpu.transformer import einsum_parse
+
+        shapes = [_shape(v) for v in inputs]
+        try:
+            terms, _ = einsum_parse(str(attrs.get("equation", "")), [len(s) for s in shapes])
+        except Exception:  # (a malformed equation: the kernel says why)
+            return 0
+        sizes = {c: d for t, s in zip(terms, shapes, strict=True) for c, d in zip(t, s,
+                                                                                strict=True)}
+        return math.prod(sizes.values()) * max(len(shapes) - 1, 1)
     if op == "MatMul":
         return out_elements * a[-1]
     if op == "Gemm":

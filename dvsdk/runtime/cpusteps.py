@@ -17,7 +17,8 @@ default) treats the CPU steps between two hardware segments as one *segment*:
   place of a pack, and no element moves.  An element-wise op does not care where an
   element sits as long as its operands line up: same shape, same layout; a (1, C, 1, 1)
   operand is laid along the chunks' channel index (8 channels a chunk, the last one
-  partial);
+  partial), of every sample of an (N, C, H, W) tensor, and an (N, C, 1, 1) one along the
+  channel index of its own sample (N samples lie back to back, §1);
 * every other op gets float32 NCHW, converted once per segment and tensor;
 * a segment of one element-wise op (HardSwish, or Mul/Add of two device tensors or of a
   device tensor and a per-channel one, as in squeeze-excitation) whose result the device
@@ -35,6 +36,7 @@ matrix products) receive the very arrays the reference gives them.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -60,33 +62,35 @@ _F32 = np.dtype(np.float32)
 
 
 class Chunked:
-    """A float32 (1, C, H, W) tensor held in the chunked order of an (H, W, C) device
-    tensor (``layout.to_chunks``); converts to NCHW on demand (and as ``np.asarray``)."""
+    """A float32 (N, C, H, W) tensor held in the chunked order of an (H, W, C) device
+    tensor of N samples (``layout.to_chunks``); converts to NCHW on demand (and as
+    ``np.asarray``)."""
 
-    __slots__ = ("flat", "hwc", "transpose", "_nchw")
+    __slots__ = ("flat", "hwc", "transpose", "n", "_nchw")
 
-    def __init__(self, flat: np.ndarray, hwc: tuple[int, int, int], transpose: bool) -> None:
-        self.flat, self.hwc, self.transpose = flat, tuple(hwc), bool(transpose)
+    def __init__(self, flat: np.ndarray, hwc: tuple[int, int, int], transpose: bool,
+                 n: int = 1) -> None:
+        self.flat, self.hwc, self.transpose, self.n = flat, tuple(hwc), bool(transpose), n
         self._nchw: np.ndarray | None = None
 
     @property
     def key(self) -> tuple:
-        return self.hwc, self.transpose
+        return self.hwc, self.transpose, self.n
 
     @property
     def shape(self) -> tuple[int, int, int, int]:
         h, w, c = self.hwc
-        return 1, c, h, w
+        return self.n, c, h, w
 
     @property
     def dtype(self) -> np.dtype:
         return _F32
 
     def nchw(self) -> np.ndarray:
-        """As the reference holds it: the (H, W, C) array seen as (1, C, H, W)."""
+        """As the reference holds it: the (N, H, W, C) array seen as (N, C, H, W)."""
         if self._nchw is None:
-            hwc = layout.from_chunks(self.flat, self.hwc, self.transpose)
-            self._nchw = hwc.transpose(2, 0, 1)[None]
+            nhwc = layout.from_chunks(self.flat, (self.n, *self.hwc), self.transpose)
+            self._nchw = nhwc.transpose(0, 3, 1, 2)
         return self._nchw
 
     def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
@@ -95,13 +99,26 @@ class Chunked:
 
 
 def hwc_ordered(v: np.ndarray) -> bool:
-    """Whether ``v`` is a float32 (1, C, H, W) view of a contiguous (H, W, C) array: how
+    """Whether ``v`` is a float32 (N, C, H, W) view of a contiguous (N, H, W, C) array: how
     the reference holds device tensors and what element-wise kernels make of them."""
-    if v.dtype != _F32 or v.ndim != 4 or v.shape[0] != 1:
+    if v.dtype != _F32 or v.ndim != 4:
         return False
-    _, c, h, w = v.shape
-    want = (4, 4 * w * c, 4 * c)
-    return all(s == t or n == 1 for s, t, n in zip(v.strides[1:], want, (c, h, w)))
+    n, c, h, w = v.shape
+    want = (4 * h * w * c, 4, 4 * w * c, 4 * c)
+    return all(s == t or k == 1 for s, t, k in zip(v.strides, want, (n, c, h, w)))
+
+
+def device_shape(d: dict) -> tuple[int, ...]:
+    """The layout shape of a META device placement: (H, W, C), or (N, H, W, C) for N > 1
+    samples back to back."""
+    n = int(d.get("batch", 1))
+    h, w, c = d["hwc"]
+    return (h, w, c) if n == 1 else (n, h, w, c)
+
+
+def device_nbytes(d: dict) -> int:
+    """Bytes of a META device placement in the arena."""
+    return 2 * int(d.get("batch", 1)) * math.prod(d["hwc"])
 
 
 @dataclass
@@ -215,8 +232,7 @@ def _read_spans(net: Any, names: list[str]) -> list[tuple[int, int, str]]:
         d = net._dev(t)
         if t in net.constants or d is None:
             continue
-        hh, ww, cc = d["hwc"]
-        items.append((d["offset"], d["offset"] + 2 * hh * ww * cc, t))
+        items.append((d["offset"], d["offset"] + device_nbytes(d), t))
     return _spans(items)
 
 
@@ -232,16 +248,16 @@ def _leave(net: Any, h: Any) -> None:
     items = []
     for name in h.segment.pending:
         d = net._dev(name)
-        hwc, tr = tuple(d["hwc"]), bool(d.get("transpose"))
+        hwc, tr, n = tuple(d["hwc"]), bool(d.get("transpose")), int(d.get("batch", 1))
         v = h.host[name]
-        chunked = isinstance(v, Chunked) and v.key == (hwc, tr)
-        nbytes = 2 * v.flat.size if chunked else 2 * hwc[0] * hwc[1] * hwc[2]
+        chunked = isinstance(v, Chunked) and v.key == (hwc, tr, n)
+        nbytes = 2 * v.flat.size if chunked else device_nbytes(d)
         with h.stats.stage("pack", name, {"bytes": nbytes}):
             if chunked:  # rounded into the arena
                 h.ctx.arena.write_with(d["offset"], nbytes,
                                        lambda view, v=v: to_f16(v.flat, view.view(np.float16)))
             else:  # packed straight into the arena (no copy after)
-                x = _to_hwc(np.asarray(v, np.float32), hwc)
+                x = to_hwc(np.asarray(v, np.float32), device_shape(d))
                 h.ctx.arena.write_with(d["offset"], nbytes, lambda view, x=x, tr=tr: layout.pack(
                     x, transpose=tr, out=view.view(np.float16)))
         items.append((d["offset"], d["offset"] + nbytes, name))
@@ -251,17 +267,19 @@ def _leave(net: Any, h: Any) -> None:
     h.segment = None
 
 
-def _to_hwc(v: np.ndarray, hwc: tuple[int, int, int]) -> np.ndarray:
-    return v[0].transpose(1, 2, 0) if v.ndim == 4 else v.reshape(hwc)
+def to_hwc(v: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+    """An (N, C, H, W) or (N, C) value as :func:`device_shape` ``shape`` (no copy)."""
+    if v.ndim == 4:
+        return v[0].transpose(1, 2, 0) if len(shape) == 3 else v.transpose(0, 2, 3, 1)
+    return v.reshape(shape)
 
 
 def _device_bytes(net: Any, h: Any, name: str) -> tuple[np.ndarray, dict]:
     d = net._dev(name)
     if d is None:
         raise NetFileError("tensor has no value at this point", field="tensor", value=name)
-    hh, ww, cc = d["hwc"]
     # synced by _enter; a view: every caller converts it at once (to_f32, unpack)
-    return h.ctx.arena.read(d["offset"], 2 * hh * ww * cc, copy=False), d
+    return h.ctx.arena.read(d["offset"], device_nbytes(d), copy=False), d
 
 
 def _nchw(net: Any, h: Any, name: str) -> np.ndarray:
@@ -272,9 +290,13 @@ def _nchw(net: Any, h: Any, name: str) -> np.ndarray:
     if v is None:
         raw, d = _device_bytes(net, h, name)
         with h.stats.stage("unpack", name, {"bytes": raw.nbytes}):
-            hwc = layout.unpack(raw, tuple(d["hwc"]), transpose=bool(d.get("transpose")))
-            v = h.host[name] = hwc.transpose(2, 0, 1)[None] if len(
-                net.tensors[name]["shape"]) == 4 else hwc.reshape(net.tensors[name]["shape"])
+            shape = device_shape(d)
+            hwc = layout.unpack(raw, shape, transpose=bool(d.get("transpose")))
+            if len(net.tensors[name]["shape"]) != 4:
+                v = hwc.reshape(net.tensors[name]["shape"])
+            else:
+                v = hwc.transpose(2, 0, 1)[None] if len(shape) == 3 else hwc.transpose(0, 3, 1, 2)
+            h.host[name] = v
     return v.nchw() if isinstance(v, Chunked) else v
 
 
@@ -286,11 +308,12 @@ def _chunked_args(net: Any, h: Any, op: str, inputs: list[str], out: str
                   ) -> tuple | None:
     """The operands of an element-wise step in the chunked order, or None when the step
     must run on NCHW (another op, other shapes or types, or operands the reference holds
-    in another memory order)."""
+    in another memory order).  A per-channel operand is an (m, C) array, m 1 (every sample)
+    or N (one vector a sample)."""
     shape = net.tensors[out]["shape"]
-    if op not in ELEMENTWISE or len(shape) != 4 or shape[0] != 1:
+    if op not in ELEMENTWISE or len(shape) != 4:
         return None
-    _, c, hh, ww = shape
+    n, c, hh, ww = shape
     hwc = (hh, ww, c)
     ops: list[tuple[int, Any]] = []
     key = None
@@ -309,23 +332,24 @@ def _chunked_args(net: Any, h: Any, op: str, inputs: list[str], out: str
         if v is None:  # on the device, synced: as the output's layout, or (1, 1, C)
             d = net._dev(name)
             dhwc = tuple(d["hwc"]) if d is not None else None
-            if dhwc == hwc:
-                k = (hwc, bool(d.get("transpose")))
+            dn = int(d.get("batch", 1)) if d is not None else 0
+            if dhwc == hwc and dn == n:
+                k = (hwc, bool(d.get("transpose")), n)
                 if key not in (None, k):
                     return None
                 key = k
                 ops.append((FULL, name))
-            elif dhwc == (1, 1, c) and len(net.tensors[name]["shape"]) == 4:
+            elif dhwc == (1, 1, c) and dn in (1, n) and len(net.tensors[name]["shape"]) == 4:
                 ops.append((CHANNEL, name))
             else:
                 return None
             continue
         if isinstance(v, Chunked):
-            if v.hwc == hwc and key in (None, v.key):
+            if v.hwc == hwc and v.n == n and key in (None, v.key):
                 key = v.key
                 ops.append((FULL, v))
-            elif v.hwc == (1, 1, c):  # (1, C, 1, 1): the chunked order is the channels'
-                ops.append((CHANNEL, v.flat))
+            elif v.hwc == (1, 1, c) and v.n in (1, n):  # (m, C, 1, 1): the chunked order
+                ops.append((CHANNEL, v.flat.reshape(v.n, c)))  # is the channels'
             else:
                 return None
             continue
@@ -337,53 +361,57 @@ def _chunked_args(net: Any, h: Any, op: str, inputs: list[str], out: str
         elif list(v.shape) == list(shape) and hwc_ordered(v):
             ops.append((FULL, v))
         elif v.ndim <= 4 and (1,) * (4 - v.ndim) + v.shape == (1, c, 1, 1):
-            ops.append((CHANNEL, v.reshape(c)))
+            ops.append((CHANNEL, v.reshape(1, c)))
+        elif v.shape == (n, c, 1, 1):
+            ops.append((CHANNEL, v.reshape(n, c)))
         else:
             return None
     if key is None:
         if not any(kind == FULL for kind, _ in ops):
             return None
         d = net._dev(out)
-        key = (hwc, bool(d.get("transpose")) if d is not None else False)
+        key = (hwc, bool(d.get("transpose")) if d is not None else False, n)
     operands = []
     for kind, v in ops:
         if isinstance(v, str):  # read from the arena: FP16 -> float32, no element moves
             raw, d = _device_bytes(net, h, v)
             with h.stats.stage("unpack", v, {"bytes": raw.nbytes}):
                 got = Chunked(to_f32(raw.view(np.float16)), tuple(d["hwc"]),
-                              bool(d.get("transpose")))
+                              bool(d.get("transpose")), int(d.get("batch", 1)))
             h.host[v] = got
-            v = got.flat if kind == CHANNEL else got
+            v = got.flat.reshape(got.n, c) if kind == CHANNEL else got
         elif kind == FULL and isinstance(v, np.ndarray):  # an HWC array: reorder it
-            v = Chunked(layout.to_chunks(v[0].transpose(1, 2, 0), key[1]), hwc, key[1])
+            nhwc = v.transpose(0, 2, 3, 1)
+            v = Chunked(layout.to_chunks(nhwc if n > 1 else nhwc[0], key[1]), hwc, key[1], n)
         operands.append((kind, v))
     return operands, key
 
 
 def _run_chunked(op: str, attrs: dict, operands: list, key: tuple) -> Chunked:
     """The kernel on the chunked order: in one call on whole tensors, or, with a
-    per-channel operand, once on the full 8-channel chunks (an (n, H*W, 8) view, the
-    vector as (n, 1, 8)) and once on the partial last chunk ((H*W, r) and (1, r))."""
-    (hh, ww, c), _ = key
+    per-channel operand, once on the full 8-channel chunks of every sample (an
+    (N, n, H*W, 8) view, the vectors as (m, n, 1, 8)) and once on the partial last chunk
+    ((N, H*W, r) and (m, 1, r))."""
+    (hh, ww, c), _, n = key
     if not any(kind == CHANNEL for kind, _ in operands):
         args = [v.flat if kind == FULL else v for kind, v in operands]
-        y = _check(cpu_ops.run_op(op, args, attrs)[0], c * hh * ww)
-        return Chunked(y, (hh, ww, c), key[1])
+        y = _check(cpu_ops.run_op(op, args, attrs)[0], n * c * hh * ww)
+        return Chunked(y, (hh, ww, c), key[1], n)
     nfull, rem = divmod(c, 8)
     split, wh = 8 * nfull * hh * ww, hh * ww
-    parts = []
+    flat = np.empty((n, c * wh), np.float32)
     if nfull:
-        args = [v.flat[:split].reshape(nfull, wh, 8) if kind == FULL else
-                v[:8 * nfull].reshape(nfull, 1, 8) if kind == CHANNEL else v
+        args = [v.flat.reshape(n, -1)[:, :split].reshape(n, nfull, wh, 8) if kind == FULL
+                else v[:, :8 * nfull].reshape(-1, nfull, 1, 8) if kind == CHANNEL else v
                 for kind, v in operands]
-        parts.append(_check(cpu_ops.run_op(op, args, attrs)[0], split))
+        flat[:, :split] = _check(cpu_ops.run_op(op, args, attrs)[0], n * split).reshape(n, -1)
     if rem:
-        args = [v.flat[split:].reshape(wh, rem) if kind == FULL else
-                v[8 * nfull:].reshape(1, rem) if kind == CHANNEL else v
+        args = [v.flat.reshape(n, -1)[:, split:].reshape(n, wh, rem) if kind == FULL
+                else v[:, 8 * nfull:].reshape(-1, 1, rem) if kind == CHANNEL else v
                 for kind, v in operands]
-        parts.append(_check(cpu_ops.run_op(op, args, attrs)[0], wh * rem))
-    flat = parts[0] if len(parts) == 1 else np.concatenate(parts)
-    return Chunked(flat, (hh, ww, c), key[1])
+        flat[:, split:] = _check(cpu_ops.run_op(op, args, attrs)[0], n * wh * rem
+                                 ).reshape(n, -1)
+    return Chunked(flat.reshape(-1), (hh, ww, c), key[1], n)
 
 
 def _check(y: Any, n: int) -> np.ndarray:
@@ -451,7 +479,7 @@ def _fused_plan(net: Any, seg: Segment) -> FusedPlan | bool:
     out, d_out = outputs[0], net._dev(outputs[0])
     shape = net.tensors[out]["shape"]
     if d_out is None or len(shape) != 4 or shape[0] != 1:
-        return False
+        return False  # (N > 1 samples: the chunked path, which loops over none of them)
     _, c, hh, ww = shape
     key = ((hh, ww, c), bool(d_out.get("transpose")))
     if tuple(d_out["hwc"]) != key[0]:

@@ -4,7 +4,12 @@
 writing straight into the network's input tensor: with ``transpose`` the IPU's
 row-major output is the x-major 8-channel-chunked layout of a 3-channel tensor
 (§1), so no CPU packing is needed.  :func:`class_map` runs the maximizer (§9.2)
-on a (1, K, H, W) output still in the arena.
+on a (N, K, H, W) output still in the arena.
+
+Both units take one image a command (§3.5, §3.6: no batch field).  A network compiled for
+N samples (``batch``) gets one maximizer command per sample, each on its sample's bytes
+(N back to back, §1); the IPU fills single-image inputs only (``run_image`` with
+``ipu=True`` on a batch-N network is refused).
 """
 
 from __future__ import annotations
@@ -50,9 +55,9 @@ def ipu_preprocess(net: Any, ctx: Any, spec: dict[str, Any], rgb: np.ndarray,
     if spec.get("layout") == "NHWC" and len(shape) == 4:   # the device tensor is NCHW
         shape = (shape[0], shape[3], shape[1], shape[2])
     dev = net._dev(spec["tensor"])
-    if len(shape) != 4 or shape[1] != 3 or dev is None:
-        raise InvalidArgument("the IPU fills a 3-channel image input on the device",
-                              field="input", value=shape, limit="(1, 3, H, W)")
+    if len(shape) != 4 or shape[1] != 3 or dev is None or shape[0] != 1:
+        raise InvalidArgument("the IPU fills a 3-channel image input of one sample on the "
+                              "device", field="input", value=shape, limit="(1, 3, H, W)")
     cnv, param = _conversion(spec.get("preprocess", {}))
     _, _, height, width = shape
     th, tw = rgb.shape[:2]
@@ -90,30 +95,37 @@ def class_map(net: Any, output: str | None = None) -> np.ndarray:
     spec = next(o for o in net.outputs if o["name"] == name)
     if spec.get("layout") == "NHWC" and scores.ndim == 4:   # Keras: classes last
         scores = scores.transpose(0, 3, 1, 2)
-    if scores.ndim != 4 or scores.shape[0] != 1 or scores.shape[1] < 2:
-        raise InvalidArgument("a class map needs a (1, K, H, W) output", field=name,
-                              value=scores.shape, limit="(1, K>=2, H, W)")
-    _, k, height, width = scores.shape
+    if scores.ndim != 4 or scores.shape[1] < 2:
+        raise InvalidArgument("a class map needs a (N, K, H, W) output", field=name,
+                              value=scores.shape, limit="(N, K>=2, H, W)")
+    n, k, height, width = scores.shape
     tensor = next(o["tensor"] for o in net.outputs if o["name"] == name)
     dev = net._dev(tensor)
     info = net.device.info()
-    if dev is None or "maximizer" not in info.units or k > 255:
-        return np.argmax(scores[0], axis=0).astype(np.uint8)
-    out = net.device.alloc(max(height * width, 16), align=64, name="class-map")
+    px = height * width
+    sample = px * k * 2  # the maximizer's buffers are 16-byte aligned (§6.8)
+    if dev is None or "maximizer" not in info.units or k > 255 or (n > 1 and sample % 16):
+        maps = np.argmax(scores, axis=1).astype(np.uint8)
+        return maps[0] if n == 1 else maps
+    stride = -(-px // 16) * 16
+    out = net.device.alloc(max(n * stride, 16), align=64, name="class-map")
     try:
         # the device tensor of a --transpose net is x/y-exchanged: its x-major argmax map
         # is the model's row-major one
         dw, dh = (height, width) if spec.get("transpose") else (width, height)
-        cmd = MaximizerCommand(input_buf=BufferRef(net._last_ctx.arena, dev["offset"]),
-                               output_buf=BufferRef(out, 0), width=dw, height=dh, nclass=k)
         with CommandList(net.device) as cl:
-            cl.add(cmd)
+            for i in range(n):  # one image a command: sample i's bytes (§1)
+                cl.add(MaximizerCommand(
+                    input_buf=BufferRef(net._last_ctx.arena, dev["offset"] + i * sample),
+                    output_buf=BufferRef(out, i * stride), width=dw, height=dh, nclass=k))
             cl.commit()
             cl.run()
-        out.sync_for_cpu(0, height * width)
-        raw = out.read(0, height * width)
+        out.sync_for_cpu(0, n * stride)
+        raw = out.read(0, n * stride).reshape(n, stride)[:, :px]
         if spec.get("transpose"):
-            return raw.reshape(height, width).copy()
-        return raw.reshape(width, height).T.copy()  # x-major
+            maps = raw.reshape(n, height, width).copy()
+        else:
+            maps = raw.reshape(n, width, height).transpose(0, 2, 1).copy()  # x-major
+        return maps[0] if n == 1 else maps
     finally:
         out.free()

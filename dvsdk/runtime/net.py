@@ -19,6 +19,7 @@ take turns per unit through the device's unit gate.
 
 from __future__ import annotations
 
+import math
 import os
 import threading
 import time
@@ -144,10 +145,10 @@ class Net:
 
     def _upload(self, ctx: RunContext, name: str, value: np.ndarray, st: RunStats) -> None:
         d = self._dev(name)
-        h, w, c = d["hwc"]
-        nbytes = 2 * h * w * c
+        shape = cpusteps.device_shape(d)
+        nbytes = 2 * math.prod(shape)
         with st.stage("pack", name, {"bytes": nbytes}):  # straight into the arena
-            hwc = _to_hwc(value, (h, w, c))
+            hwc = cpusteps.to_hwc(value, shape)
             ctx.arena.write_with(d["offset"], nbytes, lambda view: layout.pack(
                 hwc, transpose=bool(d.get("transpose")), out=view.view(np.float16)))
         with st.stage("sync", name, {"bytes": nbytes}):
@@ -155,12 +156,12 @@ class Net:
 
     def _download(self, ctx: RunContext, name: str, st: RunStats) -> np.ndarray:
         d = self._dev(name)
-        h, w, c = d["hwc"]
-        n = h * w * c * 2
+        shape = cpusteps.device_shape(d)
+        n = 2 * math.prod(shape)
         with st.stage("sync", name, {"bytes": n}):
             ctx.arena.sync_for_cpu(d["offset"], n)
         with st.stage("unpack", name, {"bytes": n}):
-            hwc = layout.unpack(ctx.arena.read(d["offset"], n, copy=False), (h, w, c),
+            hwc = layout.unpack(ctx.arena.read(d["offset"], n, copy=False), shape,
                                 transpose=bool(d.get("transpose")))
             return _from_hwc(hwc, tuple(self.tensors[name]["shape"]))
 
@@ -313,10 +314,12 @@ class Net:
 
     def run_image(self, image: Any, timeout: float = 10.0, ipu: bool = False
                   ) -> dict[str, np.ndarray]:
-        """Run on an image (path or array) with the preprocessing recorded in the net.bin.
+        """Run on an image (path or array) with the preprocessing recorded in the net.bin;
+        a network compiled for N samples (``batch``) takes a list of N images.
 
         ``ipu=True`` resizes and converts on the device's IPU (§9.1) straight into the
-        input tensor, when the recorded preprocessing has an IPU equivalent."""
+        input tensor, when the recorded preprocessing has an IPU equivalent (one image:
+        the IPU has no batch)."""
         from .images import as_rgb, preprocess
 
         timeout = check_timeout(timeout)
@@ -324,8 +327,24 @@ class Net:
             raise InvalidArgument("run_image needs a single-input network", field="inputs",
                                   value=[i["name"] for i in self.inputs])
         spec = self.inputs[0]
+        shape = tuple(spec["shape"])
+        n = shape[0] if len(shape) == 4 else 1
+        if isinstance(image, (list, tuple)) or n != 1:
+            images = list(image) if isinstance(image, (list, tuple)) else [image]
+            if len(images) != n:
+                raise InvalidArgument(f"this network runs {n} images at once", field="image",
+                                      value=len(images), limit=n)
+            if ipu and n != 1:
+                raise InvalidArgument("the IPU fills one image; this network takes a batch",
+                                      field="ipu", value=n, limit=1)
+            if not ipu:
+                one = (1, *shape[1:])
+                return self.run(np.concatenate([
+                    preprocess(i, one, spec.get("preprocess", {}), spec.get("layout", "NCHW"))
+                    for i in images]), timeout)
+            image = images[0]
         if not ipu:
-            return self.run(preprocess(image, tuple(spec["shape"]), spec.get("preprocess", {}),
+            return self.run(preprocess(image, shape, spec.get("preprocess", {}),
                                        spec.get("layout", "NCHW")), timeout)
         from .ipu import ipu_preprocess
 
@@ -341,8 +360,9 @@ class Net:
             return h.wait()
 
     def class_map(self, output: str | None = None) -> np.ndarray:
-        """Per-pixel class (H, W) uint8 of a (1, K, H, W) output of the last run: the
-        maximizer unit when the device has one (§9.2), else numpy (lowest index wins)."""
+        """Per-pixel class (H, W) uint8 of a (1, K, H, W) output of the last run, (N, H, W)
+        of an (N, K, H, W) one: the maximizer unit when the device has one (§9.2; one
+        command a sample), else numpy (lowest index wins)."""
         from .ipu import class_map
 
         with self.lock:
@@ -396,16 +416,9 @@ def golden_error(got: np.ndarray, ref: np.ndarray) -> float:
     return float(np.max(np.abs(g[fin] - r[fin]))) if fin.any() else 0.0
 
 
-def _to_hwc(value: np.ndarray, hwc: tuple[int, int, int]) -> np.ndarray:
-    v = np.asarray(value, np.float32)
-    if v.ndim == 4:
-        return v[0].transpose(1, 2, 0)
-    return v.reshape(hwc)
-
-
 def _from_hwc(hwc: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
     if len(shape) == 4:
-        return hwc.transpose(2, 0, 1)[None]
+        return hwc.transpose(2, 0, 1)[None] if hwc.ndim == 3 else hwc.transpose(0, 3, 1, 2)
     return hwc.reshape(shape)
 
 

@@ -117,7 +117,8 @@ def profile_net(net: Any, x: Any | None = None) -> list[dict[str, Any]]:
                 "index": len(rows), "where": "hw", "segment": step_meta.get("name"),
                 "sources": sources[k] if k < len(sources) else [],
                 "kind": kinds[k] if k < len(kinds) else "", "input": ins, "output": outs,
-                "runs": cmd.num_runs, "cycles": cyc, "us": us, "wall_us": wall,
+                "runs": cmd.num_runs, "batch": cmd.batch, "cycles": cyc, "us": us,
+                "wall_us": wall,
                 "macs": macs, "mac_util": util, "tiles": tiles,
                 "bytes": cl.last.input_bytes + cl.last.weight_bytes + cl.last.output_bytes,
             })
@@ -183,6 +184,10 @@ def format_profile(rows: list[dict[str, Any]], peak_macs: int, run: RunStats | N
     lines.append(f"total: {len(hw)} commands, {tot_c} cycles, {sum(r['us'] for r in hw):.1f} us "
                  f"device, MAC utilization {tot_m / max(tot_c * peak_macs, 1):.0%} of the "
                  f"{peak_macs}-MAC peak")
+    n = max((r.get("batch", 1) for r in hw), default=1)
+    if n > 1:  # (in/out shapes and bytes above are per command: per sample x the batch)
+        lines.append(f"batch of {n} samples a command: "
+                     f"{sum(r['us'] for r in hw) / n:.1f} us device per sample")
     if run is not None:
         lines += board_lines(run, clock_mhz, profile=True)
     return "\n".join(lines)

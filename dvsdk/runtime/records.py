@@ -114,17 +114,20 @@ def command_access(k: int, cmd: ConvCommand, info: DeviceInfo) -> Access:
     except DvsdkError as e:
         raise NetFileError(f"net.bin CMDS[{k}] is not a valid command: {e.message}",
                            field=f"CMDS[{k}].{e.field}", value=e.value, limit=e.limit) from None
-    # a v1 command reads uint8, which the runtime never uploads
-    inputs = [Piece(cmd.input_buf.offset, cmd.h, cmd.w, cmd.c) if cmd.version == 0 else None]
+    # a v1 command reads uint8, which the runtime never uploads; every buffer holds the
+    # batch's samples one sample's size of that buffer apart (§4.10)
+    n = cmd.batch
+    inputs = [Piece(cmd.input_buf.offset, cmd.h, cmd.w, cmd.c, n) if cmd.version == 0
+              else None]
     if cmd.output_mode == 1:   # the addend has the shape before max-pool/upsample (§4.4)
         r0 = cmd.runs[0]
         pre = r0 if r0.pool_enable == POOL_ENABLE.avg else replace(r0, pool_enable=0)
         (ew, eh, _, ec), _ = dims.run_output_shape(pre, (cmd.w, cmd.h, cmd.z, cmd.c))
-        inputs.append(Piece(cmd.eltwise_buf.offset, eh, ew, ec))
+        inputs.append(Piece(cmd.eltwise_buf.offset, eh, ew, ec, n))
     writes, base = [], cmd.output_buf.offset
     for i, (w, h, _, c) in enumerate(plan.out_shapes):
         if cmd.topo >> i & 1:
-            writes.append(Piece(base, h, w, c))
+            writes.append(Piece(base, h, w, c, n, plan.out_bytes if n > 1 else 0))
             base += 2 * w * h * c
     return Access([p for p in inputs if p is not None], merge(writes), inputs)
 
@@ -132,10 +135,13 @@ def command_access(k: int, cmd: ConvCommand, info: DeviceInfo) -> Access:
 # --------------------------------------------------------------------------- attributes
 _FLAGS = {"keepdims", "noop_with_empty_axes", "select_last_index", "allowzero", "transA",
           "transB", "ceil_mode", "count_include_pad", "storage_order", "antialias",
-          "exclude_outside"}
-_REALS = {"alpha", "beta", "gamma", "epsilon", "bias", "cubic_coeff_a", "extrapolation_value"}
+          "exclude_outside", "largest", "sorted", "is_causal", "input_forget",
+          "linear_before_reset", "align_corners", "layout"}
+_REALS = {"alpha", "beta", "gamma", "epsilon", "bias", "cubic_coeff_a", "extrapolation_value",
+          "clip", "scale", "softcap"}
 _COUNTS = {"group": 1 << 16, "blocksize": 1 << 16, "size": 1 << 16, "num_outputs": 1 << 16,
-           "opset": 1000}
+           "opset": 1000, "hidden_size": 1 << 16, "q_num_heads": 1 << 16,
+           "kv_num_heads": 1 << 16}
 _WINDOWS = {"kernel_shape": (1, 1 << 16), "strides": (1, 1 << 16), "dilations": (1, 1 << 16),
             "pads": (-(1 << 16), 1 << 16), "output_padding": (0, 1 << 16),
             "output_shape": (0, LIMITS["dim"]), "split": (0, LIMITS["dim"])}
@@ -146,8 +152,16 @@ _NAMES = {
                                        "half_pixel_symmetric"),
     "nearest_mode": ("round_prefer_floor", "round_prefer_ceil", "floor", "ceil", "simple"),
     "keep_aspect_ratio_policy": ("stretch", "not_larger", "not_smaller"),
+    "approximate": ("none", "tanh"),
+    "reduction": ("none", "add", "mul", "max", "min"),
+    "padding_mode": ("zeros", "border", "reflection"),
+    "direction": ("forward", "reverse", "bidirectional"),
 }
-_MODES = {"Pad": ("constant", "reflect", "edge", "wrap"), "Resize": ("nearest", "linear"),
+#: recurrent activations (dvsdk.cpu.recurrent)
+_RNN_ACTS = ("Sigmoid", "Tanh", "Relu", "Softsign", "Softplus", "HardSigmoid", "LeakyRelu",
+             "ThresholdedRelu", "ScaledTanh", "Affine", "Elu")
+_MODES = {"Pad": ("constant", "reflect", "edge", "wrap"), "Resize": ("nearest", "linear", "cubic"),
+          "GridSample": ("linear", "bilinear", "nearest", "cubic", "bicubic"),
           "DepthToSpace": ("DCR", "CRD")}
 _REQUIRED = {"LRN": ("size",), "DepthToSpace": ("blocksize",), "SpaceToDepth": ("blocksize",),
              "MaxPool": ("kernel_shape",), "AveragePool": ("kernel_shape",), "Cast": ("to",)}
@@ -258,6 +272,22 @@ def check_attrs(op: str, attrs: dict[str, Any], ranks: list[int | None], path: s
                 m.fail(p, "is not a permutation of the input's axes", perm, r)
         elif key in ("start", "end") and v is not None:
             m.integer(v, p, -LIMITS["int_abs"], LIMITS["int_abs"])
+        elif key == "k":                                     # TopK < 10
+            m.integer(v, p, 0, LIMITS["dim"])
+        elif key == "qk_matmul_output_mode":
+            m.integer(v, p, 0, 3)
+        elif key == "stash_type":
+            m.integer(v, p, 0, 1 << 8)
+            if v not in ONNX_DTYPES or ONNX_DTYPES[v].kind != "f":
+                m.fail(p, "is not a float element type the CPU handles", v, [1, 10, 11])
+        elif key == "equation":
+            m.text(v, p)
+        elif key == "activations":
+            for i, a in enumerate(m.lst(v, p)):
+                m.text(a, f"{p}[{i}]", _RNN_ACTS)
+        elif key in ("activation_alpha", "activation_beta"):
+            for i, a in enumerate(m.lst(v, p)):
+                m.number(a, f"{p}[{i}]")
 
 
 # --------------------------------------------------------------------------- I/O, golden
@@ -363,15 +393,16 @@ def verify(net: NetFile) -> list[ConvCommand]:
     records = net.command_records()
     commands = [decode_command(k, raw, arena, weights) for k, raw in enumerate(records)]
     access = [command_access(k, cmd, info) for k, cmd in enumerate(commands)]
-    dev = {n: (t["device"]["offset"], tuple(t["device"]["hwc"]))
+    dev = {n: (t["device"]["offset"], tuple(t["device"]["hwc"]),
+               int(t["device"].get("batch", 1)))
            for n, t in tensors.items() if t.get("device") is not None}
     reads = PieceIndex(merge(p for a in access for p in a.reads))
     writes = PieceIndex(merge(p for a in access for p in a.writes))
     for name, place in dev.items():
         if not (reads.holds(place) or writes.holds(place)):
             _fail(f"tensors.{name}.device", "is not where any command reads or writes it "
-                  "(offset, H, W or channel chunk)", [place[0], list(place[1])],
-                  "a command buffer")
+                  "(offset, H, W, channel chunk or batch)", [place[0], list(place[1]),
+                                                             place[2]], "a command buffer")
     for i, step in enumerate(meta["program"]):
         if step["kind"] == "hw":
             continue

@@ -18,6 +18,12 @@ what makes the result the network's:
   beyond them hold nothing a later step may read);
 * every tensor the CPU uploads (an input, a CPU step's result) is read by a command.
 
+A device tensor of N samples (META ``batch``) is N copies of its (H, W, C) layout back to
+back; a command of batch N reads and writes each of its buffers as N samples one sample's
+size of that buffer apart (§4.10): its input and element-wise operand, and its output, whose
+sample holds every run that writes DRAM.  A tensor it reads or writes must have the same N
+and lie at the same stride (:class:`Piece`).
+
 The work is linear in the program: each step looks at its own tensors, and the arena's
 owners are kept as sorted disjoint byte ranges (:class:`Owners`).
 """
@@ -31,8 +37,14 @@ from typing import Any, NoReturn
 
 from ..errors import NetFileError
 
-#: a device tensor's placement: (arena offset, (H, W, C))
-Placement = tuple[int, tuple[int, int, int]]
+#: a device tensor's placement: (arena offset, (H, W, C), samples N)
+Placement = tuple[int, tuple[int, int, int], int]
+
+
+def extent(place: Placement) -> int:
+    """Bytes a placed tensor covers: N samples of (H, W, C) FP16 back to back."""
+    _, (h, w, c), n = place
+    return 2 * h * w * c * n
 
 
 def _fail(path: str, what: str, value: Any = None, limit: Any = None) -> NoReturn:
@@ -41,17 +53,33 @@ def _fail(path: str, what: str, value: Any = None, limit: Any = None) -> NoRetur
 
 @dataclass(frozen=True)
 class Piece:
-    """Channels ``c`` of an (H, W) tensor a command reads or writes at arena ``base``."""
+    """Channels ``c`` of an (H, W) tensor a command reads or writes at arena ``base``, for
+    ``n`` samples ``stride`` bytes apart (§4.10; 0: its own size, back to back)."""
 
     base: int
     h: int
     w: int
     c: int
+    n: int = 1
+    stride: int = 0
 
-    def holds(self, off: int, hwc: tuple[int, int, int]) -> bool:
-        """Whether a tensor at ``off`` of shape ``hwc`` is this piece or a chunk-aligned
-        channel slice of it, in the same chunked layout (§1)."""
+    @property
+    def step(self) -> int:
+        """Bytes from one sample to the next."""
+        return self.stride or 2 * self.h * self.w * self.c
+
+    @property
+    def end(self) -> int:
+        """The end of the last sample's bytes."""
+        return self.base + (self.n - 1) * self.step + 2 * self.h * self.w * self.c
+
+    def holds(self, off: int, hwc: tuple[int, int, int], n: int = 1) -> bool:
+        """Whether a tensor of ``n`` samples (back to back) at ``off`` of shape ``hwc`` is
+        this piece or a chunk-aligned channel slice of it, in the same chunked layout (§1)
+        and with the same samples at the same stride."""
         h, w, c = hwc
+        if n != self.n or (n > 1 and 2 * h * w * c != self.step):
+            return False
         if (self.h, self.w) == (1, 1) and off == self.base and h * w * c == self.c:
             return True   # a 1x1xC command (a flattening FC) reads the tensor's bytes in place
         rel, plane = off - self.base, 2 * h * w
@@ -78,10 +106,10 @@ def merge(pieces: Iterable[Piece]) -> list[Piece]:
     times, so several pieces may start at one address: each continuation is followed
     (a greedy merge of the first one missed e.g. a concat of 64 + 80 channels whose second
     slot earlier held a 64-channel tensor)."""
-    uniq = sorted(set(pieces), key=lambda p: (p.base, p.h, p.w, p.c))
-    starts: dict[tuple[int, int, int], list[Piece]] = {}
+    uniq = sorted(set(pieces), key=lambda p: (p.base, p.h, p.w, p.c, p.n, p.stride))
+    starts: dict[tuple[int, int, int, int, int], list[Piece]] = {}
     for p in uniq:
-        starts.setdefault((p.base, p.h, p.w), []).append(p)
+        starts.setdefault((p.base, p.h, p.w, p.n, p.step if p.n > 1 else 0), []).append(p)
     out = set(uniq)
     for first in uniq:
         stack = [(first.c, first)]
@@ -89,26 +117,34 @@ def merge(pieces: Iterable[Piece]) -> list[Piece]:
             total, last = stack.pop()
             if last.c % 8:
                 continue  # a partial chunk ends the run
-            nxt = (last.base + 2 * last.h * last.w * last.c, last.h, last.w)
+            # (samples: the runs of one command, each sample's runs one after another)
+            nxt = (last.base + 2 * last.h * last.w * last.c, last.h, last.w, last.n,
+                   last.step if last.n > 1 else 0)
             for q in starts.get(nxt, ()):
-                merged = Piece(first.base, q.h, q.w, total + q.c)
+                merged = Piece(first.base, q.h, q.w, total + q.c, q.n,
+                               q.step if q.n > 1 else 0)
                 if merged not in out:  # the same start and end: the same continuations
                     out.add(merged)
                     stack.append((total + q.c, q))
-    return sorted(out, key=lambda p: (p.base, p.h, p.w, p.c))
+    return sorted(out, key=lambda p: (p.base, p.h, p.w, p.c, p.n, p.stride))
 
 
 def same(piece: Piece | None, place: Placement) -> bool:
     """Whether a tensor placed at ``place`` is exactly the bytes of ``piece``."""
-    off, (h, w, c) = place
+    off, (h, w, c), n = place
     return (piece is not None and piece.base == off and piece.h * piece.w * piece.c == h * w * c
-            and piece.holds(off, (h, w, c)))
+            and piece.holds(off, (h, w, c), n))
+
+
+def _piece(place: Placement) -> Piece:
+    off, (h, w, c), n = place
+    return Piece(off, h, w, c, n)
 
 
 def related(a: Placement, b: Placement) -> bool:
     """Whether one of two device tensors is the other or a chunk-aligned channel slice of
     it in the same layout (a concat member, a split part, a 1x1 view)."""
-    return Piece(a[0], *a[1]).holds(*b) or Piece(b[0], *b[1]).holds(*a)
+    return _piece(a).holds(*b) or _piece(b).holds(*a)
 
 
 class PieceIndex:
@@ -116,21 +152,21 @@ class PieceIndex:
     by (H, W, base), walking back one 8-channel chunk at a time."""
 
     def __init__(self, pieces: Iterable[Piece]) -> None:
-        self._at: dict[tuple[int, int, int], set[int]] = {}
+        self._at: dict[tuple[int, int, int], set[Piece]] = {}
         self._most: dict[tuple[int, int], int] = {}
         for p in pieces:
-            self._at.setdefault((p.h, p.w, p.base), set()).add(p.c)
+            self._at.setdefault((p.h, p.w, p.base), set()).add(p)
             self._most[p.h, p.w] = max(self._most.get((p.h, p.w), 0), p.c)
 
     def holds(self, place: Placement) -> bool:
-        off, (h, w, c) = place
+        off, (h, w, c), n = place
         flat = self._at.get((1, 1, off))
-        if flat and h * w * c in flat:
+        if flat and any(p.holds(off, (h, w, c), n) for p in flat):
             return True   # (Piece.holds: a 1x1xC command reads the tensor in place)
         chunk = 16 * h * w
         for m in range(0, max(self._most.get((h, w), 0) - c, -1) // 8 + 1):
-            cs = self._at.get((h, w, off - m * chunk))
-            if cs and any(Piece(off - m * chunk, h, w, pc).holds(off, (h, w, c)) for pc in cs):
+            ps = self._at.get((h, w, off - m * chunk))
+            if ps and any(p.holds(off, (h, w, c), n) for p in ps):
                 return True
         return False
 
@@ -187,8 +223,7 @@ class _State:
         self.writer[t] = path
         place = self.dev.get(t)
         if place is not None:
-            off, (h, w, c) = place
-            self.owners.write(off, off + 2 * h * w * c, t)
+            self.owners.write(place[0], place[0] + extent(place), t)
             if upload:
                 self.uploads[t] = path
 
@@ -201,8 +236,8 @@ class _State:
             if t not in self.writer:
                 _fail(path, "has no value when the step runs (nothing wrote it before)", t)
             return
-        off, (h, w, c) = place
-        pos, end = off, off + 2 * h * w * c
+        off = place[0]
+        pos, end = off, off + extent(place)
         spans = self.owners.within(off, end)
         mine = [owner == t or (owner in self.dev and related(place, self.dev[owner]))
                 for _, _, owner in spans]
@@ -261,20 +296,20 @@ def _command(st: _State, acc: Access, k: int, step: dict, j: int, path: str) -> 
               "one)", names, len(acc.inputs))
     for t, piece in zip(names, acc.inputs):
         if piece is not None and not (t in st.dev and same(piece, st.dev[t])):
-            _fail(ipath, f"names {t}, which is not where CMDS[{k}] reads (offset, H, W, C)",
-                  list(st.dev.get(t, ())), [piece.base, [piece.h, piece.w, piece.c]])
+            _fail(ipath, f"names {t}, which is not where CMDS[{k}] reads (offset, H, W, C, "
+                  "batch)", list(st.dev.get(t, ())),
+                  [piece.base, [piece.h, piece.w, piece.c], piece.n])
         st.need(t, ipath, command=True)
     outs = step["command_outputs"][j]
     opath = f"{path}.command_outputs[{j}]"
     outs = [outs] if isinstance(outs, str) else outs
     if acc.writes:   # bytes the command writes beyond its named outputs hold no value
-        st.owners.write(min(p.base for p in acc.writes),
-                        max(p.base + 2 * p.h * p.w * p.c for p in acc.writes),
+        st.owners.write(min(p.base for p in acc.writes), max(p.end for p in acc.writes),
                         f"(CMDS[{k}] output)")
     for t in outs:
         if t not in st.dev or not any(p.holds(*st.dev[t]) for p in acc.writes):
-            _fail(opath, f"names {t}, which is not in CMDS[{k}]'s output (offset, H, W, C)",
-                  list(st.dev.get(t, ())))
+            _fail(opath, f"names {t}, which is not in CMDS[{k}]'s output (offset, H, W, C, "
+                  "batch)", list(st.dev.get(t, ())))
         st.write(t, opath, upload=False)
 
 

@@ -153,7 +153,9 @@ class _Weights:
                      else None)
         return out
 
-    def getter(self, layer_name: str, origin: str, order: tuple[str, ...]):
+    def getter(self, layer_name: str, origin: str, order: tuple[str, ...], inner: str = ""):
+        """weight(role, shape) of layer ``layer_name`` (of its member ``inner``, for the
+        layers of a nested Sequential, whose weights the outer layer's group holds)."""
         cache: dict[str, Any] | None = None
 
         def role(n: str) -> str:
@@ -163,6 +165,9 @@ class _Weights:
             nonlocal cache
             if cache is None:
                 found = self._datasets(layer_name)
+                if inner:
+                    found = [(n, ds) for n, ds in found
+                             if n.startswith(f"{inner}/") or f"/{inner}/" in n]
                 cache = {role(n): ds for n, ds in found}
                 if not set(order) & set(cache) and len(found) == len(order):
                     cache = dict(zip(order, (ds for _, ds in found)))  # unnamed: by position
@@ -198,7 +203,8 @@ _ORDER = {"Conv2D": ("kernel", "bias"), "Conv2DTranspose": ("kernel", "bias"),
           "Dense": ("kernel", "bias"), "DepthwiseConv2D": ("depthwise_kernel", "bias"),
           "SeparableConv2D": ("depthwise_kernel", "pointwise_kernel", "bias"),
           "BatchNormalization": ("gamma", "beta", "moving_mean", "moving_variance"),
-          "PReLU": ("alpha",)}
+          "PReLU": ("alpha",), "Normalization": ("mean", "variance", "count"),
+          "LayerNormalization": ("gamma", "beta"), "LayerScale": ("variable",)}
 
 
 # --------------------------------------------------------------------------- the topology
@@ -317,6 +323,22 @@ def _refusals(layers: list[dict], version: tuple[int, int]) -> list[tuple[str, s
         elif cls == "UpSampling2D" and ly["config"].get("interpolation") == "bilinear" \
                 and version < (2, 4):   # TF1-era resize (no half-pixel centers): not mapped
             bad.append((f"{cls}[bilinear, Keras {version[0]}.{version[1]}]", ly["name"]))
+        elif cls == "Sequential" and isinstance(ly["config"].get("layers"), list):
+            inner = [i for i in ly["config"]["layers"] if isinstance(i, dict)
+                     and i.get("class_name") != "InputLayer"]
+            if len(inner) != len(ly["config"]["layers"]) - sum(
+                    1 for i in ly["config"]["layers"]
+                    if isinstance(i, dict) and i.get("class_name") == "InputLayer"):
+                bad.append((f"{cls} (malformed nested model)", ly["name"]))
+                continue
+            for i in inner:   # members are read in order, as in a Sequential model
+                i.setdefault("config", {})
+                i["name"] = i.get("name", i["config"].get("name"))
+                if not isinstance(i["name"], str) or not isinstance(i.get("class_name"), str):
+                    bad.append((f"{cls} (malformed nested model)", ly["name"]))
+                    break
+            else:
+                bad += _refusals(inner, version)
         elif cls in _NESTED:
             bad.append((f"{cls} (nested model)", ly["name"]))
         elif spec is None:
@@ -353,8 +375,23 @@ def _build(b: Builder, layers: list[dict], seq: bool, inner: dict, weights: _Wei
         layer = Layer(cls, name, ly["config"],
                       weights.getter(name, f"{cls} {name}", _ORDER.get(cls, ())))
         b.origin, first_op = layer.origin, len(b.ops)
-        y = convert_operation(b, layer, raw, xs) if operation else \
-            LAYERS[cls].convert(b, layer, xs)
+        if cls == "Sequential" and not operation:   # a nested Sequential: its members
+            y = xs[0] if len(xs) == 1 else None
+            if y is None:
+                raise layer.err("a nested Sequential takes one input", value=len(xs))
+            for member in ly["config"]["layers"]:
+                mcls = member["class_name"]
+                if mcls == "InputLayer":
+                    continue
+                m = Layer(mcls, member["name"], member["config"],
+                          weights.getter(name, f"{mcls} {member['name']}",
+                                         _ORDER.get(mcls, ()), member["name"]))
+                b.origin = m.origin
+                y = LAYERS[mcls].convert(b, m, [y])
+            b.origin = layer.origin
+        else:
+            y = convert_operation(b, layer, raw, xs) if operation else \
+                LAYERS[cls].convert(b, layer, xs)
         want = name if index == 0 else f"{name}_{index}"
         if b.rename(y.name, want, first_op):
             y = KT(want, y.shape, y.chw)

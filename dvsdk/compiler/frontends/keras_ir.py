@@ -78,6 +78,9 @@ class Builder:
         self._names: set[str] = set()
         self._op_names: set[str] = set()
         self._plain: dict[str, KT] = {}
+        #: IR tensor made by a constant affine layer (Rescaling, Normalization ...) ->
+        #: (its input, a, b): the tensor is ``a x + b`` (float64 arrays in Keras's shape)
+        self.affine: dict[str, tuple[KT, np.ndarray, np.ndarray]] = {}
 
     def fresh(self, hint: str) -> str:
         name, i = hint, 1
@@ -124,6 +127,8 @@ class Builder:
         self.tensors[new] = Tensor(new, t.shape, t.dtype, t.const)
         self._plain = {k: KT(new, v.shape) if v.name == old else v
                        for k, v in self._plain.items()}
+        if old in self.affine:
+            self.affine[new] = self.affine.pop(old)
         return True
 
     def plain(self, x: KT) -> KT:
@@ -256,6 +261,8 @@ ACTIVATIONS: dict[str, tuple[Callable[[Builder, KT], str], tuple[str, ...]]] = {
     "mish": (lambda b, x: b.op("Mul", [x.name, b.op("Tanh", [b.op("Softplus", [x.name])])]),
              ("Softplus", "Tanh", "Mul")),
 }
+ACTIVATIONS["gelu"] = (lambda b, x: b.op("Gelu", [x.name], {"approximate": "none"}),
+                       ("Gelu",))
 ACTIVATIONS["silu"] = ACTIVATIONS["swish"]
 ACTIVATIONS["hard_swish"] = ACTIVATIONS["hard_silu"]
 

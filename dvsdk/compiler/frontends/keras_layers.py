@@ -32,6 +32,14 @@ from .keras_ir import (
     softmax,
     window,
 )
+from .keras_prep import (
+    center_crop,
+    check_layer_norm,
+    layer_norm,
+    layer_scale,
+    normalization,
+    rescaling,
+)
 
 
 # ----------------------------------------------------------------------------- convolutions
@@ -515,6 +523,9 @@ def _no_lora(layer: Layer) -> str | None:
 _CONV = _checks(channels_last, check_activation, _no_lora)
 _IDENTITY = LayerSpec(identity, (), GONE, "inference: an identity")
 _TENSORS = "of two tensors: on the CPU"
+_AFFINE_NOTE = ("chains of them are one map a x + b: a into the weights of the conv that "
+                "reads it, b into its bias when that conv does not pad; else a depthwise "
+                "1x1 run (or the CPU)")
 
 #: Keras class -> how it converts (the README's Keras table is generated from this)
 LAYERS: dict[str, LayerSpec] = {
@@ -529,7 +540,7 @@ LAYERS: dict[str, LayerSpec] = {
                                  _checks(channels_last, check_activation, _groups_deconv)),
     "Dense": LayerSpec(dense, ("Gemm", "Conv"), HW, "after Flatten the kernel rows are "
                        "permuted to the IR's C, H, W order (no runtime op); on a rank-4 input "
-                       "a 1x1 conv; on rank 3 MatMul on the CPU",
+                       "a 1x1 conv; on rank 3 a MatMul, a 1x1 conv over the rows",
                        _checks(check_activation, _no_lora)),
     "BatchNormalization": LayerSpec(batch_norm, ("BatchNormalization",), HW,
                                     "folded into the conv before it, else a depthwise run; "
@@ -573,6 +584,14 @@ LAYERS: dict[str, LayerSpec] = {
     "Reshape": LayerSpec(reshape, ("Reshape", "Transpose"), EITHER, "a free view when H = W "
                          "= 1; else a CPU Transpose to/from Keras's H, W, C order"),
     "Permute": LayerSpec(permute, ("Transpose",), CPU),
+    "Rescaling": LayerSpec(rescaling, ("Mul", "Add"), EITHER, _AFFINE_NOTE),
+    "Normalization": LayerSpec(normalization, ("Mul", "Add"), EITHER, _AFFINE_NOTE),
+    "LayerScale": LayerSpec(layer_scale, ("Mul",), EITHER, "ConvNeXt's per-channel factor: "
+                            "folded into the conv before it"),
+    "LayerNormalization": LayerSpec(layer_norm, ("LayerNormalization", "Transpose"), CPU,
+                                    "over the trailing axes; rms_scaling refused",
+                                    check_layer_norm),
+    "CenterCrop": LayerSpec(center_crop, ("Slice",), CPU, "a crop only (no resize)"),
     "Dropout": _IDENTITY,
     "SpatialDropout2D": _IDENTITY,
     "GaussianNoise": _IDENTITY,

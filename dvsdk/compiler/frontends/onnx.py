@@ -301,11 +301,11 @@ def _normalize(b: _Builder, node: onnx.NodeProto, name: str, attrs: dict, inputs
             for i in (2, 3):
                 if len(inputs) > i and inputs[i] in b.tensors and b.tensors[inputs[i]].size == 0:
                     inputs[i] = ""
-        if attrs["mode"] not in ("nearest", "linear"):
+        if attrs["mode"] not in ("nearest", "linear", "cubic"):
             b.unsupported.append((f"Resize[mode={attrs['mode']}]", name))
         if attrs.get("coordinate_transformation_mode") == "tf_crop_and_resize":
             b.unsupported.append(("Resize[tf_crop_and_resize]", name))
-        if attrs.get("antialias", 0) and attrs["mode"] == "linear":
+        if attrs.get("antialias", 0) and attrs["mode"] != "nearest":
             b.unsupported.append(("Resize[antialias]", name))
     elif t == "Cast":
         if isinstance(attrs.get("to"), str):
