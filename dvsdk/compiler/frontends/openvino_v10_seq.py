@@ -14,7 +14,8 @@
   defaults to ``1 / Sqrt(E)`` (E: Q's last dimension, in Q's type); the bias is, with
   ``causal``, ``-inf`` above the diagonal of the [L, S] scores (``triu(-inf, k=1)``; the
   mask input is then ignored), else ``Select(LogicalNot(mask), -inf, 0)`` for a boolean mask
-  or the mask itself for a float one.  The sink input (opset15) is refused by name.
+  or the mask itself for a float one (none for a constant all-zero mask: OpenVINO writes the
+  absent mask of a model with a scale as a scalar 0).  The sink input (opset15) is refused by name.
 """
 
 from __future__ import annotations
@@ -94,8 +95,11 @@ def _sdpa(b: Builder, L: Layer, ins: list, outs: list) -> list[str]:
     elif len(ins) > 3 and ins[3]:
         mask = ins[3]
         mask_type = _port_type(L, 3)
+        value = b.value(mask)
         if mask_type is not None and mask_type.kind == "b":
             mask = b.op1("Where", [mask, b.const(zero, "zero"), b.const(ninf, "ninf")])
-        scores = b.op1("Add", [scores, mask])
+            scores = b.op1("Add", [scores, mask])
+        elif value is None or np.any(value != 0):  # OpenVINO writes "no mask" as a scalar 0
+            scores = b.op1("Add", [scores, mask])
     attn = b.op1("Softmax", [scores], attrs={"axis": rank - 1, "opset": 13})
     return [b.op1("MatMul", [attn, v], outs[0])]
