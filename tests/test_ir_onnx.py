@@ -314,8 +314,30 @@ def test_constant_nodes_become_tensors():
 def test_runtime_shape_input_is_an_error():
     node = helper.make_node("Reshape", ["x", "s"], ["y"])
     model = M.make_model([node], [("x", (2, 3)), ("s", (2,), onnx.TensorProto.INT64)], ["y"])
-    with pytest.raises(ModelError, match="not constant"):
+    with pytest.raises(ModelError, match="not constant") as err:
         infer_and_fold(load_onnx(model))
+    assert "from graph input s" in str(err.value)
+    # the value of x (not only its shape) feeds the Reshape's shape: named too
+    nodes = [helper.make_node("ReduceMax", ["x"], ["m"], keepdims=0),
+             helper.make_node("Cast", ["m"], ["mi"], to=onnx.TensorProto.INT64),
+             helper.make_node("Shape", ["x"], ["sx"]),
+             helper.make_node("Mul", ["sx", "mi"], ["s2"]),
+             helper.make_node("Reshape", ["x", "s2"], ["y"])]
+    model = M.make_model(nodes, [("x", (2, 3))], ["y"])
+    with pytest.raises(ModelError, match="from graph input x;"):
+        infer_and_fold(load_onnx(model))
+
+
+def test_value_sources_stop_at_shape_and_size():
+    t = {n: Tensor(n, (2, 3), np.float32) for n in ("x", "z", "a")}
+    t.update({n: Tensor(n) for n in ("s", "n", "r", "q")})
+    ops = [Op("Shape", "sh", ["x"], ["s"]), Op("Size", "sz", ["z"], ["n"]),
+           Op("Relu", "relu", ["z"], ["a"]), Op("Mul", "mul", ["s", "n"], ["r"]),
+           Op("Add", "add", ["r", "a"], ["q"])]
+    g = Graph(t, ops, ["x", "z"], ["q"])
+    assert g.value_sources(["r"]) == []
+    assert g.value_sources(["q"]) == ["z"]
+    assert g.value_sources(["x", ""]) == ["x"]
 
 
 # --------------------------------------------------------------------------- IR

@@ -32,7 +32,9 @@ from ..cpu.nn import (
     resolve_pool,
 )
 from ..cpu.ops import KERNELS, full_pads, run_op, slice_index, split_sizes
-from ..errors import ModelError, UnsupportedOps
+from ..errors import ModelError
+from .fold_checks import check_dtypes as _check_dtypes
+from .fold_checks import not_constant
 from .fold_ops import MORE_RULES
 from .ir import Graph, Op
 from .limits import check_split, check_tensor, check_window, check_window_attrs, range_length
@@ -500,11 +502,7 @@ def _infer_in_place(g: Graph, strict: bool) -> bool:
             op.attrs["dvsdk_target"] = target
         if res is None:
             if strict:
-                raise ModelError(
-                    "cannot infer shape: a shape-defining input is not constant",
-                    field=f"{op.type} {op.name}",
-                    hint="the value is computed at run time; dvsdk needs static shapes",
-                )
+                raise not_constant(g, op)
             continue
         for name, (shape, dtype) in zip(op.outputs, res, strict=False):
             if not name:
@@ -603,24 +601,5 @@ def infer_and_fold(graph: Graph, *, max_iter: int = 50) -> Graph:
 
 
 def check_dtypes(graph: Graph) -> None:
-    """Refuse what the CPU kernels would compute wrongly: every op whose inputs have an
-    element type its kernel does not handle (UnsupportedOps naming op and type, e.g.
-    ``Sigmoid[int64]``), and an empty (zero-size) tensor read by an op other than the
-    element-wise and data-movement ones, which compute it right (ModelError)."""
-    bad = []
-    for op in graph.ops:
-        why = refusal(op.type, [graph.tensors[n].dtype if n else None for n in op.inputs],
-                      op.attrs)
-        if why is not None:
-            bad.append((why, op.name))
-    if bad:
-        raise UnsupportedOps(bad)
-    for op in graph.ops:
-        if op.type in _EMPTY_OK:
-            continue
-        for n in op.inputs:
-            shape = graph.shape(n) if n and not graph.is_const(n) else None
-            if shape is not None and 0 in shape:
-                raise ModelError("op reads a zero-size tensor", field=f"{op.type} {op.name}",
-                                 value=(n, shape), limit="element-wise and data-movement "
-                                 "ops only take empty tensors")
+    """:func:`.fold_checks.check_dtypes` with the ops that compute empty tensors right."""
+    _check_dtypes(graph, _EMPTY_OK)

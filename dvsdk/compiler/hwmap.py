@@ -184,6 +184,10 @@ HARDWARE_OPS: dict[str, str] = {
     "AveragePool": "average-pool run (up to 7x7; count_include_pad or no padding)",
     "GlobalAveragePool": "average-pool run(s), staged for inputs larger than 7x7",
     "GlobalMaxPool": "max-pool runs staged 3x3/3 with -inf padding",
+    "ReduceMean": "over the spatial axes (2, 3) of a 4-D tensor: as GlobalAveragePool "
+                  "(keepdims 0: then a Reshape); other axes on the CPU",
+    "ReduceMax": "over the spatial axes (2, 3) of a 4-D tensor: as GlobalMaxPool "
+                 "(keepdims 0: then a Reshape); other axes on the CPU",
     "Gemm": "1x1 conv on a 1x1xN input; flattened conv outputs read in place with "
             "permuted weights", "MatMul": "as Gemm when the weight is constant",
     "Resize": "2x nearest upsample run (4x, 8x ... as 2x stages)",

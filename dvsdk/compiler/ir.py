@@ -182,6 +182,23 @@ class Graph:
         """Tensor name -> the op producing it."""
         return {out: op for op in self.ops for out in op.outputs if out}
 
+    def value_sources(self, names: Iterable[str]) -> list[str]:
+        """The graph inputs whose *values* the tensors ``names`` are computed from, in graph
+        input order.  ``Shape`` and ``Size`` read only their input's shape, which is static,
+        so the walk stops there (their outputs fold to constants)."""
+        prods = self.producers()
+        seen: set[str] = set()
+        stack = [n for n in names if n]
+        while stack:
+            n = stack.pop()
+            if n in seen:
+                continue
+            seen.add(n)
+            op = prods.get(n)
+            if op is not None and op.type not in ("Shape", "Size"):
+                stack += [i for i in op.inputs if i]
+        return [n for n in self.inputs if n in seen]
+
     def consumers(self) -> dict[str, list[Op]]:
         """Tensor name -> ops reading it (an op appears once per tensor even if it reads twice)."""
         cons: dict[str, list[Op]] = {}

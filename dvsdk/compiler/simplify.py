@@ -25,9 +25,14 @@ fold_affine              constant per-channel Mul/Div/Add/Sub after a Conv/ConvT
 fold_hardsigmoid         HardSigmoid(a, b) after a Conv/ConvTranspose/Gemm (single consumer) ->
                          its weights and bias times 6a, plus 6b, then Clip(0, 6) (the DV700's
                          ReLU6); the 1/6 goes into the weights of the convs that read
-                         MobileNetV3's squeeze-excitation Mul(x, s), else a constant Mul
+                         MobileNetV3's squeeze-excitation Mul(x, s), else a constant Mul.
+                         fold_affine runs before it as well as after: OpenVINO IR writes a
+                         conv's bias as a separate Add between the conv and the HardSigmoid
 normalize_clip           Clip with constant bounds -> ``Clip(x)`` with float attrs ``min``/
                          ``max`` (+-inf when absent); Clip(0, 6) is the ReLU6 marker
+reduce_to_global_pool    ReduceMean / ReduceMax of a 4-D float tensor over exactly its spatial
+                         axes (2, 3) -> GlobalAveragePool / GlobalMaxPool (keepdims=0: then a
+                         Reshape to [N, C]); OpenVINO writes ONNX's global pools that way
 split_grouped_conv       Conv with 1 < group < C_in -> Split + one Conv per group + Concat
                          (depthwise convs, group == C_in, are kept)
 merge_sibling_heads,     output heads in cheaper shapes (:mod:`.heads`)
@@ -49,7 +54,8 @@ from .ir import Graph, Op
 
 __all__ = [
     "remove_identity", "fold_pad", "canonicalize_gemm", "matmul_to_gemm", "fold_batchnorm",
-    "fold_affine", "fold_hardsigmoid", "normalize_clip", "split_grouped_conv", "optimize",
+    "fold_affine", "fold_hardsigmoid", "normalize_clip", "split_grouped_conv",
+    "reduce_to_global_pool", "optimize",
     "PASSES",
 ]
 
@@ -508,6 +514,50 @@ def normalize_clip(graph: Graph) -> Graph:
     return _finish(g)
 
 
+def _reduce_axes(g: Graph, op: Op, rank: int) -> list[int] | None:
+    """The reduced axes (non-negative, sorted) of a ReduceMean/ReduceMax, None if unknown or
+    empty (ONNX ReduceMean-18: axes is input 1; earlier opsets: the ``axes`` attribute)."""
+    if op.input(1):
+        v = g.const(op.input(1))
+        axes = None if v is None else [int(a) for a in v.ravel()]
+    else:
+        axes = op.attrs.get("axes")
+        axes = None if axes is None else [int(a) for a in axes]
+    if not axes:
+        return None
+    return sorted(a % rank for a in axes)
+
+
+def reduce_to_global_pool(graph: Graph) -> Graph:
+    """ReduceMean/ReduceMax over the spatial axes of NCHW -> GlobalAveragePool/GlobalMaxPool.
+
+    ONNX defines GlobalAveragePool as the mean (GlobalMaxPool: the maximum) over all spatial
+    axes with the kept size-1 dimensions, which is ReduceMean (ReduceMax) with axes (2, 3) and
+    keepdims=1; keepdims=0 drops them, a Reshape to [N, C].  OpenVINO's ONNX frontend converts
+    ONNX's GlobalAveragePool to ReduceMean(keep_dims=true), so an IR from an ONNX model gets
+    its global pools back and the same lowering as the ONNX model.
+    """
+    g = infer_shapes(graph)
+    pools = {"ReduceMean": "GlobalAveragePool", "ReduceMax": "GlobalMaxPool"}
+    for op in [o for o in g.ops if o.type in pools]:
+        shape = g.shape(op.inputs[0])
+        if shape is None or len(shape) != 4 or not _is_float(g, op.inputs[0]):
+            continue
+        if _reduce_axes(g, op, 4) != [2, 3]:
+            continue
+        out = op.outputs[0]
+        if op.attrs.get("keepdims", 1):
+            g.replace_op(op, [Op(pools[op.type], op.name, [op.inputs[0]], [out], {},
+                                 op.origin)])
+            continue
+        pooled = g.add_tensor(f"{op.name}_pooled")
+        nc = g.add_const(f"{op.name}_shape", np.asarray(shape[:2], np.int64))
+        g.replace_op(op, [Op(pools[op.type], op.name, [op.inputs[0]], [pooled], {}, op.origin),
+                          Op("Reshape", g.unique_name(f"{op.name}_flat"), [pooled, nc], [out],
+                             {}, op.origin)])
+    return _finish(g)
+
+
 def split_grouped_conv(graph: Graph) -> Graph:
     """Conv with 1 < group < C_in -> Split(axis 1) + per-group Convs + Concat(axis 1)."""
     g = infer_shapes(graph)
@@ -539,8 +589,9 @@ def split_grouped_conv(graph: Graph) -> Graph:
 
 #: The default pass order used by :func:`optimize`.
 PASSES: list[Callable[[Graph], Graph]] = [
-    remove_identity, canonicalize_gemm, matmul_to_gemm, fold_pad, fold_batchnorm,
-    fold_hardsigmoid, fold_affine, normalize_clip, split_grouped_conv, *HEAD_PASSES,
+    remove_identity, canonicalize_gemm, matmul_to_gemm, fold_pad, reduce_to_global_pool,
+    fold_batchnorm, fold_affine, fold_hardsigmoid, fold_affine, normalize_clip,
+    split_grouped_conv, *HEAD_PASSES,
 ]
 
 

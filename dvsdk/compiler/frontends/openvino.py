@@ -1,6 +1,7 @@
 """OpenVINO IR -> IR: ``model.xml`` with its ``model.bin`` beside it, both generations.
 
-* **IR v10/v11** (the opsets OpenVINO writes today): :mod:`.openvino_v10`;
+* **IR v10/v11** (the opsets OpenVINO writes today): :mod:`.openvino_v10` (Range and
+  ScaledDotProductAttention: :mod:`.openvino_v10_seq`);
 * **legacy IR v2-v7** (the layer catalog of ``formats.md`` §5, which OpenVINO itself no longer
   reads): :mod:`.openvino_legacy`.
 
@@ -23,13 +24,14 @@ from typing import Any
 
 from ...errors import ModelError, UnsupportedOps
 from ..ir import Graph, Tensor
-from . import openvino_legacy, openvino_v10
+from . import openvino_legacy, openvino_v10_seq
 from .openvino_ir import Builder, Layer, Net, Weights, bin_path, read_xml, resolve_path
 
 __all__ = ["load", "V10_LAYERS", "LEGACY_LAYERS", "LEGACY_VERSIONS", "V10_VERSIONS"]
 
 #: layer type -> (converter, IR op types): the tables the README's OpenVINO section shows
-V10_LAYERS = openvino_v10.LAYERS
+#: (openvino_v10's, which openvino_v10_seq completes with Range and ScaledDotProductAttention)
+V10_LAYERS = openvino_v10_seq.LAYERS
 LEGACY_LAYERS = openvino_legacy.LAYERS
 V10_VERSIONS = (10, 11)
 LEGACY_VERSIONS = (2, 3, 4, 5, 6, 7)
