@@ -1,4 +1,5 @@
-"""Output heads in shapes the DV700 computes cheaply (issue 27): graph passes.
+"""Output heads and patch embeddings in shapes the DV700 computes (issues 27, 28): graph
+passes.
 
 =======================  ==================================================================
 pass                     effect
@@ -14,13 +15,20 @@ deconv_to_pixels         ConvTranspose with kernel == stride, no padding, whose 
                          pixel takes exactly one tap, so the DV700 runs a 1x1 conv on the
                          input pixels instead of an s x s window over the zero-inserted
                          output (DBNet's probability map: 16 -> 1 channel at full size)
+patchify_to_pixels       Conv with kernel == stride larger than the DV700's 7x7 (a vision
+                         transformer's 16x16/16 patch embedding), no padding -> SpaceToDepth
+                         on the CPU + a 1x1 Conv over the k·k·C channels of each patch
 =======================  ==================================================================
 
-Both keep every bit (tests/test_compile_heads.py): a merged conv's output channel is the
+The first two keep every bit (tests/test_compile_heads.py): a merged conv's output channel is the
 same sum as the head's own (firmware_spec/arithmetic.md sums per output channel), the
 split and the DepthToSpace only move values, and a kernel == stride deconv's sum over the
 zero-inserted window adds, besides the one live tap, only the exact zeros of inserted
-pixels (products with finite weights: the passes require finite FP16 weights).
+pixels (products with finite weights: the passes require finite FP16 weights).  The
+third moves a conv the DV700 cannot run (the kernel) from the CPU to the device: its sums
+are then the device's (firmware_spec/arithmetic.md; SpaceToDepth puts the taps in the
+device's order, row-major taps, channels ascending within each), within FP16 tolerance of
+the CPU's.
 """
 
 from __future__ import annotations
@@ -142,5 +150,44 @@ def deconv_to_pixels(graph: Graph) -> Graph:
     return infer_shapes(g)
 
 
+#: the largest kernel side of a DV700 conv (reference §4.2; dvsdk.compiler.lower)
+KERNEL_MAX = 7
+
+
+def patchify_to_pixels(graph: Graph) -> Graph:
+    """Kernel == stride Convs too large for the DV700 -> SpaceToDepth + 1x1 Conv (module
+    docstring).  ``out[m, h, w] = sum_{c,i,j} x[c, h*k + i, w*k + j] W[m, c, i, j]``, and
+    SpaceToDepth's channel ``(i*k + j)*C + c`` holds that tap."""
+    g = infer_shapes(graph)
+    for op in [o for o in g.ops if o.type == "Conv"]:
+        a = op.attrs
+        w = g.const(op.input(1))
+        shape = g.shape(op.inputs[0])
+        ks = [int(k) for k in a.get("kernel_shape", w.shape[2:] if w is not None else [])]
+        st = [int(s) for s in a.get("strides", [1, 1])]
+        if (w is None or w.ndim != 4 or shape is None or len(shape) != 4 or len(ks) != 2
+                or ks != st or ks[0] != ks[1] or ks[0] <= KERNEL_MAX
+                or (op.input(2) and g.const(op.input(2)) is None)
+                or int(a.get("group", 1)) != 1
+                or any(int(p) for p in a.get("pads", [0, 0, 0, 0]))
+                or any(int(d) != 1 for d in a.get("dilations", [1, 1]))
+                or a.get("auto_pad", "NOTSET") not in ("NOTSET", "VALID")
+                or shape[2] % ks[0] or shape[3] % ks[0]):
+            continue
+        k, (m, c) = ks[0], w.shape[:2]
+        w1 = np.ascontiguousarray(np.asarray(w).transpose(0, 2, 3, 1).reshape(m, k * k * c,
+                                                                               1, 1))
+        cols = g.add_tensor(f"{op.name}_patches")
+        s2d = Op("SpaceToDepth", g.unique_name(f"{op.name}_s2d"), [op.inputs[0]], [cols],
+                 {"blocksize": k}, op.origin)
+        conv = Op("Conv", op.name, [cols, g.add_const(f"{op.name}_patch_w", w1),
+                                    *op.inputs[2:]], list(op.outputs),
+                  {"kernel_shape": [1, 1], "strides": [1, 1], "pads": [0, 0, 0, 0],
+                   "dilations": [1, 1], "group": 1}, op.origin)
+        g.replace_op(op, [s2d, conv])
+    g.dead_code_elimination()
+    return infer_shapes(g)
+
+
 #: run after the simplification passes (:data:`dvsdk.compiler.simplify.PASSES`)
-HEAD_PASSES = [merge_sibling_heads, deconv_to_pixels]
+HEAD_PASSES = [merge_sibling_heads, deconv_to_pixels, patchify_to_pixels]

@@ -35,8 +35,9 @@ reduce_to_global_pool    ReduceMean / ReduceMax of a 4-D float tensor over exact
                          Reshape to [N, C]); OpenVINO writes ONNX's global pools that way
 split_grouped_conv       Conv with 1 < group < C_in -> Split + one Conv per group + Concat
                          (depthwise convs, group == C_in, are kept)
-merge_sibling_heads,     output heads in cheaper shapes (:mod:`.heads`)
-deconv_to_pixels
+merge_sibling_heads,     output heads in cheaper shapes, patch embeddings in shapes the
+deconv_to_pixels,        DV700 runs (:mod:`.heads`)
+patchify_to_pixels
 =======================  ==================================================================
 """
 
