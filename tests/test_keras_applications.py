@@ -19,6 +19,8 @@ reference is Keras's own output on the same input.  Three checks per model:
 
 from __future__ import annotations
 
+import importlib.util
+
 import numpy as np
 import pytest
 
@@ -31,8 +33,12 @@ from dvsdk.runtime.net import Net
 
 from .keras_apps import images, keras_module, make_application
 
-pytest.importorskip("keras")
-pytest.importorskip("h5py")
+# Skipped only where keras is not installed at all: in the dev install (CI) it is, and a
+# keras that cannot import (a missing backend dependency) must fail, not skip
+if importlib.util.find_spec("keras") is None or importlib.util.find_spec("h5py") is None:
+    pytest.skip("keras and h5py are not installed (pip install -e '.[dev]')",
+                allow_module_level=True)
+keras_module()
 
 TOL_REL, TOL_ABS = 1e-2, 1e-3      # as tests/compile_harness.py
 
