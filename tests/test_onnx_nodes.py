@@ -44,7 +44,11 @@ FP16_REL = 2.0 ** -8
 CPU_EPS = 8
 #: node tests whose expected outputs are printed to this many decimals (hand-written in
 #: onnx/backend/test/case/node/*.py), not computed
-ROUNDED = {"test_gridsample_bicubic": 4}
+#: (test_roialign_aligned_false: printed to 4 decimals, but by some implementation other than
+#: the ONNX reference, which is 8.4e-5 from them; the RoiAlign kernel equals the reference
+#: bit for bit, tests/test_more_ops_b.py; so compared at 3 decimals)
+ROUNDED = {"test_gridsample_bicubic": 4, "test_roialign_aligned_true": 4,
+           "test_roialign_aligned_false": 3}
 
 
 def _accepted() -> frozenset[str]:

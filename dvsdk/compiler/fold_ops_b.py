@@ -16,7 +16,8 @@ from typing import Any
 import numpy as np
 
 from ..cpu.dtypes import onnx_dtype
-from ..cpu.nn import conv_output_shape, resolve_conv
+from ..cpu.nn import conv_output_shape, pool_output_shape, resolve_conv, resolve_pool
+from ..cpu.spatial import col2im_shape, maxunpool_shape
 from .limits import check_window, check_window_attrs
 
 Shape = tuple[int, ...]
@@ -146,6 +147,54 @@ def _dynamic_quantize(c: Any) -> Result:
     return [(c.shape(0), _U8), ((), _F32), ((), _U8)]
 
 
+def _lp_pool(c: Any) -> Result:
+    x = c.shape(0)
+    check_window_attrs(c.op.attrs, c.where)
+    a = resolve_pool(c.op.attrs, x)
+    check_window(a, len(x) - 2, c.where)
+    c.op.attrs = {**a, "p": int(c.op.attrs.get("p", 2))}
+    return [(pool_output_shape(x, a), c.dtype(0))]
+
+
+def _max_unpool(c: Any) -> Result:
+    out = c.const(2) if c.has(2) else None
+    if c.has(2) and out is None:
+        return None
+    if "kernel_shape" not in c.op.attrs or len(c.shape(0)) != len(c.op.attrs["kernel_shape"]) + 2:
+        raise c.fail("MaxUnpool needs kernel_shape, one entry per spatial axis",
+                     value=c.shape(0))
+    return [(maxunpool_shape(c.shape(0), c.op.attrs, out), c.dtype(0))]
+
+
+def _roi_align(c: Any) -> Result:
+    x, rois = c.shape(0), c.shape(1)
+    a = c.op.attrs
+    oh, ow = int(a.get("output_height", 1)), int(a.get("output_width", 1))
+    if len(x) != 4 or len(rois) != 2 or rois[1] != 4 or tuple(c.shape(2)) != (rois[0],) \
+            or min(oh, ow) < 1:
+        raise c.fail("RoiAlign needs X (N, C, H, W), rois (R, 4), R batch indices and "
+                     "output sizes >= 1", value=(x, rois, c.shape(2), (oh, ow)))
+    return [((rois[0], x[1], oh, ow), c.dtype(0))]
+
+
+def _col2im(c: Any) -> Result:
+    image, block = c.const(1), c.const(2)
+    if image is None or block is None:
+        return None
+    return [(col2im_shape(c.shape(0), image, block, c.op.attrs), c.dtype(0))]
+
+
+def _affine_grid(c: Any) -> Result:
+    size = _ints(c, 1)
+    if size is None:
+        return None
+    nd = len(size) - 2
+    if nd not in (2, 3) or tuple(c.shape(0)) != (size[0], nd, nd + 1) or min(size) < 1:
+        raise c.fail("AffineGrid needs size (N, C, H, W) or (N, C, D, H, W) and theta "
+                     "(N, 2, 3) or (N, 3, 4)", value=(c.shape(0), size))
+    return [((size[0], *size[2:], nd), c.dtype(0))]
+
+
 RULES_B: dict[str, Callable[[Any], Result]] = {
     **{t: _same for t in ("Trilu CumSum CumProd BitwiseNot ScatterElements Scatter "
                           "ReverseSequence").split()},
@@ -161,5 +210,10 @@ RULES_B: dict[str, Callable[[Any], Result]] = {
     "QLinearMatMul": lambda c: [(_matmul_shape(c, 0, 3), c.dtype(7) if c.has(7)
                                  else c.dtype(0))],
     "ConvInteger": lambda c: [(_conv_shape(c, 0, 1), _I32)],
+    "LpPool": _lp_pool,
+    "MaxUnpool": _max_unpool,
+    "RoiAlign": _roi_align,
+    "Col2Im": _col2im,
+    "AffineGrid": _affine_grid,
     "QLinearConv": lambda c: [(_conv_shape(c, 0, 3), c.dtype(7) if c.has(7) else c.dtype(0))],
 }

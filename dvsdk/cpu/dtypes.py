@@ -142,6 +142,9 @@ DTYPE_RULES: dict[str, tuple[str, ...]] = {
     **{t: (_INT,) for t in ("MatMulInteger", "ConvInteger")},
     **{t: (_INT, _F, _INT, _INT, _F, _INT, _F, _INT, _INT)
        for t in ("QLinearMatMul", "QLinearConv")},
+    # spatial ops (dvsdk.cpu.spatial): float arithmetic; indices and shapes unchecked
+    **{t: (_F, "", "") for t in "LpPool MaxUnpool Col2Im AffineGrid".split()},
+    "RoiAlign": (_F, _F, ""),
 }
 
 

@@ -31,6 +31,7 @@ from .quant import QUANT_KERNELS
 from .recurrent import RECURRENT_KERNELS
 from .roi import max_roi_pool
 from .sample import grid_sample
+from .spatial import SPATIAL_KERNELS
 from .transformer import TRANSFORMER_KERNELS
 
 __all__ = ["KERNELS", "Kernel", "run_op"]
@@ -518,6 +519,7 @@ KERNELS: dict[str, Kernel] = {
     "GridSample": grid_sample,
     **INDEXING_KERNELS,
     **QUANT_KERNELS,
+    **SPATIAL_KERNELS,
     "Fp16Table": _fp16_table,
 }
 

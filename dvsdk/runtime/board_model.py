@@ -137,11 +137,11 @@ KINDS: dict[str, tuple[float, int, str]] = {
     "float64": (50.0, 3, "Sigmoid Tanh Exp Log Elu Selu Softplus Softsign Pow"),  # docstring
     "erf": (150.0, 3, "Erf Gelu"),               # erf's 64-term series and an exp, float64
     "sort": (20.0, 3, "TopK"),                   # a stable sort along the axis
-    "sample": (8.0, 2, "GridSample"),            # 4 to 16 gathered taps per output
+    "sample": (8.0, 2, "GridSample RoiAlign AffineGrid"),  # 4 to 16 gathered taps per output
     "softmax": (55.0, 5, "Softmax LogSoftmax"),  # an exp, a sum, a divide per element
     "reduce": (0.5, 1, "GlobalAveragePool GlobalMaxPool ReduceSum ReduceMean ReduceMax "
                        "ReduceMin ReduceProd ReduceL2 ReduceSumSquare ArgMax ArgMin MaxPool "
-                       "AveragePool LRN MaxRoiPool"),
+                       "AveragePool LRN MaxRoiPool LpPool Col2Im MaxUnpool"),
     "normalize": (1.0, 3, "BatchNormalization InstanceNormalization Mean LayerNormalization"),
     "mac": (0.0, 1, "Conv ConvTranspose MatMul Gemm Einsum Attention LSTM GRU RNN "
                     "MatMulInteger ConvInteger QLinearMatMul QLinearConv"),  # per MAC

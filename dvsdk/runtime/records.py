@@ -139,10 +139,11 @@ _FLAGS = {"keepdims", "noop_with_empty_axes", "select_last_index", "allowzero", 
           "linear_before_reset", "align_corners", "layout", "upper", "exclusive", "reverse",
           "saturate"}
 _REALS = {"alpha", "beta", "gamma", "epsilon", "bias", "cubic_coeff_a", "extrapolation_value",
-          "clip", "scale", "softcap"}
+          "clip", "scale", "softcap", "spatial_scale"}
 _COUNTS = {"group": 1 << 16, "blocksize": 1 << 16, "size": 1 << 16, "num_outputs": 1 << 16,
            "opset": 1000, "hidden_size": 1 << 16, "q_num_heads": 1 << 16,
-           "kv_num_heads": 1 << 16}
+           "kv_num_heads": 1 << 16, "p": 1 << 8, "output_height": LIMITS["dim"],
+           "output_width": LIMITS["dim"]}
 _WINDOWS = {"kernel_shape": (1, 1 << 16), "strides": (1, 1 << 16), "dilations": (1, 1 << 16),
             "pads": (-(1 << 16), 1 << 16), "output_padding": (0, 1 << 16),
             "output_shape": (0, LIMITS["dim"]), "split": (0, LIMITS["dim"])}
@@ -163,12 +164,14 @@ _RNN_ACTS = ("Sigmoid", "Tanh", "Relu", "Softsign", "Softplus", "HardSigmoid", "
              "ThresholdedRelu", "ScaledTanh", "Affine", "Elu")
 _MODES = {"Pad": ("constant", "reflect", "edge", "wrap"), "Resize": ("nearest", "linear", "cubic"),
           "GridSample": ("linear", "bilinear", "nearest", "cubic", "bicubic"),
-          "DepthToSpace": ("DCR", "CRD")}
+          "DepthToSpace": ("DCR", "CRD"), "RoiAlign": ("avg", "max")}
 _REQUIRED = {"LRN": ("size",), "DepthToSpace": ("blocksize",), "SpaceToDepth": ("blocksize",),
+             "MaxUnpool": ("kernel_shape",), "LpPool": ("kernel_shape",),
              "MaxPool": ("kernel_shape",), "AveragePool": ("kernel_shape",), "Cast": ("to",)}
 #: attributes whose meaning is the op's own (checked by :func:`_op_attr`)
 _OP_ATTRS = {"BitShift": {"direction"}, "EyeLike": {"k", "dtype"},
              "GatherND": {"batch_dims"}, "ReverseSequence": {"batch_axis", "time_axis"},
+             "RoiAlign": {"coordinate_transformation_mode", "sampling_ratio"},
              **{t: {"block_size", "output_dtype", "precision"}
                 for t in ("QuantizeLinear", "DequantizeLinear")}}
 #: ops whose ``axis`` may also be the rank itself (ONNX Flatten: [-r, r])
@@ -232,6 +235,10 @@ def _op_attr(m: MetaReader, op: str, key: str, v: Any, p: str, r: int | None) ->
         m.text(v, p, ("LEFT", "RIGHT"))
     elif key == "k":
         m.integer(v, p, -LIMITS["dim"], LIMITS["dim"])
+    elif key == "coordinate_transformation_mode":         # RoiAlign
+        m.text(v, p, ("half_pixel", "output_half_pixel"))
+    elif key == "sampling_ratio":
+        m.integer(v, p, 0, 1 << 16)
     elif key == "block_size":
         m.integer(v, p, 0, LIMITS["dim"])
     elif key in ("dtype", "output_dtype", "precision"):
