@@ -144,11 +144,13 @@ def test_refused_list_is_current() -> None:
 #: shape, Expand-13 shape, Tile-13 repeats, ConstantOfShape-9 input, Range-11 start/limit/delta,
 #: Slice-13 starts/ends/axes/steps, Pad-18 pads/axes, Resize-19 scales/sizes, Squeeze-13 /
 #: Unsqueeze-13 / Reduce*-18 axes, Split-18 split, CenterCropPad-18 shape, Upsample-9 scales,
-#: TopK-11 K)
+#: TopK-11 K, OneHot-11 depth, MaxUnpool-11 output_shape, Col2Im-18 image_shape/block_shape,
+#: AffineGrid-20 size)
 _SHAPE_INPUTS = {
     "Reshape": (1,), "Expand": (1,), "Tile": (1,), "ConstantOfShape": (0,), "Range": (0, 1, 2),
     "Slice": (1, 2, 3, 4), "Pad": (1, 3), "Resize": (2, 3), "Squeeze": (1,), "Unsqueeze": (1,),
-    "Split": (1,), "Upsample": (1,), "CenterCropPad": (1,), "TopK": (1,),
+    "Split": (1,), "Upsample": (1,), "CenterCropPad": (1,), "TopK": (1,), "OneHot": (1,),
+    "MaxUnpool": (2,), "Col2Im": (1, 2), "AffineGrid": (1,),
     **{f"Reduce{r}": (1,) for r in "Sum Mean Max Min Prod L1 L2 LogSum LogSumExp SumSquare"
                                     .split()},
 }

@@ -260,7 +260,7 @@ def check_attrs(op: str, attrs: dict[str, Any], ranks: list[int | None], path: s
         if key not in attrs:
             m.fail(f"{path}.{key}", f"is required by {op}", None, "present")
     r = ranks[0] if ranks else None
-    spatial = None if r is None else max(r - 2, 0)
+    spatial = None if r is None or op == "Col2Im" else max(r - 2, 0)  # (Col2Im: image_shape's)
     for key, v in attrs.items():
         p = f"{path}.{key}"
         if key in _FLAGS:
@@ -291,6 +291,9 @@ def check_attrs(op: str, attrs: dict[str, Any], ranks: list[int | None], path: s
             if v not in ONNX_DTYPES:
                 m.fail(p, "is not an element type the CPU handles", v, sorted(ONNX_DTYPES))
         elif key == "axis":   # ONNX: [-r, r - 1] of the first input's rank r
+            if op == "OneHot" and r is not None:                # (of the output's, r + 1)
+                m.integer(v, p, -r - 1, r)
+                continue
             hi = LIMITS["rank"] if r is None else r if op in _AXIS_INCLUSIVE else r - 1
             m.integer(v, p, -LIMITS["rank"] if r is None else -r, hi)
         elif key == "axes" and v is not None:
