@@ -436,3 +436,44 @@ _refuse("Resize[antialias]",
     "test_resize_downsample_scales_cubic_antialias[const]",
     "test_resize_downsample_sizes_cubic_antialias",
     "test_resize_downsample_sizes_cubic_antialias[const]")
+
+
+# --- issue 28, ops B: node tests of ops that gained CPU kernels (Trilu, CumSum, CumProd,
+# BitShift, Bitwise*, ScatterElements/Scatter, GatherND, OneHot, EyeLike, CenterCropPad,
+# ReverseSequence, the quantization ops, LpPool, MaxUnpool, RoiAlign, Col2Im, AffineGrid),
+# refused for the reasons the sections above give for other ops.
+# Static shapes: OneHot's depth, CenterCropPad's shape, Col2Im's image and block shapes,
+# AffineGrid's size and MaxUnpool's output_shape as graph inputs (their [const] variants run).
+_refuse("a shape-defining input is not constant",
+    "test_affine_grid_2d", "test_affine_grid_2d_align_corners", "test_affine_grid_3d",
+    "test_affine_grid_3d_align_corners", "test_center_crop_pad_crop",
+    "test_center_crop_pad_crop_and_pad", "test_center_crop_pad_crop_axes_chw",
+    "test_center_crop_pad_crop_axes_hwc", "test_center_crop_pad_crop_negative_axes_hwc",
+    "test_center_crop_pad_pad", "test_col2im", "test_col2im_5d", "test_col2im_dilations",
+    "test_col2im_pads", "test_col2im_strides", "test_maxunpool_export_with_output_shape",
+    "test_onehot_negative_indices", "test_onehot_with_axis", "test_onehot_with_negative_axis",
+    "test_onehot_without_axis")
+# Quantized element types numpy has no type for (float8, float4, int4/uint4, int2/uint2) as a
+# graph input.
+_refuse("has an element type the SDK does not handle",
+    "test_dequantizelinear_e4m3fn", "test_dequantizelinear_e4m3fn[const]",
+    "test_dequantizelinear_e4m3fn_float16", "test_dequantizelinear_e4m3fn_float16[const]",
+    "test_dequantizelinear_e4m3fn_zero_point", "test_dequantizelinear_e4m3fn_zero_point[const]",
+    "test_dequantizelinear_e5m2", "test_dequantizelinear_e5m2[const]",
+    "test_dequantizelinear_float4e2m1", "test_dequantizelinear_float4e2m1[const]",
+    "test_dequantizelinear_int2", "test_dequantizelinear_int2[const]",
+    "test_dequantizelinear_int4", "test_dequantizelinear_int4[const]",
+    "test_dequantizelinear_uint2", "test_dequantizelinear_uint2[const]",
+    "test_dequantizelinear_uint4", "test_dequantizelinear_uint4[const]",
+    "test_quantizelinear_e4m3fn", "test_quantizelinear_e5m2", "test_quantizelinear_float4e2m1",
+    "test_quantizelinear_int2", "test_quantizelinear_int4", "test_quantizelinear_uint2",
+    "test_quantizelinear_uint4")
+# QuantizeLinear to such a type (the [const] variant: the zero point is an initializer).
+_refuse("QuantizeLinear output type must be",
+    "test_quantizelinear_e4m3fn[const]", "test_quantizelinear_e5m2[const]",
+    "test_quantizelinear_float4e2m1[const]", "test_quantizelinear_int2[const]",
+    "test_quantizelinear_int4[const]", "test_quantizelinear_uint2[const]",
+    "test_quantizelinear_uint4[const]")
+# An empty graph input (Trilu of a 0 x n matrix).
+_refuse("has a zero-size dimension",
+    "test_tril_zero", "test_tril_zero[const]", "test_triu_zero", "test_triu_zero[const]")

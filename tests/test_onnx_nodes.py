@@ -44,7 +44,11 @@ FP16_REL = 2.0 ** -8
 CPU_EPS = 8
 #: node tests whose expected outputs are printed to this many decimals (hand-written in
 #: onnx/backend/test/case/node/*.py), not computed
-ROUNDED = {"test_gridsample_bicubic": 4}
+#: (test_roialign_aligned_false: printed to 4 decimals, but by some implementation other than
+#: the ONNX reference, which is 8.4e-5 from them; the RoiAlign kernel equals the reference
+#: bit for bit, tests/test_more_ops_b.py; so compared at 3 decimals)
+ROUNDED = {"test_gridsample_bicubic": 4, "test_roialign_aligned_true": 4,
+           "test_roialign_aligned_false": 3}
 
 
 def _accepted() -> frozenset[str]:
@@ -140,11 +144,13 @@ def test_refused_list_is_current() -> None:
 #: shape, Expand-13 shape, Tile-13 repeats, ConstantOfShape-9 input, Range-11 start/limit/delta,
 #: Slice-13 starts/ends/axes/steps, Pad-18 pads/axes, Resize-19 scales/sizes, Squeeze-13 /
 #: Unsqueeze-13 / Reduce*-18 axes, Split-18 split, CenterCropPad-18 shape, Upsample-9 scales,
-#: TopK-11 K)
+#: TopK-11 K, OneHot-11 depth, MaxUnpool-11 output_shape, Col2Im-18 image_shape/block_shape,
+#: AffineGrid-20 size)
 _SHAPE_INPUTS = {
     "Reshape": (1,), "Expand": (1,), "Tile": (1,), "ConstantOfShape": (0,), "Range": (0, 1, 2),
     "Slice": (1, 2, 3, 4), "Pad": (1, 3), "Resize": (2, 3), "Squeeze": (1,), "Unsqueeze": (1,),
-    "Split": (1,), "Upsample": (1,), "CenterCropPad": (1,), "TopK": (1,),
+    "Split": (1,), "Upsample": (1,), "CenterCropPad": (1,), "TopK": (1,), "OneHot": (1,),
+    "MaxUnpool": (2,), "Col2Im": (1, 2), "AffineGrid": (1,),
     **{f"Reduce{r}": (1,) for r in "Sum Mean Max Min Prod L1 L2 LogSum LogSumExp SumSquare"
                                     .split()},
 }

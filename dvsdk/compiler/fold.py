@@ -36,6 +36,7 @@ from ..errors import ModelError
 from .fold_checks import check_dtypes as _check_dtypes
 from .fold_checks import not_constant
 from .fold_ops import MORE_RULES
+from .fold_ops_b import RULES_B
 from .ir import Graph, Op
 from .limits import check_split, check_tensor, check_window, check_window_attrs, range_length
 
@@ -478,6 +479,7 @@ SHAPE_RULES: dict[str, Callable[[_Ctx], Result]] = {
     "SpaceToDepth": _depth_to_space,
     "MaxRoiPool": _max_roi_pool,
     **MORE_RULES,
+    **RULES_B,
 }
 
 

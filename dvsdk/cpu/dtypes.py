@@ -124,6 +124,27 @@ DTYPE_RULES: dict[str, tuple[str, ...]] = {
     "Einsum": (_NUM,),
     "Attention": (_F, _F, _F, "", _F, _F, ""),
     **{t: (_F, _F, _F, _F, "", _F, _F, _F) for t in ("LSTM", "GRU", "RNN")},
+    # index, scan and bitwise ops (dvsdk.cpu.indexing)
+    "Trilu": (_ANY, ""),
+    **{t: (_NUM, "") for t in ("CumSum", "CumProd")},
+    "BitShift": ("u",),
+    **{t: (_INT,) for t in "BitwiseAnd BitwiseOr BitwiseXor BitwiseNot".split()},
+    **{t: (_ANY, "", _ANY) for t in ("ScatterElements", "Scatter")},
+    "GatherND": (_ANY, ""),
+    "OneHot": ("", "", _ANY),
+    "EyeLike": (_ANY,),
+    "CenterCropPad": (_ANY, ""),
+    "ReverseSequence": (_ANY, ""),
+    # quantization ops (dvsdk.cpu.quant): integer quantized values, float scales
+    "QuantizeLinear": (_F, _F, _INT),
+    "DequantizeLinear": (_INT, _F, _INT),
+    "DynamicQuantizeLinear": (_F,),
+    **{t: (_INT,) for t in ("MatMulInteger", "ConvInteger")},
+    **{t: (_INT, _F, _INT, _INT, _F, _INT, _F, _INT, _INT)
+       for t in ("QLinearMatMul", "QLinearConv")},
+    # spatial ops (dvsdk.cpu.spatial): float arithmetic; indices and shapes unchecked
+    **{t: (_F, "", "") for t in "LpPool MaxUnpool Col2Im AffineGrid".split()},
+    "RoiAlign": (_F, _F, ""),
 }
 
 

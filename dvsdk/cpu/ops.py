@@ -25,10 +25,13 @@ from ..hw import arith, elementary
 from ..hw.fp16 import lookup, to_f16
 from .attention import attention
 from .dtypes import cast_array, onnx_dtype, refusal
+from .indexing import INDEXING_KERNELS
 from .nn import NN_KERNELS
+from .quant import QUANT_KERNELS
 from .recurrent import RECURRENT_KERNELS
 from .roi import max_roi_pool
 from .sample import grid_sample
+from .spatial import SPATIAL_KERNELS
 from .transformer import TRANSFORMER_KERNELS
 
 __all__ = ["KERNELS", "Kernel", "run_op"]
@@ -514,6 +517,9 @@ KERNELS: dict[str, Kernel] = {
     "Attention": attention,
     **RECURRENT_KERNELS,
     "GridSample": grid_sample,
+    **INDEXING_KERNELS,
+    **QUANT_KERNELS,
+    **SPATIAL_KERNELS,
     "Fp16Table": _fp16_table,
 }
 

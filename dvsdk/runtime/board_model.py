@@ -121,9 +121,12 @@ KINDS: dict[str, tuple[float, int, str]] = {
     "view": (0.0, 0, "Reshape Flatten Squeeze Unsqueeze Identity Dropout Shape Size"),
     "copy": (0.25, 1, "Concat Split Slice Pad Expand Tile Gather GatherElements Transpose "
                       "DepthToSpace SpaceToDepth Resize Cast ConstantOfShape Range Where "
-                      "ScatterND CastLike"),
+                      "ScatterND CastLike Trilu ScatterElements Scatter GatherND OneHot "
+                      "EyeLike CenterCropPad ReverseSequence"),
     "arith": (0.5, 1, "Add Sub Mul Sum Neg Abs Floor Ceil Round Sign Not And Or Xor Equal "
-                      "Less LessOrEqual Greater GreaterOrEqual"),
+                      "Less LessOrEqual Greater GreaterOrEqual CumSum CumProd BitShift "
+                      "BitwiseAnd BitwiseOr BitwiseXor BitwiseNot"),
+    "quantize": (2.0, 3, "QuantizeLinear DequantizeLinear DynamicQuantizeLinear"),
     "select": (1.0, 4, "Relu Max Min"),          # compare, NaN test, or, select
     "clamp": (2.0, 8, "Clip"),                   # two of them
     "leaky": (1.5, 4, "LeakyRelu PRelu"),        # multiply, compare, select
@@ -134,13 +137,14 @@ KINDS: dict[str, tuple[float, int, str]] = {
     "float64": (50.0, 3, "Sigmoid Tanh Exp Log Elu Selu Softplus Softsign Pow"),  # docstring
     "erf": (150.0, 3, "Erf Gelu"),               # erf's 64-term series and an exp, float64
     "sort": (20.0, 3, "TopK"),                   # a stable sort along the axis
-    "sample": (8.0, 2, "GridSample"),            # 4 to 16 gathered taps per output
+    "sample": (8.0, 2, "GridSample RoiAlign AffineGrid"),  # 4 to 16 gathered taps per output
     "softmax": (55.0, 5, "Softmax LogSoftmax"),  # an exp, a sum, a divide per element
     "reduce": (0.5, 1, "GlobalAveragePool GlobalMaxPool ReduceSum ReduceMean ReduceMax "
                        "ReduceMin ReduceProd ReduceL2 ReduceSumSquare ArgMax ArgMin MaxPool "
-                       "AveragePool LRN MaxRoiPool"),
+                       "AveragePool LRN MaxRoiPool LpPool Col2Im MaxUnpool"),
     "normalize": (1.0, 3, "BatchNormalization InstanceNormalization Mean LayerNormalization"),
-    "mac": (0.0, 1, "Conv ConvTranspose MatMul Gemm Einsum Attention LSTM GRU RNN"),  # per MAC
+    "mac": (0.0, 1, "Conv ConvTranspose MatMul Gemm Einsum Attention LSTM GRU RNN "
+                    "MatMulInteger ConvInteger QLinearMatMul QLinearConv"),  # per MAC
 }
 #: op -> (kind, cycles per element, sweeps)
 OPS: dict[str, tuple[str, float, int]] = {
@@ -245,11 +249,13 @@ def _macs(op: str, inputs: Sequence[Any], out_elements: int, attrs: Mapping[str,
         sizes = {c: d for t, s in zip(terms, shapes, strict=True) for c, d in zip(t, s,
                                                                                 strict=True)}
         return math.prod(sizes.values()) * max(len(shapes) - 1, 1)
-    if op == "MatMul":
+    if op in ("QLinearMatMul", "QLinearConv"):  # the weights are input 3
+        w = _shape(inputs[3]) if len(inputs) > 3 else w
+    if op in ("MatMul", "MatMulInteger", "QLinearMatMul"):
         return out_elements * a[-1]
     if op == "Gemm":
         return out_elements * (a[0] if attrs.get("transA") else a[-1])
-    if op == "Conv":
+    if op in ("Conv", "ConvInteger", "QLinearConv"):
         return out_elements * math.prod(w[1:])
     return math.prod(a) * math.prod(w[1:])  # ConvTranspose: every input element, scattered
 

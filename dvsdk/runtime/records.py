@@ -136,12 +136,14 @@ def command_access(k: int, cmd: ConvCommand, info: DeviceInfo) -> Access:
 _FLAGS = {"keepdims", "noop_with_empty_axes", "select_last_index", "allowzero", "transA",
           "transB", "ceil_mode", "count_include_pad", "storage_order", "antialias",
           "exclude_outside", "largest", "sorted", "is_causal", "input_forget",
-          "linear_before_reset", "align_corners", "layout"}
+          "linear_before_reset", "align_corners", "layout", "upper", "exclusive", "reverse",
+          "saturate"}
 _REALS = {"alpha", "beta", "gamma", "epsilon", "bias", "cubic_coeff_a", "extrapolation_value",
-          "clip", "scale", "softcap"}
+          "clip", "scale", "softcap", "spatial_scale"}
 _COUNTS = {"group": 1 << 16, "blocksize": 1 << 16, "size": 1 << 16, "num_outputs": 1 << 16,
            "opset": 1000, "hidden_size": 1 << 16, "q_num_heads": 1 << 16,
-           "kv_num_heads": 1 << 16}
+           "kv_num_heads": 1 << 16, "p": 1 << 8, "output_height": LIMITS["dim"],
+           "output_width": LIMITS["dim"]}
 _WINDOWS = {"kernel_shape": (1, 1 << 16), "strides": (1, 1 << 16), "dilations": (1, 1 << 16),
             "pads": (-(1 << 16), 1 << 16), "output_padding": (0, 1 << 16),
             "output_shape": (0, LIMITS["dim"]), "split": (0, LIMITS["dim"])}
@@ -162,9 +164,16 @@ _RNN_ACTS = ("Sigmoid", "Tanh", "Relu", "Softsign", "Softplus", "HardSigmoid", "
              "ThresholdedRelu", "ScaledTanh", "Affine", "Elu")
 _MODES = {"Pad": ("constant", "reflect", "edge", "wrap"), "Resize": ("nearest", "linear", "cubic"),
           "GridSample": ("linear", "bilinear", "nearest", "cubic", "bicubic"),
-          "DepthToSpace": ("DCR", "CRD")}
+          "DepthToSpace": ("DCR", "CRD"), "RoiAlign": ("avg", "max")}
 _REQUIRED = {"LRN": ("size",), "DepthToSpace": ("blocksize",), "SpaceToDepth": ("blocksize",),
+             "MaxUnpool": ("kernel_shape",), "LpPool": ("kernel_shape",),
              "MaxPool": ("kernel_shape",), "AveragePool": ("kernel_shape",), "Cast": ("to",)}
+#: attributes whose meaning is the op's own (checked by :func:`_op_attr`)
+_OP_ATTRS = {"BitShift": {"direction"}, "EyeLike": {"k", "dtype"},
+             "GatherND": {"batch_dims"}, "ReverseSequence": {"batch_axis", "time_axis"},
+             "RoiAlign": {"coordinate_transformation_mode", "sampling_ratio"},
+             **{t: {"block_size", "output_dtype", "precision"}
+                for t in ("QuantizeLinear", "DequantizeLinear")}}
 #: ops whose ``axis`` may also be the rank itself (ONNX Flatten: [-r, r])
 _AXIS_INCLUSIVE = {"Flatten"}
 
@@ -221,6 +230,29 @@ def _int_list(m: MetaReader, v: Any, path: str, lo: int, hi: int, n: int | None 
     return [m.integer(x, f"{path}[{i}]", lo, hi) for i, x in enumerate(vals)]
 
 
+def _op_attr(m: MetaReader, op: str, key: str, v: Any, p: str, r: int | None) -> None:
+    if key == "direction":
+        m.text(v, p, ("LEFT", "RIGHT"))
+    elif key == "k":
+        m.integer(v, p, -LIMITS["dim"], LIMITS["dim"])
+    elif key == "coordinate_transformation_mode":         # RoiAlign
+        m.text(v, p, ("half_pixel", "output_half_pixel"))
+    elif key == "sampling_ratio":
+        m.integer(v, p, 0, 1 << 16)
+    elif key == "block_size":
+        m.integer(v, p, 0, LIMITS["dim"])
+    elif key in ("dtype", "output_dtype", "precision"):
+        m.integer(v, p, 0, 1 << 8)
+        if v == 0 and key != "dtype":
+            return                                        # 0: the default
+        if v not in ONNX_DTYPES:
+            m.fail(p, "is not an element type the CPU handles", v, sorted(ONNX_DTYPES))
+    elif key == "batch_dims":
+        m.integer(v, p, 0, LIMITS["rank"] if r is None else max(r - 1, 0))
+    else:                                                 # batch_axis, time_axis
+        m.integer(v, p, 0, LIMITS["rank"] if r is None else r - 1)
+
+
 def check_attrs(op: str, attrs: dict[str, Any], ranks: list[int | None], path: str) -> None:
     """Types and ranges of the attributes ``op``'s kernel reads (``ranks``: of each input)."""
     m = MetaReader("net.bin")
@@ -228,7 +260,7 @@ def check_attrs(op: str, attrs: dict[str, Any], ranks: list[int | None], path: s
         if key not in attrs:
             m.fail(f"{path}.{key}", f"is required by {op}", None, "present")
     r = ranks[0] if ranks else None
-    spatial = None if r is None else max(r - 2, 0)
+    spatial = None if r is None or op == "Col2Im" else max(r - 2, 0)  # (Col2Im: image_shape's)
     for key, v in attrs.items():
         p = f"{path}.{key}"
         if key in _FLAGS:
@@ -248,6 +280,8 @@ def check_attrs(op: str, attrs: dict[str, Any], ranks: list[int | None], path: s
                 n = 2 * spatial if op != "Pad" else None
             if not (key in ("pads", "split") and isinstance(v, list) and not v):
                 _int_list(m, v, p, *_WINDOWS[key], n=n)
+        elif op in _OP_ATTRS and key in _OP_ATTRS[op]:
+            _op_attr(m, op, key, v, p, r)
         elif key in _NAMES:
             m.text(v, p, _NAMES[key])
         elif key == "mode" and op in _MODES:
@@ -257,6 +291,9 @@ def check_attrs(op: str, attrs: dict[str, Any], ranks: list[int | None], path: s
             if v not in ONNX_DTYPES:
                 m.fail(p, "is not an element type the CPU handles", v, sorted(ONNX_DTYPES))
         elif key == "axis":   # ONNX: [-r, r - 1] of the first input's rank r
+            if op == "OneHot" and r is not None:                # (of the output's, r + 1)
+                m.integer(v, p, -r - 1, r)
+                continue
             hi = LIMITS["rank"] if r is None else r if op in _AXIS_INCLUSIVE else r - 1
             m.integer(v, p, -LIMITS["rank"] if r is None else -r, hi)
         elif key == "axes" and v is not None:
