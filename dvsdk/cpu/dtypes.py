@@ -124,6 +124,13 @@ DTYPE_RULES: dict[str, tuple[str, ...]] = {
     "Einsum": (_NUM,),
     "Attention": (_F, _F, _F, "", _F, _F, ""),
     **{t: (_F, _F, _F, _F, "", _F, _F, _F) for t in ("LSTM", "GRU", "RNN")},
+    # normalizations, activations, reductions and losses (dvsdk.cpu.norms, losses)
+    **{t: (_F,) for t in ("RMSNormalization LpNormalization GroupNormalization "
+                          "MeanVarianceNormalization Celu Mish Swish ThresholdedRelu Shrink "
+                          "Hardmax IsInf IsNaN").split()},
+    "ReduceL1": (_NUM, ""),
+    **{t: (_F, "") for t in ("ReduceLogSum", "ReduceLogSumExp")},
+    **{t: (_F, _INT, _F) for t in ("NegativeLogLikelihoodLoss", "SoftmaxCrossEntropyLoss")},
 }
 
 

@@ -25,7 +25,9 @@ from ..hw import arith, elementary
 from ..hw.fp16 import lookup, to_f16
 from .attention import attention
 from .dtypes import cast_array, onnx_dtype, refusal
+from .losses import LOSS_KERNELS
 from .nn import NN_KERNELS
+from .norms import NORM_KERNELS
 from .recurrent import RECURRENT_KERNELS
 from .roi import max_roi_pool
 from .sample import grid_sample
@@ -514,6 +516,8 @@ KERNELS: dict[str, Kernel] = {
     "Attention": attention,
     **RECURRENT_KERNELS,
     "GridSample": grid_sample,
+    **NORM_KERNELS,
+    **LOSS_KERNELS,
     "Fp16Table": _fp16_table,
 }
 

@@ -136,12 +136,13 @@ def command_access(k: int, cmd: ConvCommand, info: DeviceInfo) -> Access:
 _FLAGS = {"keepdims", "noop_with_empty_axes", "select_last_index", "allowzero", "transA",
           "transB", "ceil_mode", "count_include_pad", "storage_order", "antialias",
           "exclude_outside", "largest", "sorted", "is_causal", "input_forget",
-          "linear_before_reset", "align_corners", "layout"}
+          "linear_before_reset", "align_corners", "layout", "detect_negative",
+          "detect_positive"}
 _REALS = {"alpha", "beta", "gamma", "epsilon", "bias", "cubic_coeff_a", "extrapolation_value",
-          "clip", "scale", "softcap"}
+          "clip", "scale", "softcap", "lambd"}
 _COUNTS = {"group": 1 << 16, "blocksize": 1 << 16, "size": 1 << 16, "num_outputs": 1 << 16,
            "opset": 1000, "hidden_size": 1 << 16, "q_num_heads": 1 << 16,
-           "kv_num_heads": 1 << 16}
+           "kv_num_heads": 1 << 16, "num_groups": 1 << 16}
 _WINDOWS = {"kernel_shape": (1, 1 << 16), "strides": (1, 1 << 16), "dilations": (1, 1 << 16),
             "pads": (-(1 << 16), 1 << 16), "output_padding": (0, 1 << 16),
             "output_shape": (0, LIMITS["dim"]), "split": (0, LIMITS["dim"])}
@@ -165,6 +166,8 @@ _MODES = {"Pad": ("constant", "reflect", "edge", "wrap"), "Resize": ("nearest", 
           "DepthToSpace": ("DCR", "CRD")}
 _REQUIRED = {"LRN": ("size",), "DepthToSpace": ("blocksize",), "SpaceToDepth": ("blocksize",),
              "MaxPool": ("kernel_shape",), "AveragePool": ("kernel_shape",), "Cast": ("to",)}
+#: loss ops (their ``reduction`` is none / sum / mean)
+_LOSSES = {"NegativeLogLikelihoodLoss", "SoftmaxCrossEntropyLoss"}
 #: ops whose ``axis`` may also be the rank itself (ONNX Flatten: [-r, r])
 _AXIS_INCLUSIVE = {"Flatten"}
 
@@ -248,6 +251,12 @@ def check_attrs(op: str, attrs: dict[str, Any], ranks: list[int | None], path: s
                 n = 2 * spatial if op != "Pad" else None
             if not (key in ("pads", "split") and isinstance(v, list) and not v):
                 _int_list(m, v, p, *_WINDOWS[key], n=n)
+        elif key == "reduction" and op in _LOSSES:
+            m.text(v, p, ("none", "sum", "mean"))
+        elif key == "ignore_index":
+            m.integer(v, p, -LIMITS["int_abs"], LIMITS["int_abs"])
+        elif key == "p" and op == "LpNormalization":
+            m.integer(v, p, 1, 2)
         elif key in _NAMES:
             m.text(v, p, _NAMES[key])
         elif key == "mode" and op in _MODES:
