@@ -477,3 +477,24 @@ _refuse("QuantizeLinear output type must be",
 # An empty graph input (Trilu of a 0 x n matrix).
 _refuse("has a zero-size dimension",
     "test_tril_zero", "test_tril_zero[const]", "test_triu_zero", "test_triu_zero[const]")
+
+# Issue 28's reductions (ReduceL1, ReduceLogSum, ReduceLogSumExp): the axes as a graph input (their
+# [const] variants run), an empty axes input, the empty-set reductions.
+_refuse("a shape-defining input is not constant",
+    "test_reduce_l1_do_not_keepdims_example", "test_reduce_l1_do_not_keepdims_random",
+    "test_reduce_l1_keep_dims_example", "test_reduce_l1_keep_dims_random",
+    "test_reduce_l1_negative_axes_keep_dims_example",
+    "test_reduce_l1_negative_axes_keep_dims_random", "test_reduce_log_sum_asc_axes",
+    "test_reduce_log_sum_desc_axes", "test_reduce_log_sum_negative_axes",
+    "test_reduce_log_sum_exp_do_not_keepdims_example",
+    "test_reduce_log_sum_exp_do_not_keepdims_random", "test_reduce_log_sum_exp_keepdims_example",
+    "test_reduce_log_sum_exp_keepdims_random",
+    "test_reduce_log_sum_exp_negative_axes_keepdims_example",
+    "test_reduce_log_sum_exp_negative_axes_keepdims_random")
+_refuse("has a zero-size dimension",
+    "test_reduce_l1_default_axes_keepdims_example", "test_reduce_l1_default_axes_keepdims_random",
+    "test_reduce_l1_empty_set", "test_reduce_l1_empty_set[const]", "test_reduce_log_sum_default",
+    "test_reduce_log_sum_empty_set", "test_reduce_log_sum_empty_set[const]",
+    "test_reduce_log_sum_exp_default_axes_keepdims_example",
+    "test_reduce_log_sum_exp_default_axes_keepdims_random", "test_reduce_log_sum_exp_empty_set",
+    "test_reduce_log_sum_exp_empty_set[const]")

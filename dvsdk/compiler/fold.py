@@ -472,7 +472,8 @@ SHAPE_RULES: dict[str, Callable[[_Ctx], Result]] = {
     "ConstantOfShape": _constant_of_shape,
     "Range": _range,
     **{t: _reduce for t in ("ReduceSum ReduceMean ReduceMax ReduceMin ReduceProd ReduceL2 "
-                            "ReduceSumSquare").split()},
+                            "ReduceSumSquare ReduceL1 ReduceLogSum ReduceLogSumExp").split()},
+    "Hardmax": _softmax,
     "ArgMax": _arg,
     "ArgMin": _arg,
     "DepthToSpace": _depth_to_space,

@@ -150,7 +150,62 @@ def _grid_sample(c: Any) -> Result:
     return [((x[0], x[1], *grid[1:-1]), c.dtype(0))]
 
 
+def _bool(c: Any) -> Result:
+    return [(c.shape(0), np.dtype(np.bool_))]
+
+
+def _rms_norm(c: Any) -> Result:
+    x = c.shape(0)
+    axis = _axis(c, len(x), -1)
+    try:
+        np.broadcast_shapes(c.shape(1), tuple(x[axis:]))
+    except ValueError:
+        raise c.fail("RMSNormalization scale does not broadcast to the normalized axes",
+                     value=(tuple(x), c.shape(1)), limit=tuple(x[axis:])) from None
+    return _same(c)
+
+
+def _lp_norm(c: Any) -> Result:
+    _axis(c, len(c.shape(0)), -1)
+    return _same(c)
+
+
+def _group_norm(c: Any) -> Result:
+    x = c.shape(0)
+    g = int(c.op.attrs.get("num_groups", 0))
+    if len(x) < 2 or g < 1 or x[1] % g:
+        raise c.fail("GroupNormalization num_groups must divide the channels", value=g,
+                     limit=x[1] if len(x) >= 2 else None)
+    for i in (1, 2):
+        if int(np.prod(c.shape(i))) != x[1]:
+            raise c.fail("GroupNormalization scale and bias need one value per channel "
+                         "(opset 21)", value=tuple(c.shape(i)), limit=x[1])
+    return _same(c)
+
+
+def _loss(c: Any) -> Result:
+    x, t = c.shape(0), c.shape(1)
+    if len(x) < 2 or tuple(t) != (x[0], *x[2:]):
+        raise c.fail(f"{c.op.type} target must have the input's shape without C",
+                     value=(tuple(x), tuple(t)), limit=(x[0], *x[2:]) if x else None)
+    if c.has(2) and tuple(c.shape(2)) != (x[1],):
+        raise c.fail(f"{c.op.type} weight must have C values", value=tuple(c.shape(2)),
+                     limit=(x[1],))
+    red = c.op.attrs.get("reduction", "mean")
+    loss = tuple(t) if red == "none" else ()
+    return [(loss, c.dtype(0)), (tuple(x), c.dtype(0))]
+
+
 MORE_RULES: dict[str, Callable[[Any], Result]] = {
+    "RMSNormalization": _rms_norm,
+    "LpNormalization": _lp_norm,
+    "GroupNormalization": _group_norm,
+    "MeanVarianceNormalization": _same,
+    **{t: _same for t in "Celu Mish Swish ThresholdedRelu Shrink".split()},
+    "IsInf": _bool,
+    "IsNaN": _bool,
+    "NegativeLogLikelihoodLoss": _loss,
+    "SoftmaxCrossEntropyLoss": _loss,
     "LayerNormalization": _layer_norm,
     "Gelu": _same,
     "Erf": _same,

@@ -145,6 +145,13 @@ DTYPE_RULES: dict[str, tuple[str, ...]] = {
     # spatial ops (dvsdk.cpu.spatial): float arithmetic; indices and shapes unchecked
     **{t: (_F, "", "") for t in "LpPool MaxUnpool Col2Im AffineGrid".split()},
     "RoiAlign": (_F, _F, ""),
+    # normalizations, activations, reductions and losses (dvsdk.cpu.norms, losses)
+    **{t: (_F,) for t in ("RMSNormalization LpNormalization GroupNormalization "
+                          "MeanVarianceNormalization Celu Mish Swish ThresholdedRelu Shrink "
+                          "Hardmax IsInf IsNaN").split()},
+    "ReduceL1": (_NUM, ""),
+    **{t: (_F, "") for t in ("ReduceLogSum", "ReduceLogSumExp")},
+    **{t: (_F, _INT, _F) for t in ("NegativeLogLikelihoodLoss", "SoftmaxCrossEntropyLoss")},
 }
 
 

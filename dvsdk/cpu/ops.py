@@ -26,7 +26,9 @@ from ..hw.fp16 import lookup, to_f16
 from .attention import attention
 from .dtypes import cast_array, onnx_dtype, refusal
 from .indexing import INDEXING_KERNELS
+from .losses import LOSS_KERNELS
 from .nn import NN_KERNELS
+from .norms import NORM_KERNELS
 from .quant import QUANT_KERNELS
 from .recurrent import RECURRENT_KERNELS
 from .roi import max_roi_pool
@@ -520,6 +522,8 @@ KERNELS: dict[str, Kernel] = {
     **INDEXING_KERNELS,
     **QUANT_KERNELS,
     **SPATIAL_KERNELS,
+    **NORM_KERNELS,
+    **LOSS_KERNELS,
     "Fp16Table": _fp16_table,
 }
 

@@ -143,6 +143,12 @@ KINDS: dict[str, tuple[float, int, str]] = {
                        "ReduceMin ReduceProd ReduceL2 ReduceSumSquare ArgMax ArgMin MaxPool "
                        "AveragePool LRN MaxRoiPool LpPool Col2Im MaxUnpool"),
     "normalize": (1.0, 3, "BatchNormalization InstanceNormalization Mean LayerNormalization"),
+    "select2": (1.0, 3, "ThresholdedRelu Shrink IsInf IsNaN Hardmax"),  # compares, selects
+    "activation64": (60.0, 3, "Celu Mish Swish"),  # exp / log / tanh in float64
+    "reduce64": (50.0, 2, "ReduceL1 ReduceLogSum ReduceLogSumExp"),  # float64 sum (exp, log)
+    "norm64": (2.0, 4, "RMSNormalization LpNormalization GroupNormalization "
+                       "MeanVarianceNormalization"),  # float64 sums, a square root per row
+    "loss": (60.0, 4, "NegativeLogLikelihoodLoss SoftmaxCrossEntropyLoss"),  # log-softmax
     "mac": (0.0, 1, "Conv ConvTranspose MatMul Gemm Einsum Attention LSTM GRU RNN "
                     "MatMulInteger ConvInteger QLinearMatMul QLinearConv"),  # per MAC
 }

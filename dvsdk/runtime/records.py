@@ -137,13 +137,13 @@ _FLAGS = {"keepdims", "noop_with_empty_axes", "select_last_index", "allowzero", 
           "transB", "ceil_mode", "count_include_pad", "storage_order", "antialias",
           "exclude_outside", "largest", "sorted", "is_causal", "input_forget",
           "linear_before_reset", "align_corners", "layout", "upper", "exclusive", "reverse",
-          "saturate"}
+          "saturate", "detect_negative", "detect_positive"}
 _REALS = {"alpha", "beta", "gamma", "epsilon", "bias", "cubic_coeff_a", "extrapolation_value",
-          "clip", "scale", "softcap", "spatial_scale"}
+          "clip", "scale", "softcap", "spatial_scale", "lambd"}
 _COUNTS = {"group": 1 << 16, "blocksize": 1 << 16, "size": 1 << 16, "num_outputs": 1 << 16,
            "opset": 1000, "hidden_size": 1 << 16, "q_num_heads": 1 << 16,
            "kv_num_heads": 1 << 16, "p": 1 << 8, "output_height": LIMITS["dim"],
-           "output_width": LIMITS["dim"]}
+           "output_width": LIMITS["dim"], "num_groups": 1 << 16}
 _WINDOWS = {"kernel_shape": (1, 1 << 16), "strides": (1, 1 << 16), "dilations": (1, 1 << 16),
             "pads": (-(1 << 16), 1 << 16), "output_padding": (0, 1 << 16),
             "output_shape": (0, LIMITS["dim"]), "split": (0, LIMITS["dim"])}
@@ -174,6 +174,8 @@ _OP_ATTRS = {"BitShift": {"direction"}, "EyeLike": {"k", "dtype"},
              "RoiAlign": {"coordinate_transformation_mode", "sampling_ratio"},
              **{t: {"block_size", "output_dtype", "precision"}
                 for t in ("QuantizeLinear", "DequantizeLinear")}}
+#: loss ops (their ``reduction`` is none / sum / mean)
+_LOSSES = {"NegativeLogLikelihoodLoss", "SoftmaxCrossEntropyLoss"}
 #: ops whose ``axis`` may also be the rank itself (ONNX Flatten: [-r, r])
 _AXIS_INCLUSIVE = {"Flatten"}
 
@@ -269,6 +271,8 @@ def check_attrs(op: str, attrs: dict[str, Any], ranks: list[int | None], path: s
             m.number(v, p)
         elif key in ("min", "max") and v is not None:       # Clip: +-inf are bounds too
             m.number(v, p, finite=False)
+        elif key == "p" and op == "LpNormalization":     # (LpPool's p: any count)
+            m.integer(v, p, 1, 2)
         elif key in _COUNTS:
             m.integer(v, p, 1, _COUNTS[key])
         elif key in _WINDOWS:
@@ -282,6 +286,10 @@ def check_attrs(op: str, attrs: dict[str, Any], ranks: list[int | None], path: s
                 _int_list(m, v, p, *_WINDOWS[key], n=n)
         elif op in _OP_ATTRS and key in _OP_ATTRS[op]:
             _op_attr(m, op, key, v, p, r)
+        elif key == "reduction" and op in _LOSSES:
+            m.text(v, p, ("none", "sum", "mean"))
+        elif key == "ignore_index":
+            m.integer(v, p, -LIMITS["int_abs"], LIMITS["int_abs"])
         elif key in _NAMES:
             m.text(v, p, _NAMES[key])
         elif key == "mode" and op in _MODES:

@@ -41,7 +41,7 @@ _REWRITTEN = frozenset({"Constant", "Upsample"})
 SUPPORTED_OPS = frozenset(HW_OPS | (set(KERNELS) - COMPILER_OPS) | _REWRITTEN)
 
 _REDUCE = ("ReduceSum ReduceMean ReduceMax ReduceMin ReduceProd ReduceL2 "
-           "ReduceSumSquare").split()
+           "ReduceSumSquare ReduceL1 ReduceLogSum ReduceLogSumExp").split()
 _HINT_SIZE = "pass --input-size HxW (input_sizes={name: full NCHW shape})"
 
 
@@ -256,7 +256,7 @@ def _normalize(b: _Builder, node: onnx.NodeProto, name: str, attrs: dict, inputs
         _attr_to_input(b, name, attrs, inputs, "axes", 1)
     elif t == "Reshape" and opset < 5:
         _attr_to_input(b, name, attrs, inputs, "shape", 1)
-    elif t in ("Softmax", "LogSoftmax"):
+    elif t in ("Softmax", "LogSoftmax", "Hardmax"):
         attrs["opset"] = opset
         attrs.setdefault("axis", -1 if opset >= 13 else 1)
     elif t == "BatchNormalization":
