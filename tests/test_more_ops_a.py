@@ -20,20 +20,18 @@ from dvsdk.errors import ModelError
 onnx = pytest.importorskip("onnx")
 from onnx import helper  # noqa: E402
 
-TOL = 8 * float(np.finfo(np.float32).eps)
+from .single_node import TOL, node_model, ort_node  # noqa: E402
+from .single_node import close as _close  # noqa: E402
+
+_BOOL = {"IsInf", "IsNaN"}  # (their outputs are bool)
+
+
+def _types(op, n_out):
+    return [9] * n_out if op in _BOOL else None
 
 
 def _model(op, ins, attrs, n_out, opset):
-    names = [f"i{k}" if x is not None else "" for k, x in enumerate(ins)]
-    node = helper.make_node(op, names, [f"o{k}" for k in range(n_out)], **attrs)
-    vis = [helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(x.dtype), x.shape)
-           for n, x in zip(names, ins, strict=True) if x is not None]
-    out_type = 9 if op in ("IsInf", "IsNaN") else helper.np_dtype_to_tensor_dtype(ins[0].dtype)
-    outs = [helper.make_tensor_value_info(f"o{k}", out_type, None) for k in range(n_out)]
-    m = helper.make_model(helper.make_graph([node], "g", vis, outs),
-                          opset_imports=[helper.make_opsetid("", opset)])
-    m.ir_version = 8 if opset <= 17 else 10
-    return m, {n: x for n, x in zip(names, ins, strict=True) if x is not None}
+    return node_model(op, ins, attrs, n_out, opset, _types(op, n_out))
 
 
 def _reference(op, ins, attrs, n_out=1, opset=23):
@@ -49,27 +47,7 @@ def _reference(op, ins, attrs, n_out=1, opset=23):
 
 
 def _ort(op, ins, attrs, n_out=1, opset=13):
-    ort = pytest.importorskip("onnxruntime")
-    m, feeds = _model(op, ins, attrs, n_out, opset)
-    s = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
-    return s.run(None, feeds)
-
-
-def _close(got, want, what="", tol=TOL):
-    assert len(got) >= len(want), what
-    for g, w in zip(got, want, strict=False):
-        g, w = np.asarray(g), np.asarray(w)
-        assert g.shape == w.shape and g.dtype == w.dtype, (what, g.shape, w.shape, g.dtype,
-                                                           w.dtype)
-        if w.dtype.kind != "f":
-            assert np.array_equal(g, w), what
-            continue
-        assert np.array_equal(np.isnan(g), np.isnan(w)), what
-        assert np.array_equal(np.isinf(g), np.isinf(w)), what
-        fin = np.isfinite(w)
-        if fin.any():
-            err = np.max(np.abs(g[fin].astype(np.float64) - w[fin]))
-            assert err <= tol * max(np.max(np.abs(w[fin])), 1e-30), (what, err)
+    return ort_node(op, ins, attrs, n_out, opset, _types(op, n_out))
 
 
 rng = np.random.default_rng(28)

@@ -16,21 +16,15 @@ from dvsdk.errors import ModelError
 onnx = pytest.importorskip("onnx")
 from onnx import helper  # noqa: E402
 
-TOL = 8 * float(np.finfo(np.float32).eps)
+from .single_node import close as _check  # noqa: E402
+from .single_node import node_model  # noqa: E402
+
 rng = np.random.default_rng(2828)
 
 
 def _model(op, ins, attrs, n_out, opset):
-    names = [f"i{k}" if x is not None else "" for k, x in enumerate(ins)]
-    node = helper.make_node(op, names, [f"o{k}" for k in range(n_out)], **attrs)
-    vis = [helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(x.dtype), x.shape)
-           for n, x in zip(names, ins, strict=True) if x is not None]
-    outs = [helper.make_tensor_value_info(f"o{k}", onnx.TensorProto.UNDEFINED, None)
-            for k in range(n_out)]
-    m = helper.make_model(helper.make_graph([node], "g", vis, outs),
-                          opset_imports=[helper.make_opsetid("", opset)])
-    m.ir_version = 8 if opset <= 17 else 10
-    return m, {n: x for n, x in zip(names, ins, strict=True) if x is not None}
+    """(outputs of no declared type: the reference and the kernel each give theirs)"""
+    return node_model(op, ins, attrs, n_out, opset, [onnx.TensorProto.UNDEFINED] * n_out)
 
 
 def _reference(op, ins, attrs, n_out=1, opset=22):
@@ -38,18 +32,6 @@ def _reference(op, ins, attrs, n_out=1, opset=22):
 
     m, feeds = _model(op, ins, attrs, n_out, opset)
     return ReferenceEvaluator(m).run(None, feeds)
-
-
-def _check(got, want, what=""):
-    for g, w in zip(got, want, strict=True):
-        g, w = np.asarray(g), np.asarray(w)
-        assert g.shape == w.shape and g.dtype == w.dtype, (what, g.shape, w.shape, g.dtype,
-                                                           w.dtype)
-        if w.dtype.kind != "f":
-            assert np.array_equal(g, w), what
-            continue
-        err = np.max(np.abs(g.astype(np.float64) - w), initial=0.0)
-        assert err <= TOL * np.max(np.abs(w), initial=0.0), (what, err)
 
 
 def _same(op, ins, attrs, n_out=1, opset=22):

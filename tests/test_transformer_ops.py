@@ -22,51 +22,10 @@ from dvsdk.hw import elementary
 onnx = pytest.importorskip("onnx")
 from onnx import helper  # noqa: E402
 
-TOL = 8 * float(np.finfo(np.float32).eps)
-
-
-def _model(op: str, ins: list, attrs: dict, n_out: int, opset: int, types: list | None = None):
-    names = [f"i{k}" if x is not None else "" for k, x in enumerate(ins)]
-    node = helper.make_node(op, names, [f"o{k}" for k in range(n_out)], **attrs)
-    vis = [helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(x.dtype), x.shape)
-           for n, x in zip(names, ins, strict=True) if x is not None]
-    first = helper.np_dtype_to_tensor_dtype(ins[0].dtype)
-    types = types or [first] * n_out
-    outs = [helper.make_tensor_value_info(f"o{k}", types[k], None) for k in range(n_out)]
-    m = helper.make_model(helper.make_graph([node], "g", vis, outs),
-                          opset_imports=[helper.make_opsetid("", opset)])
-    m.ir_version = 8 if opset <= 17 else 10
-    return m, {n: x for n, x in zip(names, ins, strict=True) if x is not None}
-
-
-def _reference(op, ins, attrs, n_out=1, opset=23):
-    from onnx.reference import ReferenceEvaluator
-
-    m, feeds = _model(op, ins, attrs, n_out, opset)
-    return ReferenceEvaluator(m).run(None, feeds)
-
-
-def _ort(op, ins, attrs, n_out=1, opset=14, types=None):
-    ort = pytest.importorskip("onnxruntime")
-    m, feeds = _model(op, ins, attrs, n_out, opset, types)
-    s = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
-    return s.run(None, feeds)
-
-
-def _close(got: list, want: list, what: object = "", tol: float = TOL) -> None:
-    for g, w in zip(got, want, strict=False):
-        g, w = np.asarray(g), np.asarray(w)
-        assert g.shape == w.shape and g.dtype == w.dtype, (what, g.shape, w.shape, g.dtype,
-                                                           w.dtype)
-        if w.dtype.kind != "f":
-            assert np.array_equal(g, w), what
-            continue
-        assert np.array_equal(np.isnan(g), np.isnan(w)), what
-        fin = np.isfinite(w)
-        if fin.any():
-            err = np.max(np.abs(g[fin].astype(np.float64) - w[fin]))
-            assert err <= tol * np.max(np.abs(w[fin])), (what, err)
-
+from .single_node import TOL  # noqa: E402
+from .single_node import close as _close  # noqa: E402
+from .single_node import ort_node as _ort  # noqa: E402
+from .single_node import reference as _reference  # noqa: E402
 
 rng = np.random.default_rng(28)
 

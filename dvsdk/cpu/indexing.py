@@ -17,19 +17,13 @@ from typing import Any
 import numpy as np
 
 from ..errors import ModelError
+from .args import check_axis as _axis
 from .dtypes import onnx_dtype
 
 __all__ = ["INDEXING_KERNELS"]
 
 Arr = np.ndarray
 Attrs = dict[str, Any]
-
-
-def _axis(axis: int, rank: int, op: str) -> int:
-    if not -rank <= axis < max(rank, 1):
-        raise ModelError(f"{op} axis out of range", field=f"{op}.axis", value=axis,
-                         limit=f"[{-rank}, {rank - 1}]")
-    return axis % max(rank, 1)
 
 
 def _indices(idx: Arr, dim: int, op: str) -> Arr:

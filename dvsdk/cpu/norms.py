@@ -23,19 +23,12 @@ import numpy as np
 
 from ..errors import ModelError
 from ..hw import arith, elementary
+from .args import axis_attr as _axis
 
 __all__ = ["NORM_KERNELS", "REDUCE_OPS"]
 
 Arr = np.ndarray
 Attrs = dict[str, Any]
-
-
-def _axis(attrs: Attrs, rank: int, default: int, op: str) -> int:
-    axis = int(attrs.get("axis", default))
-    if not -rank <= axis < max(rank, 1):
-        raise ModelError(f"{op} axis out of range", field=f"{op}.axis", value=axis,
-                         limit=f"[{-rank}, {rank - 1}]")
-    return axis % max(rank, 1)
 
 
 def _f64(x: Arr) -> Arr:

@@ -23,6 +23,7 @@ import numpy as np
 from ..errors import ModelError
 from ..hw import arith, elementary
 from ..hw.fp16 import lookup, to_f16
+from .args import optional as _opt
 from .attention import attention
 from .dtypes import cast_array, onnx_dtype, refusal
 from .indexing import INDEXING_KERNELS
@@ -125,10 +126,6 @@ def _axes(arr: Arr | None, attrs: Attrs, rank: int) -> list[int] | None:
     else:
         return None
     return [int(a) % rank if rank else 0 for a in v]
-
-
-def _opt(inputs: Sequence, i: int) -> Arr | None:
-    return inputs[i] if len(inputs) > i else None
 
 
 # --------------------------------------------------------------------------- activations

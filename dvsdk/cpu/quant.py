@@ -32,6 +32,7 @@ import numpy as np
 
 from ..errors import ModelError
 from ..hw import arith
+from .args import optional as _opt
 from .dtypes import onnx_dtype
 from .nn import conv
 
@@ -39,10 +40,6 @@ __all__ = ["QUANT_KERNELS"]
 
 Arr = np.ndarray
 Attrs = dict[str, Any]
-
-
-def _opt(inputs: list, i: int) -> Arr | None:
-    return inputs[i] if len(inputs) > i and inputs[i] is not None else None
 
 
 def _shaped(v: Arr, shape: tuple, axis: int, block: int, op: str, what: str) -> Arr:

@@ -20,24 +20,14 @@ import numpy as np
 
 from ..errors import ModelError
 from ..hw import arith, elementary
+from .args import axis_attr as _axis
+from .args import optional as _opt
 from .dtypes import cast_array, onnx_code, onnx_dtype
 
 __all__ = ["TRANSFORMER_KERNELS", "einsum_parse", "einsum"]
 
 Arr = np.ndarray
 Attrs = dict[str, Any]
-
-
-def _opt(inputs: list, i: int) -> Arr | None:
-    return inputs[i] if len(inputs) > i else None
-
-
-def _axis(attrs: Attrs, rank: int, default: int, op: str) -> int:
-    axis = int(attrs.get("axis", default))
-    if not -rank <= axis < max(rank, 1):
-        raise ModelError(f"{op} axis out of range", field=f"{op}.axis", value=axis,
-                         limit=f"[{-rank}, {rank - 1}]")
-    return axis % max(rank, 1)
 
 
 # --------------------------------------------------------------------------- norms
