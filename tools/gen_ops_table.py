@@ -8,7 +8,8 @@ Sources (nothing is typed in by hand):
   hardware segments whenever the DV700 cannot take them;
 * ``dvsdk.cpu.dtypes.DTYPE_RULES``: the element types each kernel computes;
 * ``dvsdk.compiler.frontends.onnx.SUPPORTED_OPS``: everything the ONNX frontend accepts
-  (needs the ``onnx`` package; without it the union of the two tables above is used);
+  (needs the ``onnx`` package; without it the union of the two tables above is used), and
+  its ``DOMAIN_OPS``, the ops of other domains (com.microsoft ``Attention``);
 * ``dvsdk.compiler.frontends.nnef_ops.OPS`` / ``LOWERED`` / ``REFUSED``: the NNEF frontend's
   op table (the IR ops each NNEF op becomes), for the NNEF section.
 
@@ -65,6 +66,19 @@ def _kinds(op: str) -> str | None:
     return rule[1] if op == "Where" else rule[0]  # Where: the data, not the condition
 
 
+_KIND_NAMES = {"f": "float", "fi": "float, signed integers", "fiu": "float, integers",
+               "fiub": "float, integers, bool", "b": "bool", "iu": "integers"}
+
+
+def _domain_ops() -> list[tuple[tuple[str, str], str]]:
+    """The ONNX frontend's ops of other domains: ((domain, op type), IR op type)."""
+    try:
+        from dvsdk.compiler.frontends import onnx as onnx_frontend
+    except ImportError:
+        return []
+    return sorted(getattr(onnx_frontend, "DOMAIN_OPS", {}).items())
+
+
 def _cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
@@ -82,12 +96,16 @@ def render() -> str:
     if other:
         lines += ["", "Rewritten by the ONNX frontend before lowering: "
                   + ", ".join(f"`{op}`" for op in other) + "."]
+    domain_ops = _domain_ops()
+    if domain_ops:
+        lines += ["", "Other domains (CPU kernels; every other op of a non-default domain is "
+                  "refused, naming the domain and the op): "
+                  + ", ".join(f"`{d}` `{op}` ({_KIND_NAMES.get(_kinds(ir) or '', '?')})"
+                              for (d, op), ir in domain_ops) + "."]
     lines += ["", "Element types of the CPU kernels (of the data input; `Resize` linear: float "
               "only). The DV700 takes float tensors only, FP16 inside. Any other type is "
               "refused at compile time, naming the op and the type (e.g. `Sigmoid[int64]`):"]
-    for kinds, what in (("f", "float"), ("fi", "float, signed integers"),
-                        ("fiu", "float, integers"), ("fiub", "float, integers, bool"),
-                        ("b", "bool"), ("iu", "integers")):
+    for kinds, what in _KIND_NAMES.items():
         ops = sorted((o for o in supported if _kinds(o) == kinds), key=str.lower)
         if ops:
             lines.append(f"- {what}: " + ", ".join(f"`{op}`" for op in ops))

@@ -5,6 +5,7 @@ Each rule reads a :class:`dvsdk.compiler.fold._Ctx` (input shapes, dtypes, const
 returns ``[(shape, dtype)]`` per output, None when a shape-defining input is not constant
 yet, or raises ModelError naming the op.  The output shapes follow the ONNX operator specs
 cited by the kernels (:mod:`dvsdk.cpu.transformer`, :mod:`dvsdk.cpu.attention`,
+:mod:`dvsdk.cpu.ms_attention`,
 :mod:`dvsdk.cpu.recurrent`, :mod:`dvsdk.cpu.sample`).
 """
 
@@ -16,7 +17,9 @@ from typing import Any
 import numpy as np
 
 from ..cpu.dtypes import onnx_dtype
+from ..cpu.ms_attention import ms_attention_dims
 from ..cpu.transformer import einsum_parse
+from ..errors import ModelError
 
 Shape = tuple[int, ...]
 Result = list[tuple[Shape, np.dtype]] | None
@@ -120,6 +123,18 @@ def _attention(c: Any) -> Result:
             ((b, hq, sq, total), dt)]
 
 
+def _ms_attention(c: Any) -> Result:
+    for i, what in ((4, "past"), (6, "past_sequence_length")):
+        if c.has(i):
+            raise ModelError(f"com.microsoft.Attention {what} (input {i}) is not supported",
+                             field=f"com.microsoft.Attention.{what}")
+    bias = c.shape(2) if c.has(2) else None
+    mask = c.shape(3) if c.has(3) else None
+    x = c.shape(0)
+    _, _, _, vh = ms_attention_dims(x, c.shape(1), bias, c.op.attrs, mask)
+    return [((x[0], x[1], vh), c.dtype(0))]
+
+
 def _recurrent(c: Any) -> Result:
     x, w = c.shape(0), c.shape(1)
     a = c.op.attrs
@@ -214,6 +229,7 @@ MORE_RULES: dict[str, Callable[[Any], Result]] = {
     "ScatterND": _scatter_nd,
     "Einsum": _einsum,
     "Attention": _attention,
+    "MsAttention": _ms_attention,
     "LSTM": _recurrent,
     "GRU": _recurrent,
     "RNN": _recurrent,

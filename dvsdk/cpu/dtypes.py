@@ -123,6 +123,7 @@ DTYPE_RULES: dict[str, tuple[str, ...]] = {
     "ScatterND": (_ANY, "", _ANY),
     "Einsum": (_NUM,),
     "Attention": (_F, _F, _F, "", _F, _F, ""),
+    "MsAttention": (_F, _F, _F, "", _F, _F, ""),  # com.microsoft Attention
     **{t: (_F, _F, _F, _F, "", _F, _F, _F) for t in ("LSTM", "GRU", "RNN")},
     # index, scan and bitwise ops (dvsdk.cpu.indexing)
     "Trilu": (_ANY, ""),

@@ -28,6 +28,8 @@ from .attention import attention
 from .dtypes import cast_array, onnx_dtype, refusal
 from .indexing import INDEXING_KERNELS
 from .losses import LOSS_KERNELS
+from .ms_attention import OP as MS_ATTENTION
+from .ms_attention import ms_attention
 from .nn import NN_KERNELS
 from .norms import NORM_KERNELS
 from .quant import QUANT_KERNELS
@@ -427,9 +429,11 @@ def _matmul(inputs: list, attrs: Attrs) -> list[Arr]:
     return [arith.matmul_nd(inputs[0], inputs[1])]
 
 
-#: ops only the compiler writes (firmware_spec/netbin.md), not ops of any model format:
-#: the frontends refuse them and the supported-ops tables leave them out
-COMPILER_OPS = frozenset({"Fp16Table"})
+#: IR op types no model may name in the default domain: ops only the compiler writes
+#: (firmware_spec/netbin.md) and ``MsAttention``, what the ONNX frontend makes of the
+#: ``com.microsoft`` domain's ``Attention``; the frontends refuse them by these names and
+#: the supported-ops tables leave them out
+COMPILER_OPS = frozenset({"Fp16Table", MS_ATTENTION})
 
 KERNELS: dict[str, Kernel] = {
     # activations / unary math
@@ -514,6 +518,7 @@ KERNELS: dict[str, Kernel] = {
     "MaxRoiPool": max_roi_pool,
     **TRANSFORMER_KERNELS,
     "Attention": attention,
+    MS_ATTENTION: ms_attention,
     **RECURRENT_KERNELS,
     "GridSample": grid_sample,
     **INDEXING_KERNELS,

@@ -149,7 +149,7 @@ KINDS: dict[str, tuple[float, int, str]] = {
     "norm64": (2.0, 4, "RMSNormalization LpNormalization GroupNormalization "
                        "MeanVarianceNormalization"),  # float64 sums, a square root per row
     "loss": (60.0, 4, "NegativeLogLikelihoodLoss SoftmaxCrossEntropyLoss"),  # log-softmax
-    "mac": (0.0, 1, "Conv ConvTranspose MatMul Gemm Einsum Attention LSTM GRU RNN "
+    "mac": (0.0, 1, "Conv ConvTranspose MatMul Gemm Einsum Attention MsAttention LSTM GRU RNN "
                     "MatMulInteger ConvInteger QLinearMatMul QLinearConv"),  # per MAC
 }
 #: op -> (kind, cycles per element, sweeps)
@@ -244,6 +244,12 @@ def _macs(op: str, inputs: Sequence[Any], out_elements: int, attrs: Mapping[str,
         if len(inputs) > 4 and inputs[4] is not None:
             keys += _shape(inputs[4])[2]
         return 2 * out_elements * keys
+    if op == "MsAttention":  # the QKV projection, then Q K^T and P V (keys = the sequence)
+        if len(a) != 3 or len(w) != 2:
+            return 0
+        total = w[1]
+        q, _, v = [int(n) for n in (attrs.get("qkv_hidden_sizes") or [total // 3] * 3)]
+        return a[0] * a[1] * (a[2] * total + a[1] * (q + v))
     if op == "Einsum":  # every combination of the letters' values, once per pair
         from ..cpu.transformer import einsum_parse
 

@@ -137,13 +137,14 @@ _FLAGS = {"keepdims", "noop_with_empty_axes", "select_last_index", "allowzero", 
           "transB", "ceil_mode", "count_include_pad", "storage_order", "antialias",
           "exclude_outside", "largest", "sorted", "is_causal", "input_forget",
           "linear_before_reset", "align_corners", "layout", "upper", "exclusive", "reverse",
-          "saturate", "detect_negative", "detect_positive"}
+          "saturate", "detect_negative", "detect_positive", "unidirectional", "do_rotary",
+          "past_present_share_buffer"}
 _REALS = {"alpha", "beta", "gamma", "epsilon", "bias", "cubic_coeff_a", "extrapolation_value",
-          "clip", "scale", "softcap", "spatial_scale", "lambd"}
+          "clip", "scale", "softcap", "spatial_scale", "lambd", "mask_filter_value"}
 _COUNTS = {"group": 1 << 16, "blocksize": 1 << 16, "size": 1 << 16, "num_outputs": 1 << 16,
            "opset": 1000, "hidden_size": 1 << 16, "q_num_heads": 1 << 16,
            "kv_num_heads": 1 << 16, "p": 1 << 8, "output_height": LIMITS["dim"],
-           "output_width": LIMITS["dim"], "num_groups": 1 << 16}
+           "output_width": LIMITS["dim"], "num_groups": 1 << 16, "num_heads": 1 << 16}
 _WINDOWS = {"kernel_shape": (1, 1 << 16), "strides": (1, 1 << 16), "dilations": (1, 1 << 16),
             "pads": (-(1 << 16), 1 << 16), "output_padding": (0, 1 << 16),
             "output_shape": (0, LIMITS["dim"]), "split": (0, LIMITS["dim"])}
@@ -167,7 +168,8 @@ _MODES = {"Pad": ("constant", "reflect", "edge", "wrap"), "Resize": ("nearest", 
           "DepthToSpace": ("DCR", "CRD"), "RoiAlign": ("avg", "max")}
 _REQUIRED = {"LRN": ("size",), "DepthToSpace": ("blocksize",), "SpaceToDepth": ("blocksize",),
              "MaxUnpool": ("kernel_shape",), "LpPool": ("kernel_shape",),
-             "MaxPool": ("kernel_shape",), "AveragePool": ("kernel_shape",), "Cast": ("to",)}
+             "MaxPool": ("kernel_shape",), "AveragePool": ("kernel_shape",), "Cast": ("to",),
+             "MsAttention": ("num_heads",)}
 #: attributes whose meaning is the op's own (checked by :func:`_op_attr`)
 _OP_ATTRS = {"BitShift": {"direction"}, "EyeLike": {"k", "dtype"},
              "GatherND": {"batch_dims"}, "ReverseSequence": {"batch_axis", "time_axis"},
@@ -319,6 +321,8 @@ def check_attrs(op: str, attrs: dict[str, Any], ranks: list[int | None], path: s
             m.integer(v, p, -LIMITS["int_abs"], LIMITS["int_abs"])
         elif key == "k":                                     # TopK < 10
             m.integer(v, p, 0, LIMITS["dim"])
+        elif key == "qkv_hidden_sizes":                      # com.microsoft Attention
+            _int_list(m, v, p, 1, LIMITS["dim"], n=3)
         elif key == "qk_matmul_output_mode":
             m.integer(v, p, 0, 3)
         elif key == "stash_type":

@@ -26,12 +26,13 @@ import onnx
 from onnx import helper, numpy_helper
 
 from ...cpu.dtypes import ONNX_DTYPES, type_name
+from ...cpu.ms_attention import OP as MS_ATTENTION
 from ...cpu.ops import COMPILER_OPS, KERNELS
 from ...errors import ModelError, UnsupportedOps
 from ..hwmap import HARDWARE_OPS
 from ..ir import Graph, Op, Tensor
 
-__all__ = ["load", "load_onnx", "HW_OPS", "SUPPORTED_OPS"]
+__all__ = ["load", "load_onnx", "HW_OPS", "SUPPORTED_OPS", "DOMAIN_OPS"]
 
 #: Ops the DV700 lowering maps to hardware: the lowering's own table (all have CPU kernels).
 HW_OPS = frozenset(HARDWARE_OPS)
@@ -39,6 +40,9 @@ HW_OPS = frozenset(HARDWARE_OPS)
 _REWRITTEN = frozenset({"Constant", "Upsample"})
 #: Everything load_onnx accepts.
 SUPPORTED_OPS = frozenset(HW_OPS | (set(KERNELS) - COMPILER_OPS) | _REWRITTEN)
+#: Ops of other domains load_onnx accepts: (domain, op type) -> the IR op type (one no
+#: model may name in the default domain: :data:`dvsdk.cpu.ops.COMPILER_OPS`).
+DOMAIN_OPS = {("com.microsoft", "Attention"): MS_ATTENTION}
 
 _REDUCE = ("ReduceSum ReduceMean ReduceMax ReduceMin ReduceProd ReduceL2 "
            "ReduceSumSquare ReduceL1 ReduceLogSum ReduceLogSumExp").split()
@@ -227,6 +231,22 @@ def _attr_to_input(b: _Builder, name: str, attrs: dict, inputs: list[str], key: 
         inputs[pos] = cname
 
 
+def _check_domain_op(node: onnx.NodeProto, name: str) -> None:
+    """Refuse the parts of a :data:`DOMAIN_OPS` op the CPU kernel does not compute: for
+    com.microsoft Attention the ``past`` and ``past_sequence_length`` inputs and the
+    ``present`` output (ModelError naming the field)."""
+    what = f"{node.domain}.{node.op_type}"
+    for i, field in ((4, "past"), (6, "past_sequence_length")):
+        if len(node.input) > i and node.input[i]:
+            raise ModelError(f"{what} {field} (input {i}) is not supported",
+                             field=f"{what}.{field}", value=node.input[i],
+                             hint=f"node {name}: export without a key/value cache")
+    if len(node.output) > 1 and node.output[1]:
+        raise ModelError(f"{what} present (output 1) is not supported",
+                         field=f"{what}.present", value=node.output[1],
+                         hint=f"node {name}: export without a key/value cache")
+
+
 def _normalize(b: _Builder, node: onnx.NodeProto, name: str, attrs: dict, inputs: list[str],
                outputs: list[str], used: set[str]) -> tuple[str, dict]:
     """Rewrite opset-specific forms in place; return the (possibly new) op type and attrs."""
@@ -394,9 +414,11 @@ def load_onnx(model_or_path: str | os.PathLike | bytes | onnx.ModelProto,
         name = b.op_name(node, index)
         t = node.op_type
         if node.domain not in ("", "ai.onnx"):
-            b.unsupported.append((f"{node.domain}::{t}", name))
-            continue
-        if t not in SUPPORTED_OPS:
+            if (node.domain, t) not in DOMAIN_OPS:
+                b.unsupported.append((f"{node.domain}::{t}", name))
+                continue
+            _check_domain_op(node, name)
+        elif t not in SUPPORTED_OPS:
             b.unsupported.append((t, name))
             continue
         try:
@@ -411,7 +433,10 @@ def load_onnx(model_or_path: str | os.PathLike | bytes | onnx.ModelProto,
                 b.tensors[node.output[0]] = Tensor(node.output[0], const=value)
             continue
         ins, outs = list(node.input), list(node.output)
-        t, attrs = _normalize(b, node, name, attrs, ins, outs, used)
+        if node.domain not in ("", "ai.onnx"):
+            t = DOMAIN_OPS[(node.domain, t)]
+        else:
+            t, attrs = _normalize(b, node, name, attrs, ins, outs, used)
         for o in outs:
             if o and o not in b.tensors:
                 b.tensors[o] = Tensor(o)
