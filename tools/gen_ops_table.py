@@ -205,6 +205,15 @@ def render_keras() -> str:
     lines += ["", "Activations (`activation=` and `Activation`): `linear` is removed; "
               + "; ".join(f"{w}: " + ", ".join(names) for w, names in sorted(runs.items()))
               + ". Any other layer class or activation is refused by name."]
+    from dvsdk.compiler.frontends.keras_tfop import FUNCTIONS
+
+    lines += ["", "tf.keras `TFOpLambda` / `SlicingOpLambda` layers (TF functions on Keras "
+              "tensors: `x * 2.0`, `tf.nn.relu6(x)`, `x[:, 1:]` ...), by `function`; any "
+              "other function is refused by name (`TFOpLambda[math.cumsum]`):", "",
+              "| TF function | IR ops | notes |", "|---|---|---|"]
+    for name, fn in sorted(FUNCTIONS.items()):
+        ops = ", ".join(f"`{op}`" for op in fn.ir_ops)
+        lines.append(f"| `{name}` | {ops} | {_cell(fn.note)} |")
     return "\n".join(lines) + "\n"
 
 

@@ -36,6 +36,7 @@ from ..ir import Graph
 from .keras_ir import KT, Builder, Layer, ir_shape
 from .keras_layers import LAYERS
 from .keras_ops import OPERATIONS, convert_operation, is_operation, origin_class
+from .keras_tfop import check_tfop, convert_tfop, is_tfop, tfop_refs
 
 __all__ = ["load", "load_keras", "LAYERS", "MAX_CONFIG_BYTES", "MAX_DEPTH", "MAX_LAYERS"]
 
@@ -320,6 +321,10 @@ def _refusals(layers: list[dict], version: tuple[int, int]) -> list[tuple[str, s
         if is_operation(ly):   # Keras 3 arithmetic on a tensor (x + 3.0): not a layer
             if cls not in OPERATIONS:
                 bad.append((origin_class(cls), ly["name"]))
+        elif is_tfop(ly):      # Keras 2: a TF function on a tensor (tf.nn.relu6(x))
+            label = check_tfop(ly)
+            if label:
+                bad.append((label, ly["name"]))
         elif cls == "UpSampling2D" and ly["config"].get("interpolation") == "bilinear" \
                 and version < (2, 4):   # TF1-era resize (no half-pixel centers): not mapped
             bad.append((f"{cls}[bilinear, Keras {version[0]}.{version[1]}]", ly["name"]))
@@ -359,6 +364,7 @@ def _build(b: Builder, layers: list[dict], seq: bool, inner: dict, weights: _Wei
            input_size: tuple[int, int] | None) -> tuple[list[str], list[str]]:
     values: dict[tuple[str, int, int], KT] = {}
     inputs: list[str] = []
+    names = {ly["name"] for ly in layers}
     first_op = 0
 
     def add_input(name: str, dims: Any) -> None:
@@ -389,6 +395,8 @@ def _build(b: Builder, layers: list[dict], seq: bool, inner: dict, weights: _Wei
                 b.origin = m.origin
                 y = LAYERS[mcls].convert(b, m, [y])
             b.origin = layer.origin
+        elif is_tfop(ly):
+            y = convert_tfop(b, layer, raw, xs, names)
         else:
             y = convert_operation(b, layer, raw, xs) if operation else \
                 LAYERS[cls].convert(b, layer, xs)
@@ -429,7 +437,9 @@ def _build(b: Builder, layers: list[dict], seq: bool, inner: dict, weights: _Wei
         if not isinstance(nodes, list) or not nodes:
             raise ModelError("layer has no inbound nodes", field=ly["name"])
         for i, node in enumerate(nodes):
-            pending.append(_Node(ly, i, _node_refs(node, ly["name"]), node))
+            refs = tfop_refs(node, ly["name"], names) if is_tfop(ly) else \
+                _node_refs(node, ly["name"])
+            pending.append(_Node(ly, i, refs, node))
     while pending:   # topological order, whatever the file's
         ready = [n for n in pending if all(r in values for r in n.refs)]
         if not ready:

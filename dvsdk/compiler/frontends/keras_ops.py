@@ -21,7 +21,7 @@ import numpy as np
 
 from .keras_ir import KT, NHWC_TO_NCHW, Builder, Layer
 
-__all__ = ["OPERATIONS", "is_operation", "origin_class", "convert_operation"]
+__all__ = ["OPERATIONS", "is_operation", "origin_class", "convert_operation", "elementwise"]
 
 #: Keras operation class -> IR op (binary, element-wise)
 OPERATIONS = {"Add": "Add", "Subtract": "Sub", "Multiply": "Mul", "TrueDivide": "Div",
@@ -67,15 +67,24 @@ def origin_class(cls: str) -> str:
 def convert_operation(b: Builder, layer: Layer, node: dict, xs: list[KT]) -> KT:
     """The IR op of one call of operation ``layer`` (its ``cls`` from :func:`origin_class`):
     ``node["args"]`` in order, its tensors taken from ``xs``."""
-    tensors = iter(b.plain(x) for x in xs)
-    operands: list[KT | np.ndarray] = [next(tensors) if _is_tensor(a) else _constant(layer, a)
-                                       for a in node["args"]]
-    rank = max(len(o.shape) for o in operands if isinstance(o, KT))
-    shapes = [o.shape for o in operands]
+    tensors = iter(xs)
+    operands = [next(tensors) if _is_tensor(a) else a for a in node["args"]]
+    return elementwise(b, layer, OPERATIONS[layer.cls.removeprefix("ops.")], operands)
+
+
+def elementwise(b: Builder, layer: Layer, op_type: str, operands: list[Any]) -> KT:
+    """One binary element-wise IR op ``op_type`` of ``operands`` (Keras tensors, or numbers /
+    arrays that broadcast the numpy way against the tensors' Keras shapes)."""
+    ops: list[KT | np.ndarray] = [b.plain(o) if isinstance(o, KT) else _constant(layer, o)
+                                  for o in operands]
+    if not any(isinstance(o, KT) for o in ops):
+        raise layer.err("no operand is a tensor", value=[str(o)[:40] for o in operands])
+    rank = max(len(o.shape) for o in ops if isinstance(o, KT))
+    shapes = [o.shape for o in ops]
     if any(len(s) > rank for s in shapes):
         raise layer.err("a constant operand has more dimensions than the tensor",
                         value=[tuple(s) for s in shapes], limit=f"rank <= {rank}")
-    if any(isinstance(o, KT) and len(o.shape) != rank for o in operands):
+    if any(isinstance(o, KT) and len(o.shape) != rank for o in ops):
         raise layer.err("operands of different rank", value=[tuple(s) for s in shapes])
     try:
         shape = tuple(int(d) for d in np.broadcast_shapes(*shapes))
@@ -83,7 +92,7 @@ def convert_operation(b: Builder, layer: Layer, node: dict, xs: list[KT]) -> KT:
         raise layer.err("operands cannot be broadcast together",
                         value=[tuple(s) for s in shapes]) from None
     names = []
-    for i, o in enumerate(operands):
+    for i, o in enumerate(ops):
         if isinstance(o, KT):
             names.append(o.name)
             continue
@@ -91,4 +100,4 @@ def convert_operation(b: Builder, layer: Layer, node: dict, xs: list[KT]) -> KT:
         if rank == 4:
             c = c.transpose(NHWC_TO_NCHW)
         names.append(b.const(f"{layer.name}_operand{i}", c))
-    return KT(b.op(OPERATIONS[layer.cls.removeprefix("ops.")], names), shape)
+    return KT(b.op(op_type, names), shape)
