@@ -27,7 +27,6 @@ import pytest
 from dvsdk.compiler.build import compile
 from dvsdk.compiler.frontends import load
 from dvsdk.compiler.interpret import run_graph
-from dvsdk.cpu.ops import KERNELS
 from dvsdk.errors import ModelError, UnsupportedOps
 from dvsdk.runtime.net import Net
 
@@ -80,22 +79,17 @@ def test_application_agrees_with_keras(name, tmp_path):
     assert "Rescaling" not in types
 
 
-_MISSING = sorted({"LayerNormalization", "Gelu"} - set(KERNELS))
-
-
 def test_convnext_tiny_agrees_with_keras(tmp_path):
     """ConvNeXtTiny: nested Sequential blocks (stem, downsampling), LayerNormalization,
-    Gelu, LayerScale.  (With ONNX-semantics LayerNormalization and Gelu kernels in float64
-    the IR agreed with Keras to 9e-7 of the range when this was written.)"""
+    Gelu, LayerScale (measured: float32 IR 9.3e-7, simulator 1.2e-3 of the range)."""
     path, x, ref = make_application("ConvNeXtTiny", tmp_path, 32, 16)
     span = float(ref.max() - ref.min())
     g = load(path)
     assert {"LayerNormalization", "Gelu"} <= set(g.op_types())
-    if _MISSING:
-        pytest.xfail(f"needs LayerNormalization kernel (branch i28-ops): no {_MISSING}")
     assert float(np.abs(_interp(path, x) - ref).max()) <= 1e-4 * span
     y = _sim(compile(path, golden=False), x)
-    assert float(np.abs(y - ref).max()) <= TOL_ABS + 5e-2 * span
+    assert float(np.abs(y - ref).max()) <= TOL_ABS + 1e-2 * span
+    assert int(y.argmax()) == int(ref.argmax())
 
 
 # --------------------------------------------------------------------------- the layers
