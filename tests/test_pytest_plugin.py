@@ -104,3 +104,37 @@ def test_the_same_board_twice_is_a_usage_error(user):
     pytester, _ = user
     result = pytester.runpytest_subprocess("--dv-device", "uio://", "--dv-device", "uio://")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
+
+
+def test_the_report_names_the_device_of_every_test_under_xdist_too(user, tmp_path):
+    """Issue 29 item 5: the header lists which worker tests on which device, each verbose
+    result line names its device (the ids read [dv], the same on every worker), and the
+    JUnit XML carries a dv_device property per test."""
+    import xml.etree.ElementTree as ET
+
+    pytester, log = user
+    xml = tmp_path / "junit.xml"
+    with AgentProcess("sim://") as a, AgentProcess("sim://") as b:
+        result = pytester.runpytest_subprocess("-n", "2", "-v", "--dv-device", a.url,
+                                               "--dv-device", b.url, f"--junitxml={xml}")
+    result.assert_outcomes(passed=7, skipped=1)
+    result.stdout.fnmatch_lines([f"dvsdk devices, one per xdist worker: gw0 -> {a.url}, "
+                                 f"gw1 -> {b.url}*"])
+    ran = {r["worker"]: r["url"] for r in _log(log)}
+    for worker, url in ran.items():  # each result line: its worker and that worker's URL
+        result.stdout.fnmatch_lines([f"*[[]{worker}[]]*PASSED ({url})*test_user.py::*"])
+    props = {}
+    for case in ET.parse(xml).getroot().iter("testcase"):
+        for p in case.iter("property"):
+            if p.get("name") == "dv_device":
+                props[case.get("name")] = p.get("value")
+    assert len(props) == 8 and set(props.values()) <= {a.url, b.url}
+    assert set(props.values()) == set(ran.values())
+
+
+def test_the_header_lists_the_devices_without_xdist(user):
+    pytester, _ = user
+    urls = ["sim://?clock_mhz=300", "sim://?clock_mhz=200"]
+    result = pytester.runpytest_subprocess("--dv-device", urls[0], "--dv-device", urls[1])
+    result.stdout.fnmatch_lines([f"dvsdk devices: {urls[0]}, {urls[1]} (each test runs on "
+                                 "each; its id names the URL)"])

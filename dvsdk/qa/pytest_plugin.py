@@ -15,6 +15,11 @@ running every device: worker ``gwK`` gets the K-th URL (modulo their number), so
 never shared between workers. More workers than URLs is a usage error when any of them is a
 board; simulators may be shared (each worker opens its own).
 
+Which device ran what: the report header lists the devices (under xdist, which worker
+tests on which), every test that uses a device records it as the ``dv_device`` property
+(JUnit XML), and under xdist, whose test ids cannot name a worker's device, each verbose
+result line does, as ``PASSED (URL)``.
+
 Markers: ``@pytest.mark.dv_hardware`` skips a test on a simulated device (``sim://``, or an
 agent serving one); ``@pytest.mark.dv_simulator`` skips it on real hardware (for tests of
 simulator-only features such as fault injection or coherence checks).
@@ -96,6 +101,50 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         urls = _urls(metafunc.config)
         metafunc.parametrize("dv_device_url", urls, ids=urls, indirect=True,
                              scope="session")
+
+
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    """Which device runs what: every URL, and under xdist which worker tests on which."""
+    urls = _urls(config)
+    workers = _xdist_workers(config)
+    if workers:
+        pairs = ", ".join(f"gw{k} -> {urls[k % len(urls)]}" for k in range(workers))
+        return [f"dvsdk devices, one per xdist worker: {pairs} (each result line names its "
+                "device)"]
+    return [f"dvsdk devices: {', '.join(urls)}"
+            + (" (each test runs on each; its id names the URL)" if len(urls) > 1 else "")]
+
+
+def _item_url(item: pytest.Item) -> str | None:
+    """The device URL ``item`` runs on (None: it uses no device)."""
+    if "dv_device_url" not in getattr(item, "fixturenames", ()):
+        return None
+    param = getattr(getattr(item, "callspec", None), "params", {}).get("dv_device_url")
+    if param is None or param == _WORKER:
+        return _worker_url(item.config) or _urls(item.config)[0]
+    return param
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """Record the device in the test's report (``user_properties``: JUnit XML properties,
+    and carried from xdist workers to the controller)."""
+    url = _item_url(item)
+    if url is not None and ("dv_device", url) not in item.user_properties:
+        item.user_properties.append(("dv_device", url))
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_report_teststatus(report: pytest.TestReport, config: pytest.Config
+                             ) -> tuple[str, str, str] | None:
+    """Under xdist the test ids read ``[dv]`` (every worker must collect the same ids): the
+    verbose result names the device instead, as ``PASSED (URL)``."""
+    url = dict(getattr(report, "user_properties", ()) or ()).get("dv_device")
+    if url is None or url in report.nodeid or report.when != "call" \
+            or hasattr(report, "wasxfail"):
+        return None
+    word = {"passed": "PASSED", "failed": "FAILED", "skipped": "SKIPPED"}[report.outcome]
+    letter = {"passed": ".", "failed": "F", "skipped": "s"}[report.outcome]
+    return report.outcome, letter, f"{word} ({url})"
 
 
 @pytest.fixture(scope="session")
