@@ -203,3 +203,21 @@ def test_malformed_datasets_are_one_clear_error(tmp_path, layout, message):
     target = tmp_path / "list.csv" if "list.csv" in layout else tmp_path
     with pytest.raises(DatasetError, match=message):
         open_dataset(target, LABELS)
+
+
+def test_a_relative_dataset_path_is_resolved_on_the_client(digits, tmp_path, monkeypatch):
+    """Issue 29: the workers of a Dask cluster on 127.0.0.1 run in another folder than the
+    client that names the dataset relatively; every image is still scored."""
+    distributed = pytest.importorskip("distributed")
+    root, ref = digits
+    elsewhere = tmp_path / "workers"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)            # the workers start here ...
+    with distributed.LocalCluster(n_workers=1, threads_per_worker=1, processes=True,
+                                  host="127.0.0.1", dashboard_address=None) as cluster:
+        monkeypatch.chdir(root)             # ... the client names the dataset from here
+        ds = open_dataset("folders", LABELS)
+        assert all(s.image.startswith(str(root)) for s in ds.samples)
+        result = evaluate(NET, ds, scheduler=cluster.scheduler_address)
+    assert not result.errors
+    _same(result, ref)

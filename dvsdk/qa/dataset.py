@@ -132,8 +132,10 @@ def _csv(path: Path, labels: list[str] | None) -> Dataset:
 
 def open_dataset(path: str | os.PathLike, labels: list[str] | None = None,
                  num_classes: int | None = None) -> Dataset:
-    """Read the dataset at ``path`` (see the module docstring)."""
-    root = Path(path)
+    """Read the dataset at ``path`` (see the module docstring).  Every sample's path is
+    absolute, resolved here on the client: a Dask worker or an agent in another folder
+    would read a relative one against its own."""
+    root = Path(path).absolute()
     if not root.exists():
         raise DatasetError("dataset not found", field="dataset", value=str(root))
     if root.is_file():
