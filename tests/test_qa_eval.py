@@ -12,7 +12,7 @@ import onnxruntime as ort
 import pytest
 from PIL import Image
 
-from dvsdk.errors import DatasetError
+from dvsdk.errors import DatasetError, InvalidArgument
 from dvsdk.link.agent import AgentProcess
 from dvsdk.qa.dataset import open_dataset
 from dvsdk.qa.evaluate import evaluate
@@ -52,7 +52,8 @@ def digits(tmp_path_factory):
     for t, p in zip(y, order[:, 0]):
         conf[t, p] += 1
     ref = {"top1": float(np.mean(order[:, 0] == y)),
-           "top5": float(np.mean([t in o[:5] for t, o in zip(y, order)])), "confusion": conf}
+           "top5": float(np.mean([t in o[:5] for t, o in zip(y, order)])), "confusion": conf,
+           "top3": float(np.mean([t in o[:3] for t, o in zip(y, order)]))}
     return root, ref
 
 
@@ -221,3 +222,39 @@ def test_a_relative_dataset_path_is_resolved_on_the_client(digits, tmp_path, mon
         result = evaluate(NET, ds, scheduler=cluster.scheduler_address)
     assert not result.errors
     _same(result, ref)
+
+
+def test_top_k_is_the_one_asked_for(digits):
+    """``evaluate(top=3)``: top-1 and top-3 accuracy, against onnxruntime's ranking."""
+    root, ref = digits
+    s = evaluate(NET, open_dataset(root / "folders", LABELS), top=3).summary
+    assert s["top1"] == pytest.approx(ref["top1"]) and s["top3"] == pytest.approx(ref["top3"])
+    assert "top5" not in s
+    with pytest.raises(InvalidArgument) as e:
+        evaluate(NET, open_dataset(root / "folders", LABELS), top=0)
+    assert e.value.field == "top_k"
+
+
+def test_cli_top_k_and_expect_exit_codes(digits, capsys):
+    """Issue 29 item 3: ``--top-k K`` reports top-K; ``--expect METRIC>=VALUE`` (repeatable)
+    exits 6 when any is missed, naming it, and 0 when all are met; a metric the report does
+    not have, or a malformed expectation, is one clear error (exit 2)."""
+    from dvsdk.cli.main import run
+
+    root, ref = digits
+    base = ["eval", str(NET), str(root / "folders")]
+    assert run([*base, "--top-k", "3", "--expect", f"top1>={ref['top1'] - 0.01}",
+                "--expect", f"top3>={ref['top3']}", "--expect", "failed<=0"]) == 0
+    captured = capsys.readouterr()
+    assert f"top-3 {ref['top3']:.2%}" in captured.out and captured.err == ""
+    assert run([*base, "--expect", "top1>=1.01", "--expect", "top5>=0"]) == 6
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"dvsdk eval: expected top1>=1.01, got {ref['top1']:.6g}"]
+    assert run([*base, "--expect", "samples<=39"]) == 6
+    assert "expected samples<=39, got 40" in capsys.readouterr().err
+    assert run([*base, "--expect", "miou>=0.5"]) == 2
+    assert "--expect names a metric the report does not have" in capsys.readouterr().err
+    assert run([*base, "--expect", "top1=0.5"]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        "dvsdk: error: argument --expect: 'top1=0.5' is not METRIC>=VALUE or METRIC<=VALUE; "
+        "see dvsdk eval --help"]

@@ -17,8 +17,16 @@ examples:
   dvsdk eval digits.bin digits_test/
   dvsdk eval digits.bin test.csv --jobs 2 --confusion confusion.png
   dvsdk eval seg.bin voc/ --scheduler tcp://10.0.0.5:8786 --json
-  dvsdk eval det.bin val/ --device socket://b1:7000 --device socket://b2:7000
+  dvsdk eval cls.bin val/ --device socket://b1:7000 --device socket://b2:7000
+  dvsdk eval cls.bin val/ --top-k 3 --expect top1>=0.9 --expect failed<=0
+
+--expect METRIC>=VALUE or METRIC<=VALUE (repeatable): after the report, exit 6 when any is
+missed (one line each), 0 when all are met. Metrics: top1, top<k>, samples, failed
+(classification); miou, pixel_accuracy, pixels, failed (segmentation).
 """
+
+#: exit status when an --expect floor or ceiling is missed
+EXIT_EXPECT = 6
 
 
 def build_parser() -> Parser:
@@ -34,6 +42,11 @@ def build_parser() -> Parser:
     p.add_argument("--output", help="which net output holds the scores (default: the first)")
     p.add_argument("--json", action="store_true", help="print the results as JSON")
     p.add_argument("--confusion", metavar="PNG", help="write the confusion matrix image")
+    p.add_argument("--top-k", type=int, default=5, metavar="K",
+                   help="report top-1 and top-K accuracy (default 5)")
+    p.add_argument("--expect", action="append", default=[], metavar="METRIC>=VALUE",
+                   type=_expectation, help="a floor (>=) or ceiling (<=) a metric must meet; "
+                   f"exit {EXIT_EXPECT} when one is missed (repeatable)")
     p.add_argument("-f", "--force", action="store_true",
                    help="replace an existing --confusion file (never the net.bin or a file "
                         "of the dataset)")
@@ -71,7 +84,8 @@ def main(argv: list[str]) -> int:
     _check_outputs(args, ds)
     tty = sys.stderr.isatty() and not args.quiet and not args.json
     result = evaluate(args.net, ds, devices=args.device, jobs=args.jobs,
-                      scheduler=args.scheduler, output=args.output, progress=_progress(tty))
+                      scheduler=args.scheduler, output=args.output, top=args.top_k,
+                      progress=_progress(tty))
     if args.confusion:
         from ..qa.plots import confusion_image, save_png
 
@@ -84,7 +98,41 @@ def main(argv: list[str]) -> int:
         _print_segmentation(result)
     for image, message in result.errors:
         print(f"dvsdk eval: {image}: {message}", file=sys.stderr)
-    return 2 if result.errors else 0
+    missed = _missed(args.expect, result)
+    for line in missed:
+        print(f"dvsdk eval: {line}", file=sys.stderr)
+    return EXIT_EXPECT if missed else 2 if result.errors else 0
+
+
+def _expectation(text: str) -> tuple[str, str, float]:
+    """``METRIC>=VALUE`` / ``METRIC<=VALUE`` as (metric, op, value)."""
+    for op in (">=", "<="):
+        name, sep, value = text.partition(op)
+        if sep:
+            try:
+                return name.strip(), op, float(value)
+            except ValueError:
+                break
+    raise argparse.ArgumentTypeError(f"{text!r} is not METRIC>=VALUE or METRIC<=VALUE")
+
+
+def _missed(expect: list[tuple[str, str, float]], result) -> list[str]:
+    """The expectations ``result`` does not meet, as lines; a metric the report does not
+    have is an InvalidArgument naming the ones it has."""
+    from ..errors import InvalidArgument
+
+    values = {k: float(v) for k, v in result.summary.items()
+              if isinstance(v, (int, float)) and not isinstance(v, bool)}
+    values["failed"] = float(len(result.errors))
+    out = []
+    for name, op, bound in expect:
+        if name not in values:
+            raise InvalidArgument("--expect names a metric the report does not have",
+                                  field="expect", value=name, limit=sorted(values))
+        got = values[name]
+        if not (got >= bound if op == ">=" else got <= bound):
+            out.append(f"expected {name}{op}{bound:g}, got {got:.6g}")
+    return out
 
 
 def _check_outputs(args, ds) -> None:
@@ -112,7 +160,8 @@ def _print_classification(result) -> None:
             rec = "-" if row["recall"] is None else f"{row['recall']:.2%}"
             pre = "-" if row["precision"] is None else f"{row['precision']:.2%}"
             print(f"{name:{width}s}  {row['support']:7d}  {rec:>6s}  {pre:>9s}")
-    print(f"top-1 {s['top1']:.2%}  top-5 {s['top5']:.2%}  on {s['samples']} images "
+    k = next((key for key in s if key.startswith("top") and key != "top1"), "top1")
+    print(f"top-1 {s['top1']:.2%}  top-{k[3:]} {s[k]:.2%}  on {s['samples']} images "
           f"({len(result.workers)} worker{'s' if len(result.workers) != 1 else ''})")
 
 

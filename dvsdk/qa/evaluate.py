@@ -32,7 +32,8 @@ from . import metrics
 from .dataset import CLASSIFY, IGNORE, Dataset, Sample
 
 CHUNK = 16
-TOP = 5
+TOP = 5          # the default k of top-k accuracy
+TOP_MAX = 1000
 
 
 @dataclass
@@ -57,12 +58,12 @@ class _Worker:
     """A net loaded on one device, predicting samples."""
 
     def __init__(self, net_bytes: bytes, url: str | None, kind: str, output: str | None,
-                 num_classes: int) -> None:
+                 num_classes: int, top: int = TOP) -> None:
         from ..netfile import decode
         from ..runtime.net import load
 
         self.net = load(decode(net_bytes), url)
-        self.kind, self.num_classes = kind, num_classes
+        self.kind, self.num_classes, self.top = kind, num_classes, top
         self.output = output or self.net.outputs[0]["name"]
         self.url = url or "default"
 
@@ -82,7 +83,7 @@ class _Worker:
             raise InvalidArgument("the net has no such output", field="output",
                                   value=self.output, limit=sorted(y))
         if self.kind == CLASSIFY:
-            return metrics.top_k(y[self.output], TOP).astype(np.int32)
+            return metrics.top_k(y[self.output], self.top).astype(np.int32)
         pred = self.net.class_map(self.output)
         mask = _load_mask(sample.mask, pred.shape)
         return metrics.confusion(mask, pred, self.num_classes, ignore=IGNORE)
@@ -125,8 +126,8 @@ def _cached_worker(key: str, args: tuple) -> _Worker:
 
 
 def _process_init(net_bytes: bytes, url: str | None, kind: str, output: str | None,
-                  num_classes: int) -> None:
-    _cached_worker("process", (net_bytes, url, kind, output, num_classes))
+                  num_classes: int, top: int = TOP) -> None:
+    _cached_worker("process", (net_bytes, url, kind, output, num_classes, top))
 
 
 def _process_chunk(chunk: list[tuple[int, Sample]]) -> list[tuple[int, Any, str]]:
@@ -134,19 +135,25 @@ def _process_chunk(chunk: list[tuple[int, Sample]]) -> list[tuple[int, Any, str]
 
 
 def _dask_chunk(chunk: list[tuple[int, Sample]], net_bytes: bytes, kind: str,
-                output: str | None, num_classes: int) -> list[tuple[int, Any, str]]:
-    key = hashlib.sha256(net_bytes).hexdigest() + f"/{kind}/{output}/{num_classes}"
+                output: str | None, num_classes: int, top: int = TOP
+                ) -> list[tuple[int, Any, str]]:
+    key = hashlib.sha256(net_bytes).hexdigest() + f"/{kind}/{output}/{num_classes}/{top}"
     url = os.environ.get("DVSDK_DEVICE") or "sim://"
-    return _cached_worker(key, (net_bytes, url, kind, output, num_classes)).predict(chunk)
+    return _cached_worker(key, (net_bytes, url, kind, output, num_classes, top)
+                          ).predict(chunk)
 
 
 # -- orchestration -----------------------------------------------------------------------
 
 def evaluate(net_source: str | os.PathLike | bytes, dataset: Dataset, *,
              devices: Sequence[str] = (), jobs: int = 1, scheduler: str | None = None,
-             output: str | None = None,
+             output: str | None = None, top: int = TOP,
              progress: Callable[[int, int], None] | None = None) -> EvalResult:
-    """Evaluate a net.bin (path or bytes) on ``dataset``; see the module docstring."""
+    """Evaluate a net.bin (path or bytes) on ``dataset``; see the module docstring.
+    Classification reports top-1 and top-``top`` accuracy."""
+    if isinstance(top, bool) or not isinstance(top, int) or not 1 <= top <= TOP_MAX:
+        raise InvalidArgument("top-k out of range", field="top_k", value=top,
+                              limit=f"1..{TOP_MAX}")
     net_bytes = net_source if isinstance(net_source, bytes) else _read(net_source)
     if jobs < 1:
         raise InvalidArgument("jobs must be at least 1", field="jobs", value=jobs, limit=">= 1")
@@ -165,7 +172,7 @@ def evaluate(net_source: str | os.PathLike | bytes, dataset: Dataset, *,
     if dataset.kind != CLASSIFY and num_classes < 1:
         raise DatasetError("segmentation needs the class count (net labels)",
                            field="classes", value=0)
-    args = (dataset.kind, output, num_classes)
+    args = (dataset.kind, output, num_classes, top)
     chunks = [list(enumerate(dataset.samples))[i:i + CHUNK]
               for i in range(0, len(dataset.samples), CHUNK)]
     done = [0]
@@ -182,7 +189,7 @@ def evaluate(net_source: str | os.PathLike | bytes, dataset: Dataset, *,
                                          chunks, args, tick)
     else:
         results, workers = _on_devices(list(devices) or [None], net_bytes, chunks, args, tick)
-    return _summarize(dataset, results, workers)
+    return _summarize(dataset, results, workers, top)
 
 
 def _read(path: str | os.PathLike) -> bytes:
@@ -256,7 +263,7 @@ def _on_dask(scheduler: str, net_bytes: bytes, chunks: list, args: tuple,
     with client:
         blob = client.scatter(net_bytes, broadcast=True)
         futures = client.map(_dask_chunk, chunks, net_bytes=blob, kind=args[0],
-                             output=args[1], num_classes=args[2], pure=False)
+                             output=args[1], num_classes=args[2], top=args[3], pure=False)
         results: list = []
         for f in dask_completed(futures):
             part = f.result()
@@ -266,18 +273,19 @@ def _on_dask(scheduler: str, net_bytes: bytes, chunks: list, args: tuple,
     return results, workers
 
 
-def _summarize(dataset: Dataset, results: list, workers: list[str]) -> EvalResult:
+def _summarize(dataset: Dataset, results: list, workers: list[str], top_k: int = TOP
+               ) -> EvalResult:
     results.sort(key=lambda r: r[0])
     errors = [(dataset.samples[i].image, msg) for i, _, msg in results if msg]
     ok = [(i, r) for i, r, msg in results if not msg]
     k = len(dataset.classes)
     if dataset.kind == CLASSIFY:
-        top = np.full((len(ok), TOP), -1, np.int64)
+        top = np.full((len(ok), top_k), -1, np.int64)
         for row, (_, r) in enumerate(ok):
             top[row, : len(r)] = r
         labels = np.array([dataset.samples[i].label for i, _ in ok], np.int64)
         k = max(k, int(top.max(initial=-1)) + 1, int(labels.max(initial=-1)) + 1)
-        summary = metrics.classification_summary(top, labels, k)
+        summary = metrics.classification_summary(top, labels, k, top_k)
     else:
         conf = np.zeros((k, k), np.int64)
         for _, r in ok:

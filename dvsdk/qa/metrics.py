@@ -32,8 +32,10 @@ def confusion(true: np.ndarray, pred: np.ndarray, num_classes: int,
         num_classes, num_classes)
 
 
-def classification_summary(top: np.ndarray, labels: np.ndarray, num_classes: int) -> dict:
-    """``top``: (N, k) predicted classes, best first; ``labels``: (N,)."""
+def classification_summary(top: np.ndarray, labels: np.ndarray, num_classes: int,
+                           k: int = 5) -> dict:
+    """``top``: (N, >= k) predicted classes, best first; ``labels``: (N,).  Accuracy as
+    ``top1`` and ``top<k>``."""
     top = np.asarray(top, np.int64)
     labels = np.asarray(labels, np.int64)
     n = len(labels)
@@ -42,7 +44,7 @@ def classification_summary(top: np.ndarray, labels: np.ndarray, num_classes: int
     return {
         "samples": n,
         "top1": float(hits[:, :1].any(axis=1).mean()) if n else 0.0,
-        "top5": float(hits[:, :5].any(axis=1).mean()) if n else 0.0,
+        f"top{k}": float(hits[:, :k].any(axis=1).mean()) if n else 0.0,
         "confusion": conf,
         "per_class": per_class(conf),
     }
