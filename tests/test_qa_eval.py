@@ -258,3 +258,34 @@ def test_cli_top_k_and_expect_exit_codes(digits, capsys):
     assert capsys.readouterr().err.strip().splitlines() == [
         "dvsdk: error: argument --expect: 'top1=0.5' is not METRIC>=VALUE or METRIC<=VALUE; "
         "see dvsdk eval --help"]
+
+
+def test_progress_has_rate_and_eta_and_periodic_lines_off_a_terminal():
+    """Issue 29 item 3: on a terminal one redrawn line with the rate and the time left;
+    elsewhere (a log, CI) a line every 10 s; nothing for --quiet/--json."""
+    import io
+
+    from dvsdk.cli.eval import _progress
+
+    t = [100.0]
+    out = io.StringIO()
+    lines = _progress("lines", clock=lambda: t[0], every=10.0, stream=out)
+    for done in (1, 2, 3):            # 3 images in 9 s: nothing yet
+        t[0] += 3.0
+        lines(done, 30)
+    assert out.getvalue() == ""
+    t[0] += 3.0                       # 4 images in 12 s: 0.33/s, 26 left: 78 s
+    lines(4, 30)
+    assert out.getvalue() == "dvsdk eval: 4/30 images, 0.3/s, ETA 1m18s\n"
+    t[0] += 1.0
+    lines(5, 30)                      # within 10 s of the last line
+    assert out.getvalue().count("\n") == 1
+    bar = io.StringIO()
+    t0 = t[0]
+    draw = _progress("bar", clock=lambda: t[0], stream=bar)
+    t[0] = t0 + 2.0
+    draw(10, 40)                      # 5/s, 30 left: 6 s
+    assert bar.getvalue().endswith("10/40 5.0/s ETA 6s")
+    draw(40, 40)
+    assert bar.getvalue().endswith("\r\x1b[K")
+    assert _progress("off") is None

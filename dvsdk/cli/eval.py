@@ -5,6 +5,9 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
+from collections.abc import Callable
+from typing import TextIO
 
 from . import Parser
 
@@ -50,20 +53,45 @@ def build_parser() -> Parser:
     p.add_argument("-f", "--force", action="store_true",
                    help="replace an existing --confusion file (never the net.bin or a file "
                         "of the dataset)")
-    p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    p.add_argument("-q", "--quiet", action="store_true",
+                   help="no progress (a bar with rate and ETA on a terminal, otherwise a "
+                        "line every 10 s)")
     p.add_argument("--debug", action="store_true", help="show tracebacks")
     return p
 
 
-def _progress(enabled: bool):
+def _eta(seconds: float) -> str:
+    m, sec = divmod(int(round(seconds)), 60)
+    return f"{m // 60}h{m % 60:02d}m" if m >= 60 else f"{m}m{sec:02d}s" if m else f"{sec}s"
+
+
+def _progress(mode: str, clock: Callable[[], float] = time.monotonic, every: float = 10.0,
+              stream: TextIO | None = None) -> Callable[[int, int], None] | None:
+    """The progress of a run: ``"bar"`` redraws one line on a terminal, ``"lines"`` writes a
+    line every ``every`` seconds (a log, a CI job), ``"off"`` nothing; each with the rate
+    and the time left at that rate."""
+    if mode == "off":
+        return None
+    t0 = clock()
+    last = [t0]
+
     def draw(done: int, total: int) -> None:
-        width = 30
-        fill = width * done // max(total, 1)
-        sys.stderr.write(f"\r\x1b[K[{'#' * fill}{'.' * (width - fill)}] {done}/{total}")
-        if done == total:
-            sys.stderr.write("\r\x1b[K")
-        sys.stderr.flush()
-    return draw if enabled else None
+        out = stream or sys.stderr
+        now = clock()
+        rate = done / max(now - t0, 1e-9)
+        left = f"ETA {_eta((total - done) / rate)}" if rate > 0 and done < total else ""
+        if mode == "bar":
+            width = 30
+            fill = width * done // max(total, 1)
+            out.write(f"\r\x1b[K[{'#' * fill}{'.' * (width - fill)}] {done}/{total} "
+                      f"{rate:.1f}/s {left}")
+            if done == total:
+                out.write("\r\x1b[K")
+        elif now - last[0] >= every and done < total:
+            last[0] = now
+            out.write(f"dvsdk eval: {done}/{total} images, {rate:.1f}/s, {left}\n")
+        out.flush()
+    return draw
 
 
 def main(argv: list[str]) -> int:
@@ -82,10 +110,10 @@ def main(argv: list[str]) -> int:
             break
     ds = open_dataset(args.dataset, labels, channels)
     _check_outputs(args, ds)
-    tty = sys.stderr.isatty() and not args.quiet and not args.json
+    mode = "off" if args.quiet or args.json else "bar" if sys.stderr.isatty() else "lines"
     result = evaluate(args.net, ds, devices=args.device, jobs=args.jobs,
                       scheduler=args.scheduler, output=args.output, top=args.top_k,
-                      progress=_progress(tty))
+                      progress=_progress(mode))
     if args.confusion:
         from ..qa.plots import confusion_image, save_png
 
