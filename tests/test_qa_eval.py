@@ -6,6 +6,7 @@ The reference is independent of the device path: onnxruntime on ``digits.onnx`` 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import onnxruntime as ort
@@ -53,7 +54,9 @@ def digits(tmp_path_factory):
         conf[t, p] += 1
     ref = {"top1": float(np.mean(order[:, 0] == y)),
            "top5": float(np.mean([t in o[:5] for t, o in zip(y, order)])), "confusion": conf,
-           "top3": float(np.mean([t in o[:3] for t, o in zip(y, order)]))}
+           "top3": float(np.mean([t in o[:3] for t, o in zip(y, order)])),
+           "order": {str(p): o for p, o in zip(paths, order)},
+           "scores": {str(p): sc for p, sc in zip(paths, scores)}}
     return root, ref
 
 
@@ -289,3 +292,41 @@ def test_progress_has_rate_and_eta_and_periodic_lines_off_a_terminal():
     draw(40, 40)
     assert bar.getvalue().endswith("\r\x1b[K")
     assert _progress("off") is None
+
+
+def test_per_image_results_as_json_lines_and_csv(digits, tmp_path, capsys):
+    """Issue 29 item 3: ``--per-image FILE`` (.jsonl or .csv): each image's path, label,
+    prediction, top-k with scores (onnxruntime's ranking and scores, within FP16), device
+    time; a broken image is a row with its error; another suffix is one clear error."""
+    import csv
+    import shutil
+
+    from dvsdk.cli.main import run
+
+    root, ref = digits
+    shutil.copytree(root / "folders", tmp_path / "ds")
+    (tmp_path / "ds" / "three" / "broken.png").write_bytes(b"not a png")
+    out = tmp_path / "per.jsonl"
+    assert run(["eval", str(NET), str(tmp_path / "ds"), "--per-image", str(out),
+                "--top-k", "3", "-q"]) == 2
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert len(rows) == 41
+    bad = [r for r in rows if "error" in r]
+    assert len(bad) == 1 and bad[0]["path"].endswith("broken.png")
+    for r in rows:
+        if "error" in r:
+            continue
+        src = str(root / "folders" / Path(r["path"]).relative_to(tmp_path / "ds"))
+        order, scores = ref["order"][src], ref["scores"][src]
+        assert r["label"] == Path(r["path"]).parent.name
+        assert r["top_k"] == [LABELS[i] for i in order[:3]] and r["prediction"] == r["top_k"][0]
+        assert np.allclose(r["scores"], scores[order[:3]], atol=2e-2)
+        assert r["device_us"] > 0
+    table = tmp_path / "per.csv"
+    assert run(["eval", str(NET), str(root / "folders"), "--per-image", str(table), "-q"]) == 0
+    got = list(csv.DictReader(table.open()))
+    assert len(got) == 40 and got[0]["top_k"].count(";") == 4 and not got[0]["error"]
+    capsys.readouterr()
+    assert run(["eval", str(NET), str(root / "folders"), "--per-image",
+                str(tmp_path / "per.txt")]) == 2
+    assert "--per-image writes .jsonl or .csv" in capsys.readouterr().err

@@ -45,14 +45,17 @@ def build_parser() -> Parser:
     p.add_argument("--output", help="which net output holds the scores (default: the first)")
     p.add_argument("--json", action="store_true", help="print the results as JSON")
     p.add_argument("--confusion", metavar="PNG", help="write the confusion matrix image")
+    p.add_argument("--per-image", metavar="FILE",
+                   help="each image's result (path, label, prediction, top-k and scores, "
+                        "device us, or its error) as .jsonl or .csv")
     p.add_argument("--top-k", type=int, default=5, metavar="K",
                    help="report top-1 and top-K accuracy (default 5)")
     p.add_argument("--expect", action="append", default=[], metavar="METRIC>=VALUE",
                    type=_expectation, help="a floor (>=) or ceiling (<=) a metric must meet; "
                    f"exit {EXIT_EXPECT} when one is missed (repeatable)")
     p.add_argument("-f", "--force", action="store_true",
-                   help="replace an existing --confusion file (never the net.bin or a file "
-                        "of the dataset)")
+                   help="replace an existing --confusion or --per-image file (never the "
+                        "net.bin or a file of the dataset)")
     p.add_argument("-q", "--quiet", action="store_true",
                    help="no progress (a bar with rate and ETA on a terminal, otherwise a "
                         "line every 10 s)")
@@ -118,6 +121,8 @@ def main(argv: list[str]) -> int:
         from ..qa.plots import confusion_image, save_png
 
         save_png(confusion_image(result.summary["confusion"], result.classes), args.confusion)
+    if args.per_image:
+        _write_per_image(args.per_image, result.per_image)
     if args.json:
         print(json.dumps(result.as_json(), indent=1))
     elif result.kind == CLASSIFY:
@@ -176,7 +181,38 @@ def _check_outputs(args, ds) -> None:
             if s.mask:
                 yield "a mask of the dataset", s.mask
 
-    check_outputs({"--confusion": args.confusion}, inputs(), force=args.force)
+    check_outputs({"--confusion": args.confusion, "--per-image": args.per_image}, inputs(),
+                  force=args.force)
+    if args.per_image and not args.per_image.lower().endswith((".jsonl", ".csv")):
+        from ..errors import InvalidArgument
+
+        raise InvalidArgument("--per-image writes .jsonl or .csv", field="per_image",
+                              value=args.per_image, limit=[".jsonl", ".csv"])
+
+
+#: --per-image CSV columns (lists joined by ';')
+PER_IMAGE_COLUMNS = ["path", "label", "mask", "prediction", "top_k", "scores",
+                     "pixel_accuracy", "device_us", "error"]
+
+
+def _write_per_image(path: str, rows: list[dict]) -> None:
+    """``rows`` as JSON lines or CSV, written atomically (no half-written file)."""
+    import csv
+    import io
+
+    from ..fsutil import atomic_write
+
+    if path.lower().endswith(".jsonl"):
+        text = "".join(json.dumps(r) + "\n" for r in rows)
+    else:
+        buf = io.StringIO()
+        w = csv.DictWriter(buf, PER_IMAGE_COLUMNS, lineterminator="\n")
+        w.writeheader()
+        for r in rows:
+            w.writerow({k: ";".join(str(x) for x in v) if isinstance(v, list) else
+                        ("" if v is None else v) for k, v in r.items()})
+        text = buf.getvalue()
+    atomic_write(path, lambda f: f.write(text.encode()))
 
 
 def _print_classification(result) -> None:

@@ -43,6 +43,7 @@ class EvalResult:
     classes: list[str]
     errors: list[tuple[str, str]] = field(default_factory=list)   # (image, message)
     workers: list[str] = field(default_factory=list)
+    per_image: list[dict[str, Any]] = field(default_factory=list)  # in dataset order
 
     def as_json(self) -> dict[str, Any]:
         out = {k: (v.tolist() if isinstance(v, np.ndarray) else v)
@@ -82,11 +83,15 @@ class _Worker:
         if self.output not in y:
             raise InvalidArgument("the net has no such output", field="output",
                                   value=self.output, limit=sorted(y))
+        us = float(self.net.last_run.device_us)
         if self.kind == CLASSIFY:
-            return metrics.top_k(y[self.output], self.top).astype(np.int32)
+            scores = np.asarray(y[self.output], np.float32).reshape(-1)
+            top = metrics.top_k(scores, self.top).astype(np.int32)
+            return {"top": top, "scores": scores[top], "device_us": us}
         pred = self.net.class_map(self.output)
         mask = _load_mask(sample.mask, pred.shape)
-        return metrics.confusion(mask, pred, self.num_classes, ignore=IGNORE)
+        return {"confusion": metrics.confusion(mask, pred, self.num_classes, ignore=IGNORE),
+                "device_us": us}
 
     def close(self) -> None:
         self.net.close()
@@ -282,14 +287,38 @@ def _summarize(dataset: Dataset, results: list, workers: list[str], top_k: int =
     if dataset.kind == CLASSIFY:
         top = np.full((len(ok), top_k), -1, np.int64)
         for row, (_, r) in enumerate(ok):
-            top[row, : len(r)] = r
+            top[row, : len(r["top"])] = r["top"]
         labels = np.array([dataset.samples[i].label for i, _ in ok], np.int64)
         k = max(k, int(top.max(initial=-1)) + 1, int(labels.max(initial=-1)) + 1)
         summary = metrics.classification_summary(top, labels, k, top_k)
     else:
         conf = np.zeros((k, k), np.int64)
         for _, r in ok:
-            conf += r
+            conf += r["confusion"]
         summary = metrics.segmentation_summary(conf)
     classes = list(dataset.classes) + [str(i) for i in range(len(dataset.classes), k)]
-    return EvalResult(dataset.kind, summary, classes, errors, workers)
+    per_image = [_image_row(dataset.samples[i], r, msg, classes) for i, r, msg in results]
+    return EvalResult(dataset.kind, summary, classes, errors, workers, per_image)
+
+
+def _image_row(sample: Sample, r: dict | None, error: str, classes: list[str]
+               ) -> dict[str, Any]:
+    """One image's line of ``--per-image``: its path, label, prediction (top-k with their
+    scores, or its pixel accuracy), device time, or its error."""
+    row: dict[str, Any] = {"path": sample.image}
+    if sample.mask:
+        row["mask"] = sample.mask
+    else:
+        row["label"] = classes[sample.label] if 0 <= sample.label < len(classes) else None
+    if r is None:
+        row["error"] = error
+        return row
+    if "top" in r:
+        row["prediction"] = classes[int(r["top"][0])] if len(r["top"]) else None
+        row["top_k"] = [classes[int(i)] for i in r["top"]]
+        row["scores"] = [float(v) for v in r["scores"]]
+    else:
+        c = r["confusion"]
+        row["pixel_accuracy"] = float(np.trace(c) / c.sum()) if c.sum() else None
+    row["device_us"] = r["device_us"]
+    return row
