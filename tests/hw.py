@@ -50,3 +50,37 @@ def wait_stream(dev, timeout: float) -> None:
     from dvsdk.driver.kick import protocol
 
     protocol(dev.kick).wait(dev, timeout)
+
+
+def ones_conv(dev, in_offset: int = 0, dilation: int | None = None):
+    """(command, output buffer): a 4x4x8 input of ones through a 1x1 conv summing the 8
+    channels, so every output is 8.0; the input ``in_offset`` bytes into its buffer, the
+    run's ``conv_dilation`` field as given (None: ConvRun.make's)."""
+    from dataclasses import replace
+
+    from dvsdk.driver.commands import BufferRef, ConvCommand, ConvRun
+    from dvsdk.hw.weights import pack_conv_weights
+
+    x = dev.alloc(4 * 4 * 8 * 2 + in_offset, name="x")
+    x.write(in_offset, np.frombuffer(layout.pack(np.ones((4, 4, 8), np.float32)), np.uint8))
+    x.sync_for_device()
+    w = upload(dev, pack_conv_weights(np.ones((8, 8, 1, 1), np.float32),
+                                      np.zeros(8, np.float32)), name="weights")
+    out = dev.alloc(4 * 4 * 8 * 2, name="out")
+    run = ConvRun.make(8, conv="conv", kernel=1, weights=w)
+    if dilation is not None:
+        run = replace(run, conv_dilation=dilation)
+    src = BufferRef(x, in_offset) if in_offset else x
+    return ConvCommand(input_buf=src, output_buf=out, w=4, h=4, c=8, runs=[run]), out
+
+
+def run_ones_conv(dev, **kw) -> None:
+    """Commit and run :func:`ones_conv` on ``dev`` and check its output (every value 8.0)."""
+    from dvsdk.driver.cmdlist import CommandList
+
+    cmd, out = ones_conv(dev, **kw)
+    with CommandList(dev) as cl:
+        cl.add(cmd)
+        cl.commit()
+        cl.run()
+    np.testing.assert_array_equal(download_tensor(out, (4, 4, 8)), 8.0)

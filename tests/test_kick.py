@@ -14,28 +14,15 @@ import pytest
 
 import dvsdk
 from dvsdk.driver.cmdlist import CommandList
-from dvsdk.driver.commands import ConvCommand, ConvRun
 from dvsdk.driver.discovery import discover
 from dvsdk.errors import AccessViolation, DeviceNotFound, DeviceTimeout, InvalidArgument
-from dvsdk.hw.weights import pack_conv_weights
 
 from .fakeboard import make_fake_board, open_fake_device
-from .hw import download_tensor, upload, upload_tensor
+from .hw import download_tensor, ones_conv, run_ones_conv
 
 IPI_TRIG, IPI_ISR, IPI_IMR, IPI_IER, IPI_IDR = 0x0, 0x10, 0x14, 0x18, 0x1C
 SHM_ADDR, SHM_LEN8, SHM_START = 0x0, 0x4, 0x8
 CONV_CMD_ADDR, CONV_CMD_LEN, CONV_KICK, CONV_MODE, CONV_IRQ = 0x400, 0x404, 0x408, 0x40C, 0x420
-
-
-def _ones_conv(dev):
-    """A 4x4x8 input of ones through a 1x1 conv summing the 8 channels (8 outputs)."""
-    x = upload_tensor(dev, np.ones((4, 4, 8), np.float32))
-    w = upload(dev, pack_conv_weights(np.ones((8, 8, 1, 1), np.float32),
-                                      np.zeros(8, np.float32)), name="weights")
-    out = dev.alloc(4 * 4 * 8 * 2, name="out")
-    cmd = ConvCommand(input_buf=x, output_buf=out, w=4, h=4, c=8,
-                      runs=[ConvRun.make(8, conv="conv", kernel=1, weights=w)])
-    return cmd, out
 
 
 def _recorded(dev):
@@ -54,7 +41,7 @@ def _recorded(dev):
 @pytest.mark.parametrize("kick", ["r5", "direct"])
 def test_each_protocol_sends_exactly_what_dmps_kernel_sends(kick):
     with dvsdk.open_device(f"sim://?kick={kick}") as dev:
-        cmd, out = _ones_conv(dev)
+        cmd, out = ones_conv(dev)
         with CommandList(dev) as cl:
             cl.add(cmd)
             cl.commit()
@@ -75,7 +62,7 @@ def test_the_probe_sequence_unmasks_the_ipi_and_without_it_nothing_arrives():
     with dvsdk.open_device("sim://") as dev:  # a stock board: the R5 kick
         assert dev.kick == "r5" and dev.info().kick == "r5"
         assert dev.read32("ipi", IPI_IMR) & 0x100 == 0  # the open did IDR, ISR, IER, IER
-        cmd, out = _ones_conv(dev)
+        cmd, out = ones_conv(dev)
         with CommandList(dev) as cl:
             cl.add(cmd)
             cl.commit()
@@ -95,7 +82,7 @@ def test_on_an_r5_board_a_direct_kick_never_interrupts_the_cpu():
     wait on 0x420 times out (a stock board would "never see our kick" complete); the
     completion comes as the R5's IPI instead."""
     with dvsdk.open_device("sim://?kick=r5") as dev:
-        cmd, out = _ones_conv(dev)
+        cmd, out = ones_conv(dev)
         with CommandList(dev) as cl:
             cl.add(cmd)
             cl.commit()
@@ -109,7 +96,7 @@ def test_on_an_r5_board_a_direct_kick_never_interrupts_the_cpu():
 
 def test_a_trigger_without_the_start_flag_does_nothing():
     with dvsdk.open_device("sim://") as dev:
-        cmd, _ = _ones_conv(dev)
+        cmd, _ = ones_conv(dev)
         with CommandList(dev) as cl:
             cl.add(cmd)
             cl.commit()
@@ -150,12 +137,7 @@ def test_uio_picks_the_kick_by_the_windows_the_board_exposes(tmp_path):
         assert direct.fake_board.regs["conv"][CONV_MODE // 4] == 1
         assert r5.fake_board.regs["conv"][CONV_MODE // 4] == 0
         for dev in (r5, direct):
-            cmd, out = _ones_conv(dev)
-            with CommandList(dev) as cl:
-                cl.add(cmd)
-                cl.commit()
-                cl.run()
-            np.testing.assert_array_equal(download_tensor(out, (4, 4, 8)), 8.0)
+            run_ones_conv(dev)
         assert r5.fake_board.irqs["ipi"] == 1 and r5.fake_board.irqs["conv"] == 0
         assert direct.fake_board.irqs["conv"] == 1
     finally:
@@ -175,7 +157,7 @@ def test_uio_kick_overrides(tmp_path):
     try:
         with dvsdk.open_device(board.url + "&kick=direct") as dev:  # forced: no R5 windows
             assert dev.kick == "direct" and dev.windows == ("conv", "ipu", "maximizer")
-            cmd, _ = _ones_conv(dev)
+            cmd, _ = ones_conv(dev)
             with CommandList(dev) as cl:
                 cl.add(cmd)
                 cl.commit()
@@ -216,7 +198,7 @@ def test_r5_windows_at_the_default_addresses_and_shm_as_reserved_memory(tmp_path
 def test_the_agent_vets_the_r5_trigger_like_a_kick():
     with dvsdk.open_device("loop://?device=sim://") as dev:  # the agent serves an R5 board
         assert dev.kick == "r5"
-        cmd, out = _ones_conv(dev)
+        cmd, out = ones_conv(dev)
         with CommandList(dev) as cl:
             cl.add(cmd)
             cl.commit()

@@ -17,14 +17,13 @@ import dvsdk
 from dvsdk.cli.main import run as dvsdk_main
 from dvsdk.driver import kabi
 from dvsdk.driver.cmdlist import CommandList
-from dvsdk.driver.commands import ConvCommand, ConvRun, IpuCommand, MaximizerCommand
+from dvsdk.driver.commands import ConvRun, IpuCommand, MaximizerCommand
 from dvsdk.driver.unitregs import ipu_writes
 from dvsdk.errors import DeviceTimeout, InvalidArgument, InvalidCommand
 from dvsdk.hw.spec import SPEC
-from dvsdk.hw.weights import pack_conv_weights
 
 from .fakedv import open_fake_kmod
-from .hw import download_tensor, upload, upload_tensor
+from .hw import download_tensor, ones_conv, run_ones_conv, upload
 from .refs import maximizer_ref, to_whc8
 
 
@@ -56,16 +55,9 @@ def dv(tmp_path):
         dev.close()
 
 
-def _conv(dev, pool=False, dilation=0x0000):
-    x = upload_tensor(dev, np.ones((4, 4, 8), np.float32))
-    w = upload(dev, pack_conv_weights(np.ones((8, 8, 1, 1), np.float32),
-                                      np.zeros(8, np.float32)), name="weights")
-    out = dev.alloc(4 * 4 * 8 * 2, name="out")
-    run = ConvRun.make(8, conv="conv", kernel=1, weights=w)
-    from dataclasses import replace
-    run = replace(run, conv_dilation=dilation)
-    cmd = ConvCommand(input_buf=x, output_buf=out, w=4, h=4, c=8, runs=[run])
-    return cmd, out
+def _conv(dev, dilation=0x0000):
+    """:func:`ones_conv` with dilation 0 (the field libdmpdv patches to 1, 1)."""
+    return ones_conv(dev, dilation=dilation)
 
 
 def test_the_kernel_struct_is_what_libdmpdv_fills(dv):
@@ -211,12 +203,7 @@ def test_ion_when_there_is_no_dma_heap(tmp_path):
     dev = open_fake_kmod(tmp_path, ion=True, heaps=())
     try:
         assert dev.info().extra["heap"] == "ion"
-        cmd, out = _conv(dev)
-        with CommandList(dev) as cl:
-            cl.add(cmd)
-            cl.commit()
-            cl.run()
-        np.testing.assert_array_equal(download_tensor(out, (4, 4, 8)), 8.0)
+        run_ones_conv(dev, dilation=0)
         assert dev.fake_kmod.ion_flags == 1  # ION_FLAG_CACHED, as libdmpdv allocates
     finally:
         dev.close()

@@ -15,7 +15,6 @@ import pytest
 
 from dvsdk.driver import kmodver
 from dvsdk.driver.cmdlist import CommandList
-from dvsdk.driver.commands import BufferRef, ConvCommand, ConvRun
 from dvsdk.errors import (
     DeviceError,
     DeviceTimeout,
@@ -23,31 +22,14 @@ from dvsdk.errors import (
     OutOfDeviceMemory,
     UnsupportedDevice,
 )
-from dvsdk.hw.weights import pack_conv_weights
 
 from .abi_facts import IOCTLS
 from .fakedv import open_fake_kmod
-from .hw import download_tensor, upload, upload_tensor
-from .refs import to_whc8
+from .hw import download_tensor, ones_conv, run_ones_conv, upload_tensor
 
 #: the generations the issue names, and the fake's commit for each
 SUPPORTED = {"2019-02": "7.0.20190215", "2019-05": "7.1.20190410",
              "2019-07": "7.2.20190716", "7.2.x": "7.2.20190729"}
-
-
-def _conv(dev, in_offset=0):
-    """A 1x1 conv of ones over 4x4x8 ones (each output 8.0); input at ``in_offset``."""
-    x = dev.alloc(4 * 4 * 8 * 2 + 64, name="x")
-    x.view[:] = 0
-    x.view[in_offset:in_offset + 256] = np.frombuffer(to_whc8(np.ones((4, 4, 8), np.float32)),
-                                                      np.uint8)
-    x.sync_for_device()
-    w = upload(dev, pack_conv_weights(np.ones((8, 8, 1, 1), np.float32),
-                                      np.zeros(8, np.float32)), name="weights")
-    out = dev.alloc(4 * 4 * 8 * 2, name="out")
-    run = ConvRun.make(8, conv="conv", kernel=1, weights=w)
-    return ConvCommand(input_buf=BufferRef(x, in_offset), output_buf=out, w=4, h=4, c=8,
-                       runs=[run]), out
 
 
 @pytest.mark.parametrize("generation", sorted(SUPPORTED))
@@ -59,7 +41,7 @@ def test_each_generation_runs_a_conv_with_its_own_abi(tmp_path, generation):
     try:
         abi = dev.abi
         assert abi.version == SUPPORTED[generation] and abi.source.endswith("dmp_dv/version")
-        cmd, out = _conv(dev)
+        cmd, out = ones_conv(dev)
         with CommandList(dev) as cl:
             cl.add(cmd)
             cl.commit()
@@ -87,12 +69,7 @@ def test_the_version_string_that_spans_both_waits_is_probed(tmp_path):
         dev = open_fake_kmod(tmp_path / generation, generation=generation)
         try:
             assert (dev.abi.version, dev.abi.wait) == ("7.1.20190410", wait)
-            cmd, out = _conv(dev)
-            with CommandList(dev) as cl:
-                cl.add(cmd)
-                cl.commit()
-                cl.run()
-            np.testing.assert_array_equal(download_tensor(out, (4, 4, 8)), 8.0)
+            run_ones_conv(dev)
         finally:
             dev.close()
 
@@ -104,7 +81,7 @@ def test_a_wait_the_module_did_not_handle_is_never_a_completion(tmp_path):
     dev = open_fake_kmod(tmp_path, generation="2019-04", module="7.2.20190729")
     fake = dev.fake_kmod
     try:
-        cmd, out = _conv(dev)
+        cmd, out = ones_conv(dev)
         with CommandList(dev) as cl:
             cl.add(cmd)
             cl.commit()
@@ -141,7 +118,7 @@ def test_io_alignment_is_the_generations(tmp_path, generation, ok):
     than 107f6a2 (which would refuse it, 16-byte alignment), taken by a newer one."""
     dev = open_fake_kmod(tmp_path, generation=generation)
     try:
-        cmd, out = _conv(dev, in_offset=2)
+        cmd, out = ones_conv(dev, in_offset=2)
         with CommandList(dev) as cl:
             if not ok:
                 with pytest.raises(InvalidCommand, match="16-byte aligned") as e:
@@ -160,7 +137,7 @@ def test_the_fake_module_itself_enforces_the_old_alignment(tmp_path):
     """The check is the module's too: declared as 7.2.20190716, a 2019-05 module refuses."""
     dev = open_fake_kmod(tmp_path, generation="2019-05", module="7.2.20190716")
     try:
-        cmd, _ = _conv(dev, in_offset=2)
+        cmd, _ = ones_conv(dev, in_offset=2)
         with CommandList(dev) as cl:
             cl.add(cmd)
             with pytest.raises(InvalidCommand, match="refused the conv APPEND_CMD"):
@@ -172,7 +149,7 @@ def test_the_fake_module_itself_enforces_the_old_alignment(tmp_path):
 def test_u8_input_on_a_module_without_it_is_refused_before_sending(tmp_path):
     dev = open_fake_kmod(tmp_path, generation="2019-02")
     try:
-        cmd, _ = _conv(dev)
+        cmd, _ = ones_conv(dev)
         table = upload_tensor(dev, np.zeros((1, 1, 768), np.float32))
         v1 = cmd.replace(u8tofp16_table=table)
         assert v1.version == 1
@@ -192,7 +169,7 @@ def test_default_wait_is_the_kernel_workers_budget_and_close_is_bounded(tmp_path
                          hw_wait=3600)
     fake = dev.fake_kmod
     try:
-        cmd, _ = _conv(dev)
+        cmd, _ = ones_conv(dev)
         cl = CommandList(dev)
         cl.add(cmd)
         cl.commit()
@@ -228,7 +205,7 @@ def test_nodes_are_opened_read_only_and_high_memory_is_a_typed_error(tmp_path):
     dev = open_fake_kmod(tmp_path, high_memory=True)
     fake = dev.fake_kmod
     try:
-        cmd, _ = _conv(dev)
+        cmd, _ = ones_conv(dev)
         with CommandList(dev) as cl:
             cl.add(cmd)
             with pytest.raises(OutOfDeviceMemory, match="above 4 GiB") as e:

@@ -149,6 +149,14 @@ class _Setup:
         y = arith.matmul_nd(x2, np.ascontiguousarray(w.T)).reshape(self.seq, self.batch, -1)
         return y if bias is None else y + bias
 
+    def emit(self, y: Arr, t: int, new: Arr, *state: Arr) -> tuple[Arr, ...]:
+        """Step ``t``'s output ``new`` into ``y`` for the sequences still running (zeros
+        past a sequence's length), and each state moved to its new value only there:
+        ``state`` as (old, new) pairs, the kept states returned in order."""
+        live = (t < self.lens)[:, None]
+        y[t] = np.where(live, new, self.dt.type(0))
+        return tuple(np.where(live, n, o) for o, n in zip(state[::2], state[1::2]))
+
     def outputs(self, ys: list[Arr], finals: list[list[Arr]]) -> list[Arr]:
         y = np.stack(ys, axis=1)  # [seq, dirs, batch, hidden]
         states = [np.stack(f, axis=0) for f in finals]  # [dirs, batch, hidden] each
@@ -210,9 +218,7 @@ def lstm(inputs: list, attrs: dict[str, Any]) -> list[Arr]:
             if po is not None:
                 vo = vo + po * cnew
             hnew = f(s.pre(vo)) * h(cnew)
-            live = (t < s.lens)[:, None]
-            y[t] = np.where(live, hnew, dt.type(0))
-            hcur, ccur = np.where(live, hnew, hcur), np.where(live, cnew, ccur)
+            hcur, ccur = s.emit(y, t, hnew, hcur, hnew, ccur, cnew)
         ys.append(y)
         hs_out.append(hcur)
         cs_out.append(ccur)
@@ -249,9 +255,7 @@ def gru(inputs: list, attrs: dict[str, Any]) -> list[Arr]:
                     v = v + rb[gh]
             ht = g(s.pre(v))
             hnew = (dt.type(1) - zt) * ht + zt * hcur
-            live = (t < s.lens)[:, None]
-            y[t] = np.where(live, hnew, dt.type(0))
-            hcur = np.where(live, hnew, hcur)
+            (hcur,) = s.emit(y, t, hnew, hcur, hnew)
         ys.append(y)
         finals.append(hcur)
     return s.outputs(ys, [finals])
@@ -271,9 +275,7 @@ def rnn(inputs: list, attrs: dict[str, Any]) -> list[Arr]:
         y = np.zeros((s.seq, s.batch, s.hidden), dt)
         for t in s.steps(d):
             hnew = f(_gate(s, xw[t], arith.matmul_nd(hcur, rt), rb, slice(None)))
-            live = (t < s.lens)[:, None]
-            y[t] = np.where(live, hnew, dt.type(0))
-            hcur = np.where(live, hnew, hcur)
+            (hcur,) = s.emit(y, t, hnew, hcur, hnew)
         ys.append(y)
         finals.append(hcur)
     return s.outputs(ys, [finals])
