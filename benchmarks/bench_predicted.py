@@ -28,7 +28,16 @@ and the MobileNetV3/DBNet nets of issue 14) this compiles the model, runs it onc
   CPU and are not in the floor (they are in the roofline, as issue 27 defines it: such a
   network's ratio understates its device's).  The floor ignores the per-command overhead
   and the depthwise convolutions' low MAC use, so the best a compiler could do is above
-  it.
+  it;
+* a geometry floor: the same bytes against the MAC array's shape instead of its MAC
+  count, ``max(array cycles, (compulsory + forced bytes) / 16)``.  The array applies one
+  72-slot weight block of each of 8 output channels to one output pixel a cycle
+  (``firmware_spec``/``dvsdk/sim/timing.py``, from §11's 576 = 8 x 72 and the weight
+  packing of §7.4/§8.1), so a conv costs at least ``output pixels x ceil(M / 8) x
+  blocks(C, kernel)`` cycles whatever a compiler does: 3 input channels fill 3 of a 3x3
+  block's 8 channel slots, 10 output channels 10 of 16 lanes.  Gemm/MatMul count as 1x1
+  convs over their rows.  No schedule of this hardware beats it; ``/geom`` is how far the
+  prediction is above it.
 
 Nothing here is timed on the host: the numbers are the same on every machine.
 
@@ -127,6 +136,57 @@ def floor(model: onnx.ModelProto, ub_size: int = 524288) -> float:
     return max(macs / MACS_PER_CYCLE, (nbytes + forced) / BYTES_PER_CYCLE)
 
 
+def geometry_floor(model: onnx.ModelProto, ub_size: int = 524288) -> float:
+    """The geometry floor in cycles: :func:`floor`'s bytes against :func:`array_cycles`."""
+    macs, nbytes, _ = roofline(model, device_only=True)
+    byte_cycles = floor(model, ub_size) if floor(model, ub_size) > macs / MACS_PER_CYCLE \
+        else 0.0
+    return max(float(array_cycles(model)), byte_cycles)
+
+
+def _blocks(c: int, kh: int, kw: int) -> int:
+    """72-slot weight blocks per output channel (§7.4: 64, 8, 2, 1 input channels for a
+    1x1, 3x3, 5x5, 7x7 window); independent of dvsdk's own table."""
+    per_block = {1: 64, 3: 8, 5: 2, 7: 1}[max(kh, kw) | 1]
+    return -(-c // per_block)
+
+
+def array_cycles(model: onnx.ModelProto, lanes: int = 8) -> int:
+    """Cycles of the MAC array's geometry, as the module docstring says (device ops only:
+    without the MatMuls of activations of rank 3 and more).  Sibling convs (the same input,
+    kernel, strides, pads and dilations; ungrouped) count as one with their output channels
+    summed, since a compiler may merge them (dvsdk's heads pass does)."""
+    shapes = _shapes(model)
+    consts = {i.name for i in model.graph.initializer}
+    total, siblings = 0, {}
+    for node in model.graph.node:
+        attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+        if node.op_type in ("Conv", "ConvTranspose"):
+            w, out = shapes[node.input[1]], shapes[node.output[0]]
+            group = int(attrs.get("group", 1))
+            pixels = math.prod(out[:1] + out[2:])
+            kh, kw = (w[2:] + (1, 1))[:2]
+            dil = max(attrs.get("dilations", [1]))
+            if node.op_type == "Conv" and group > 1 and w[1] == 1:  # depthwise: 1 block
+                total += pixels * -(-out[1] // lanes)
+                continue
+            c_g = w[1] if node.op_type == "Conv" else w[0] // group
+            blocks = kh * kw * _blocks(c_g, 1, 1) if dil > 1 else _blocks(c_g, kh, kw)
+            if group == 1:
+                key = (node.op_type, node.input[0], tuple(w[2:]), str(sorted(attrs.items())))
+                m, px, b = siblings.get(key, (0, pixels, blocks))
+                siblings[key] = (m + out[1], px, b)
+            else:
+                total += pixels * group * -(-(out[1] // group) // lanes) * blocks
+        elif node.op_type in ("Gemm", "MatMul"):
+            a, out = shapes[node.input[0]], shapes[node.output[0]]
+            if node.op_type == "MatMul" and len(a) > 2 and node.input[1] not in consts:
+                continue
+            k = a[-1] if not (node.op_type == "Gemm" and attrs.get("transA")) else a[0]
+            total += math.prod(out[:-1]) * -(-out[-1] // lanes) * _blocks(k, 1, 1)
+    return total + sum(px * -(-m // lanes) * b for m, px, b in siblings.values())
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--nets", default=",".join(NETWORKS),
@@ -137,7 +197,7 @@ def main() -> None:
     warnings.simplefilter("ignore")
     print(f"{'network':19s} {'GMAC':>7s} {'MB min':>7s} {'roofline us':>12s} "
           f"{'predicted us':>13s} {'ratio':>7s} {'floor us':>9s} {'/floor':>7s} {'DRAM MB':>8s} "
-          f"{'cmds':>5s} {'switches':>9s}")
+          f"{'geom us':>8s} {'/geom':>6s} {'cmds':>5s} {'switches':>9s}")
     for name in args.nets.split(","):
         build, size = NETWORKS[name]
         model = build(size)
@@ -150,11 +210,12 @@ def main() -> None:
                         if r.get("where") != "cpu")
         roof_us = cycles / CLOCK_MHZ
         floor_us = floor(model) / CLOCK_MHZ
+        geom_us = geometry_floor(model) / CLOCK_MHZ
         ps = program_shape(netfile.meta)
         print(f"{name:19s} {macs / 1e9:7.3f} {nbytes / 1e6:7.2f} {roof_us:12.1f} "
               f"{st.device_us:13.1f} {st.device_us / roof_us:6.2f}x "
               f"{floor_us:9.1f} {st.device_us / floor_us:6.2f}x "
-              f"{moved / 1e6:8.2f} "
+              f"{moved / 1e6:8.2f} {geom_us:8.1f} {st.device_us / geom_us:5.2f}x "
               f"{netfile.meta['stats']['commands']:5d} {ps.transitions:9d}")
 
 
