@@ -293,11 +293,52 @@ def test_a_bad_batch_is_a_model_error_naming_it(value):
     assert ei.value.field == "batch" and ei.value.limit == "1..32767"
 
 
-@pytest.mark.parametrize("build", [_reshape_to_one_row, _squeeze_batch])
+def _reshape_batch_into_rows() -> onnx.ModelProto:
+    b = NetBuilder(9)
+    h = b.node("Reshape", [b.conv("x", 3, 4), b.const(np.array([4, -1], np.int64))])
+    return b.model([("x", (1, 3, 4, 4))], [b.node("Relu", [h])], "batch_into_rows")
+
+
+@pytest.mark.parametrize("build", [_squeeze_batch, _reshape_batch_into_rows])
 def test_a_model_that_fixes_batch_1_in_its_ops_is_refused(build):
     with pytest.raises(ModelError) as ei:
         compile(build(), golden=False, batch=2)
     assert ei.value.field == "batch" and ei.value.value == 2
+
+
+def _per_sample(model, netn, n: int) -> None:
+    """``netn`` (``model`` at batch n) against the batch-1 net run on each sample (the
+    same bits) and onnxruntime running the batch-1 model on each sample."""
+    net1 = compile(model, golden=False)
+    feeds = feeds_of(model, n)
+    with Net(net1, SIM) as one:
+        singles = [one.run({k: v[i:i + 1] for k, v in feeds.items()}) for i in range(n)]
+    with Net(netn, SIM) as many:
+        got = many.run(feeds)
+    refs = [ort_reference(model, {k: v[i:i + 1] for k, v in feeds.items()})
+            for i in range(n)]
+    for j, spec in enumerate(netn.meta["outputs"]):
+        name = spec["name"]
+        assert bits(got[name]) == bits(np.concatenate([s[name] for s in singles])), name
+        assert_matches(got[name], np.concatenate([r[j] for r in refs]), what=name)
+
+
+@pytest.mark.parametrize("n", [2, 3])
+def test_a_reshape_to_a_constant_batch_1_target_runs_per_sample(n):
+    """An exporter's Reshape to (1, -1): its leading 1 is the batch (module docstring of
+    dvsdk.compiler.batch), so at batch n each sample is reshaped alone."""
+    model = _reshape_to_one_row()
+    netn = compile(model, golden=False, batch=n)
+    assert netn.meta["outputs"][0]["shape"][0] == n
+    _per_sample(model, netn, n)
+
+
+def test_ppocr_rec_with_its_batch_1_attention_reshapes_runs_2_samples():
+    """PP-OCR rec's attention reshapes to (1, 40, heads, d) (as PyTorch exports them):
+    refused at batch 2 before; now the same bits as two batch-1 runs."""
+    build, size = NETWORKS["ppocr_rec"]
+    model = build(size)
+    _per_sample(model, compile(model, golden=False, batch=2), 2)
 
 
 def test_a_fixed_batch_other_than_n_is_refused():

@@ -12,10 +12,18 @@ plan holds N samples back to back per tensor, and the CPU steps run the model's 
 dimension (1 or free, which the frontends read as 1) set to N; a fixed leading dimension
 other than 1 and N is refused.  Shapes are then inferred again, and the result is taken
 only if the batch axis stays the batch axis: every tensor that has shape ``(1, ...)`` at
-batch 1 has ``(N, ...)`` at batch N and every other tensor keeps its shape.  A model that
-bakes batch 1 into its ops (a Reshape to a constant ``(1, -1, 8)``, a Flatten over axis
-0) would mix samples at batch N; it is refused with :class:`~dvsdk.errors.ModelError`
-naming the first tensor that would, rather than compiled into something else.
+batch 1 has ``(N, ...)`` at batch N and every other tensor keeps its shape.
+
+Exporters bake batch 1 into Reshape targets (PyTorch traces ``x.view(B, T, heads, d)``
+with B = 1: a constant ``(1, 40, 8, 15)``).  Such a Reshape of a tensor that carries the
+batch (its leading 1 is the batch axis at batch 1, and so is its output's) has its
+target's leading 1 replaced by N: for a row-major reshape that keeps the leading axis,
+``(N, ...) -> (N, rest)`` is N per-sample reshapes ``(1, ...) -> (1, rest)``, the meaning
+of the batch-1 model run on N samples.  A model that bakes batch 1 in any other way (a
+Flatten over axis 0, a Squeeze of the batch axis, a Reshape that moves the batch into
+another axis) would mix samples at batch N; it is refused with
+:class:`~dvsdk.errors.ModelError` naming the first tensor that would, rather than compiled
+into something else.
 
 What the batch itself keeps off the DV700 is never silent: a zero-copy split or concat view
 needs one sample (a channel slice of N samples is not back to back), so at N > 1 it runs on
@@ -89,6 +97,7 @@ def set_batch(graph: Graph, n: int) -> Graph:
         t = one.tensors[name]
         t.shape = (1, *t.shape[1:])
     ref = infer_and_fold(one)
+    _rebatch_reshapes(out, ref, batched, n)
     try:
         got = infer_and_fold(out)
     except ModelError as e:  # e.g. a Squeeze of the batch axis, a Reshape to (1, ...)
@@ -105,6 +114,26 @@ def set_batch(graph: Graph, n: int) -> Graph:
                              f"{want} (an op fixes batch 1, e.g. a Reshape to a constant "
                              "shape)", field="batch", value=n, limit="batch 1")
     return out
+
+
+def _rebatch_reshapes(graph: Graph, ref: Graph, batched: list[str], n: int) -> None:
+    """Replace the leading 1 of the constant target of every Reshape in ``graph`` whose
+    input and output lead with the batch axis at batch 1 (``ref``'s shapes) by ``n``, as
+    the module docstring says; in place."""
+    for op in graph.ops:
+        if op.type != "Reshape" or not op.outputs:
+            continue
+        target = graph.const(op.input(1))
+        if target is None:
+            target = ref.const(op.input(1))
+        src, dst = ref.shape(op.input(0)), ref.shape(op.outputs[0])
+        if (target is None or target.ndim != 1 or not len(target) or int(target[0]) != 1
+                or not src or not dst or src[0] != 1 or dst[0] != 1
+                or not set(graph.value_sources([op.input(0)])) & set(batched)):
+            continue
+        rebatched = np.array(target, dtype=target.dtype)
+        rebatched[0] = n
+        op.inputs[1] = graph.add_const(op.input(1) + "_batch", rebatched)
 
 
 def batch_fallbacks(report: list[dict[str, Any]]) -> list[dict[str, Any]]:
