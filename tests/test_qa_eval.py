@@ -29,9 +29,13 @@ SPEC = {"scale": 1 / 255, "mean": [0, 0, 0], "resize": "stretch", "channel_order
 
 @pytest.fixture(scope="module")
 def digits(tmp_path_factory):
-    """40 held-out digits (4 per class) as class folders and as a CSV."""
+    return make_digits(tmp_path_factory.mktemp("digits"))
+
+
+def make_digits(root: Path) -> tuple[Path, dict]:
+    """40 held-out digits (4 per class) as class folders and as a CSV, with onnxruntime's
+    results on them."""
     data = np.load(MODELS / "digits_heldout.npz")
-    root = tmp_path_factory.mktemp("digits")
     rows, paths, labels = [], [], []
     for cls in range(10):
         for j, i in enumerate(np.flatnonzero(data["labels"] == cls)[:4]):
@@ -112,9 +116,10 @@ def test_dask_cluster_on_loopback_matches_a_local_run(digits):
     assert len(result.workers) == 2 and all("127.0.0.1" in w for w in result.workers)
 
 
-def test_segmentation_miou(tmp_path):
-    """A 1x1 conv segmenter whose class map is known: class = argmax over 3 linear maps of the
-    image; masks agree on most pixels; the IoU computed here is the reference."""
+def seg_data(tmp_path: Path) -> tuple[Path, Path, np.ndarray]:
+    """A 1x1 conv segmenter whose class map is known (class = argmax over 3 linear maps of
+    the image), 6 images with masks agreeing on most pixels: (net, dataset, the confusion
+    computed here in numpy)."""
     onnx = pytest.importorskip("onnx")
     from onnx import helper
 
@@ -127,6 +132,7 @@ def test_segmentation_miou(tmp_path):
         [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1, 3, 8, 8])],
         [helper.make_tensor("w", onnx.TensorProto.FLOAT, w.shape, w.ravel())])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    tmp_path.mkdir(parents=True, exist_ok=True)
     net = tmp_path / "seg.bin"
     dvsdk.compile(model.SerializeToString(), net, scale=1 / 255, labels=["r", "g", "b"])
     rng = np.random.default_rng(5)
@@ -144,7 +150,13 @@ def test_segmentation_miou(tmp_path):
         Image.fromarray(mask.astype(np.uint8), "L").save(tmp_path / "data" / "masks" / f"{n}.png")
         keep = mask != 255
         np.add.at(conf, (mask[keep], cls[keep]), 1)
-    ds = open_dataset(tmp_path / "data", ["r", "g", "b"], 3)
+    return net, tmp_path / "data", conf
+
+
+def test_segmentation_miou(tmp_path):
+    """mIoU, IoU and pixel accuracy against the numpy confusion of :func:`seg_data`."""
+    net, data, conf = seg_data(tmp_path)
+    ds = open_dataset(data, ["r", "g", "b"], 3)
     result = evaluate(net, ds)
     iou = np.diag(conf) / (conf.sum(0) + conf.sum(1) - np.diag(conf))
     assert np.array_equal(result.summary["confusion"], conf)

@@ -33,8 +33,7 @@ from multiprocessing import get_context
 from multiprocessing.connection import wait as mp_wait
 from typing import Any
 
-from ..errors import InvalidArgument
-from .evalwork import ChunkOut, Row, Worker, dask_chunk, process_main, reason
+from .evalwork import ChunkOut, Row, Worker, process_main, reason
 
 Chunk = list  # [(index, Sample), ...]
 CHUNK_MAX = 64
@@ -170,7 +169,7 @@ def on_devices(urls: list[str | None], net_bytes: bytes, args: tuple, work: Work
                         fails, why = fails + 1, reason(e)
                         if fails >= max_failures and _leave(name, fails, why):
                             return
-                        time.sleep(min(0.05 * 2 ** fails, 1.0))
+                        time.sleep(min(0.02 * 2 ** fails, 0.5))
                         continue
                 out = worker.predict(chunk)
                 work.finished(chunk, out, name)
@@ -254,6 +253,8 @@ def on_processes(jobs: int, net_bytes: bytes, url: str | None, args: tuple, work
     def failed(k: int, slot: dict[str, Any], why: str) -> None:
         """The process of ``slot`` is gone (or could not load the net)."""
         if slot["chunk"] is not None:
+            work.warn(f"{why} while scoring {len(slot['chunk'])} image(s); they are "
+                      "resubmitted")
             work.lost(slot["chunk"], why, f"process {k}")
         slot["conn"].close()
         slot["proc"].join(1.0)
@@ -325,75 +326,3 @@ def _serve_message(k: int, s: dict[str, Any], work: Work,
             work.finished(chunk, body, f"process {k}")
             if body.stopped_at is None:
                 s["fails"] = 0
-
-
-# -- Dask --------------------------------------------------------------------------------
-
-def on_dask(scheduler: str, net_bytes: bytes, args: tuple, items: list, work_for:
-            Callable[[list[Chunk]], Work], worker_timeout: float) -> list[str]:
-    """Chunks as Dask tasks; see the module docstring for what happens to lost ones."""
-    try:
-        from distributed import Client, KilledWorker
-        from distributed import wait as dask_wait
-    except ImportError:
-        raise InvalidArgument("--scheduler needs Dask distributed",
-                              field="scheduler", value=scheduler,
-                              hint="pip install 'dvsdk[cluster]'") from None
-    try:
-        client = Client(scheduler, timeout=10)
-    except (OSError, TimeoutError) as e:
-        raise InvalidArgument(f"cannot reach the Dask scheduler: {e}", field="scheduler",
-                              value=scheduler) from None
-    seen: set[str] = set()
-    with client:
-        n = len(client.nthreads())
-        work = work_for(split(items, n))
-        blob = client.scatter(net_bytes, broadcast=True)
-        pending: dict[Any, Chunk] = {}
-        lonely_since: float | None = None
-
-        def submit_all() -> None:
-            while (chunk := work.take("dask")) is not None:
-                pending[client.submit(dask_chunk, chunk, blob, args, pure=False)] = chunk
-
-        try:
-            submit_all()
-            while pending:
-                try:
-                    done, _ = dask_wait(list(pending), timeout=1.0,
-                                        return_when="FIRST_COMPLETED")
-                except TimeoutError:
-                    done = set()
-                for f in done:
-                    chunk = pending.pop(f)
-                    if f.status == "finished":
-                        work.finished(chunk, f.result(), "dask")
-                    else:
-                        try:
-                            e = f.exception()
-                        except BaseException as cancelled:  # noqa: BLE001
-                            e = cancelled
-                        why = (f"a Dask worker died while scoring it ({e})"
-                               if isinstance(e, KilledWorker) else reason(e))
-                        work.lost(chunk, why, "dask")
-                    f.release()
-                submit_all()
-                workers = client.nthreads()
-                seen.update(workers)
-                if workers:
-                    lonely_since = None
-                elif pending:
-                    lonely_since = lonely_since or time.monotonic()
-                    if time.monotonic() - lonely_since >= worker_timeout:
-                        work.warn(f"no Dask worker for {worker_timeout:g} s; giving up")
-                        for f, chunk in pending.items():
-                            work.give_back(chunk)
-                            f.cancel()
-                        pending.clear()
-                        work.fail_rest(f"no Dask worker for {worker_timeout:g} s at "
-                                       f"{scheduler}")
-        except (OSError, TimeoutError, RuntimeError) as e:   # the scheduler went away
-            for chunk in pending.values():
-                work.give_back(chunk)
-            work.fail_rest(f"lost the Dask scheduler {scheduler}: {reason(e)}")
-    return sorted(seen)

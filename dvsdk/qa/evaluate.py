@@ -139,8 +139,8 @@ def evaluate(net_source: str | os.PathLike | bytes, dataset: Dataset, *,
     items = [(i, s) for i, s in enumerate(dataset.samples) if i not in done]
     try:
         if scheduler:
-            workers = evalpools.on_dask(scheduler, net_bytes, args, items, work_for,
-                                        worker_timeout)
+            workers = _dask(scheduler)(scheduler, net_bytes, args, items, work_for,
+                                       worker_timeout)
         elif jobs > 1:
             workers = evalpools.on_processes(
                 jobs, net_bytes, devices[0] if devices else None, args,
@@ -160,6 +160,15 @@ def evaluate(net_source: str | os.PathLike | bytes, dataset: Dataset, *,
     if writer:
         writer.finish(result.per_image)
     return result
+
+
+def _dask(scheduler: str) -> Callable:
+    try:
+        from .evaldask import on_dask
+    except ImportError:
+        raise InvalidArgument("--scheduler needs Dask distributed", field="scheduler",
+                              value=scheduler, hint="pip install 'dvsdk[cluster]'") from None
+    return on_dask
 
 
 def _read(path: str | os.PathLike) -> bytes:

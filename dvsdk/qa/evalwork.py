@@ -16,9 +16,7 @@ the caller runs the rest elsewhere.
 
 from __future__ import annotations
 
-import hashlib
 import os
-import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -199,11 +197,7 @@ class Worker:
             pass
 
 
-# -- process and Dask entry points (one loaded net per process) ------------------------
-
-_LOCAL: dict[str, Worker] = {}
-_LOCAL_LOCK = threading.Lock()
-
+# -- a --jobs process -----------------------------------------------------------------
 
 def process_main(conn: Any, net_bytes: bytes, url: str | None, args: tuple) -> None:
     """A ``--jobs`` process: load the net, then answer chunks on ``conn`` until None.
@@ -231,20 +225,3 @@ def process_main(conn: Any, net_bytes: bytes, url: str | None, args: tuple) -> N
     finally:
         if worker is not None:
             worker.close()
-
-
-def dask_chunk(chunk: list[tuple[int, Sample]], net_bytes: bytes, args: tuple) -> ChunkOut:
-    """A chunk on a Dask worker: the net is loaded once per worker process (keyed by its
-    SHA-256), on ``$DVSDK_DEVICE`` or ``sim://``; dropped when its device fails."""
-    key = hashlib.sha256(net_bytes).hexdigest() + "/" + "/".join(map(str, args))
-    url = os.environ.get("DVSDK_DEVICE") or "sim://"
-    with _LOCAL_LOCK:
-        worker = _LOCAL.get(key)
-        if worker is None:
-            worker = _LOCAL[key] = Worker(net_bytes, url, *args)
-    out = worker.predict(chunk)
-    if out.stopped_at is not None:
-        with _LOCAL_LOCK:
-            _LOCAL.pop(key, None)
-        worker.close()
-    return out
