@@ -54,6 +54,9 @@ def build_parser() -> Parser:
     p.add_argument("--output", help="which net output holds the scores (default: the first)")
     p.add_argument("--json", action="store_true", help="print the results as JSON")
     p.add_argument("--confusion", metavar="PNG", help="write the confusion matrix image")
+    p.add_argument("--confusion-top", type=_positive, default=30, metavar="N",
+                   help="with more than N classes, --confusion shows the N most confused "
+                        "(default 30)")
     p.add_argument("--per-image", metavar="FILE",
                    help="each image's result (path, label, prediction, top-k and scores, "
                         "device us, or its error) as .jsonl or .csv, written as images "
@@ -138,7 +141,7 @@ def main(argv: list[str]) -> int:
     if args.resume:
         from ..qa.evallog import read_log
 
-        done = read_log(args.resume, ds)
+        done = read_log(args.resume, ds, args.top_k)
     bar = mode == "bar"
 
     def warn(text: str) -> None:
@@ -151,9 +154,10 @@ def main(argv: list[str]) -> int:
                       worker_timeout=args.worker_timeout, done=done,
                       log=args.per_image or args.resume, warn=warn)
     if args.confusion:
-        from ..qa.plots import confusion_image, save_png
+        from ..qa.plots import save_confusion
 
-        save_png(confusion_image(result.summary["confusion"], result.classes), args.confusion)
+        save_confusion(result.summary["confusion"], result.classes, args.confusion,
+                       args.confusion_top)
     if args.json:
         print(json.dumps(result.as_json(), indent=1))
     elif result.kind == CLASSIFY:
@@ -184,6 +188,16 @@ def _print_failures(errors: list[tuple[str, str]]) -> None:
         if len(rest) > 5:
             print(f"dvsdk eval: ... {sum(rest.values()) - sum(c for _, c in rest.most_common(5))}"
                   " more (see --per-image)", file=sys.stderr)
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if not 1 <= value <= 200:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number in 1..200")
+    return value
 
 
 def _expectation(text: str) -> tuple[str, str, float]:

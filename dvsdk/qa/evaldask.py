@@ -137,7 +137,7 @@ def _collect(f: Any, chunk: Chunk, work: Work) -> None:
             e = f.exception()
         except BaseException as cancelled:  # noqa: BLE001 - a cancelled future
             e = cancelled
-        why = (f"a Dask worker died while scoring it ({e})" if isinstance(e, KilledWorker)
-               else reason(e))
-        work.lost(chunk, why, "dask")
+        killed = isinstance(e, KilledWorker)   # the scheduler retried it already
+        why = f"a Dask worker died while scoring it ({e})" if killed else reason(e)
+        work.lost(chunk, why, "dask", isolate=killed)
     f.release()

@@ -97,10 +97,12 @@ class PerImageLog:
             self.fd = -1
 
 
-def read_log(path: str | os.PathLike, dataset: Dataset) -> dict[int, dict[str, Any]]:
+def read_log(path: str | os.PathLike, dataset: Dataset, top: int = 1
+             ) -> dict[int, dict[str, Any]]:
     """The scored images of a per-image log, as results by dataset index (failed images
     and rows naming no image of ``dataset`` are left to run again; a line cut short by a
-    kill is ignored). A missing log is an empty one."""
+    kill is ignored). A missing log is an empty one; a log holding fewer than ``top``
+    classes per image (written with a smaller --top-k) is a :class:`DatasetError`."""
     path = Path(path)
     try:
         text = path.read_text(encoding="utf-8")
@@ -127,11 +129,15 @@ def read_log(path: str | os.PathLike, dataset: Dataset) -> dict[int, dict[str, A
         if index is None or row.get("error"):
             continue
         try:
-            done[index] = _result(row, names, as_csv)
+            done[index] = r = _result(row, names, as_csv)
         except (KeyError, ValueError, TypeError):
             raise DatasetError("a log row lacks its result", field=f"{path}:{n}",
                                value={k: row.get(k) for k in ("path", "top_k", "scores")}
                                ) from None
+        if "top" in r and len(r["top"]) < min(top, len(dataset.classes)):
+            raise DatasetError("the log holds fewer classes per image than --top-k",
+                               field=f"{path}:{n}", value=len(r["top"]), limit=top,
+                               hint="resume with the --top-k of the logged run")
     return done
 
 

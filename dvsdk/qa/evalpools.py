@@ -100,11 +100,12 @@ class Work:
                 self._lost([chunk[out.stopped_at]], out.why, who)
             self.cond.notify_all()
 
-    def lost(self, chunk: Chunk, why: str, who: str) -> None:
-        """``chunk`` ran on ``who`` and was lost with it (no rows came back)."""
+    def lost(self, chunk: Chunk, why: str, who: str, isolate: bool = False) -> None:
+        """``chunk`` ran on ``who`` and was lost with it (no rows came back); ``isolate``:
+        run its images one by one from now on (it was already retried elsewhere)."""
         with self.cond:
             self.running -= 1
-            self._lost(chunk, why, who)
+            self._lost(chunk, why, who, isolate)
             self.cond.notify_all()
 
     def give_back(self, chunk: Chunk) -> None:
@@ -114,7 +115,7 @@ class Work:
             self.todo.appendleft(chunk)
             self.cond.notify_all()
 
-    def _lost(self, chunk: Chunk, why: str, who: str) -> None:
+    def _lost(self, chunk: Chunk, why: str, who: str, isolate: bool = False) -> None:
         again, failed = [], []
         for item in chunk:
             index = item[0]
@@ -128,7 +129,7 @@ class Work:
             self._emit(failed, None)
         if not again:
             return
-        if len(again) > 1 and any(self.tries[i[0]] > 1 for i in again):
+        if len(again) > 1 and (isolate or any(self.tries[i[0]] > 1 for i in again)):
             self.todo.extend([item] for item in again)     # isolate a bad image
         else:
             self.todo.append(again)

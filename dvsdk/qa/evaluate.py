@@ -91,10 +91,11 @@ def evaluate(net_source: str | os.PathLike | bytes, dataset: Dataset, *,
         raise InvalidArgument("choose one of several devices, --jobs or --scheduler",
                               field="workers", value={"devices": list(devices), "jobs": jobs,
                                                       "scheduler": scheduler})
-    if output is not None:  # checked once here, not once per image in the workers
-        from ..netfile import decode
+    from ..netfile import decode
 
-        names = [o["name"] for o in decode(net_bytes).meta["outputs"]]
+    meta = decode(net_bytes).meta   # a bad net.bin: one error here, not one per image
+    if output is not None:  # checked once here, not once per image in the workers
+        names = [o["name"] for o in meta["outputs"]]
         if output not in names:
             raise InvalidArgument("the net has no such output", field="output", value=output,
                                   limit=names)
