@@ -152,7 +152,7 @@ def test_a_dead_board_leaves_the_farm_and_its_images_run_on_the_other(digits160,
         assert [line for line in captured.err.splitlines() if dead in line] == [
             line for line in captured.err.splitlines() if "warning" in line]
         assert len([line for line in captured.err.splitlines() if dead in line]) == 1
-        assert "on 160/160 images scored" in captured.out
+        assert "on 160 images (160/160 scored; 2 workers)" in captured.out
 
 
 def test_when_every_board_is_dead_the_images_fail_with_the_reason(digits, capsys):
@@ -187,7 +187,8 @@ def test_a_huge_and_a_corrupt_image_are_two_failed_images(digits, tmp_path, caps
                 str(per)]) == 2
     captured = capsys.readouterr()
     assert f"top-1 {ref['top1']:.2%}" in captured.out
-    assert "on 40/42 images scored, 2 failed (accuracy over the scored)" in captured.out
+    assert "on 40 images (40/42 scored, 2 failed: accuracy is over the scored; 2 workers)" \
+        in captured.out
     assert "huge.png: image too large: 196,000,000 pixels" in captured.err
     import csv
     rows = {Path(r["path"]).name: r for r in csv.DictReader(per.open())}
@@ -350,3 +351,38 @@ def test_resume_from_a_csv_log_and_a_segmentation_log(digits, tmp_path, capsys):
     resumed = evaluate(net, ds, done=kept)
     assert np.array_equal(resumed.summary["confusion"], conf)
     assert resumed.summary["miou"] == full.summary["miou"]
+
+
+def test_resume_with_a_larger_top_k_than_the_log_is_one_clear_error(digits, tmp_path, capsys):
+    """A log written with --top-k 2 cannot give top-5: one line naming the log row, the
+    count it holds and the one asked for; resumed with --top-k 2 it is complete (exit 0,
+    nothing run again, the top-2 onnxruntime's)."""
+    from dvsdk.cli.main import run
+
+    root, ref = digits
+    log = tmp_path / "run.jsonl"
+    assert run(["eval", str(NET), str(root / "folders"), "--per-image", str(log), "-q",
+                "--top-k", "2"]) == 0
+    capsys.readouterr()
+    assert run(["eval", str(NET), str(root / "folders"), "--resume", str(log)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "the log holds fewer classes per image than --top-k" in err[0]
+    assert "value=2, limit=5" in err[0]
+    count = [0]
+    ds = open_dataset(root / "folders", LABELS)
+    result = evaluate(NET, ds, top=2, done=read_log(log, ds, 2),
+                      progress=lambda d, t: count.__setitem__(0, count[0] + 1))
+    assert count[0] == 0 and result.summary["scored"] == 40
+    top2 = np.mean([LABELS.index(Path(p).parent.name) in o[:2]
+                    for p, o in ref["order"].items()])
+    assert result.summary["top2"] == pytest.approx(top2)
+
+
+def test_help_examples_name_no_detection_net(capsys):
+    """Issue 29 item 3: no --help example suggests detection metrics (det.bin)."""
+    from dvsdk.cli.main import run
+
+    for cmd in ("eval", "analyze"):
+        assert run([cmd, "--help"]) == 0
+        out = capsys.readouterr().out
+        assert "det.bin" not in out and "det.xml" not in out and "examples:" in out

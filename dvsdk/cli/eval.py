@@ -268,14 +268,16 @@ def _print_classification(result) -> None:
             pre = "-" if row["precision"] is None else f"{row['precision']:.2%}"
             print(f"{name:{width}s}  {row['support']:7d}  {rec:>6s}  {pre:>9s}")
     k = next((key for key in s if key.startswith("top") and key != "top1"), "top1")
-    print(f"top-1 {s['top1']:.2%}  top-{k[3:]} {s[k]:.2%}  {_denominator(s)} "
-          f"({len(result.workers)} worker{'s' if len(result.workers) != 1 else ''})")
+    workers = f"{len(result.workers)} worker{'s' if len(result.workers) != 1 else ''}"
+    top1, topk = (f"{s['top1']:.2%}", f"{s[k]:.2%}") if s["scored"] else ("-", "-")
+    print(f"top-1 {top1}  top-{k[3:]} {topk}  {_denominator(s, workers)}")
 
 
-def _denominator(s: dict) -> str:
-    """``on 40/41 images scored, 1 failed (accuracy over the scored)``."""
-    failed = f", {s['failed']} failed (accuracy over the scored)" if s["failed"] else ""
-    return f"on {s['scored']}/{s['images']} images scored{failed}"
+def _denominator(s: dict, more: str = "") -> str:
+    """``on 40 images (40/42 scored, 2 failed: accuracy is over the scored; 2 workers)``."""
+    failed = f", {s['failed']} failed: accuracy is over the scored" if s["failed"] else ""
+    return (f"on {s['scored']} images ({s['scored']}/{s['images']} scored{failed}"
+            f"{'; ' + more if more else ''})")
 
 
 def _print_segmentation(result) -> None:
@@ -285,4 +287,4 @@ def _print_segmentation(result) -> None:
     for name, iou in zip(result.classes, s["iou"]):
         print(f"{name:{width}s}  {'-' if iou is None else f'{iou:.2%}'}")
     print(f"mIoU {s['miou']:.2%}  pixel accuracy {s['pixel_accuracy']:.2%}  on "
-          f"{s['pixels']} pixels, {_denominator(s)[3:]}")
+          f"{s['pixels']} pixels of {_denominator(s)[3:]}")

@@ -139,7 +139,9 @@ def evaluate(net_source: str | os.PathLike | bytes, dataset: Dataset, *,
 
     items = [(i, s) for i, s in enumerate(dataset.samples) if i not in done]
     try:
-        if scheduler:
+        if not items:                   # everything came from the log
+            workers = []
+        elif scheduler:
             workers = _dask(scheduler)(scheduler, net_bytes, args, items, work_for,
                                        worker_timeout)
         elif jobs > 1:
@@ -153,7 +155,8 @@ def evaluate(net_source: str | os.PathLike | bytes, dataset: Dataset, *,
                                            max_failures)
         missing = [i for i in range(n) if i not in results]
         if missing:    # cannot happen; if it does, say so per image rather than lose it
-            emit([(i, None, "not run (internal error)") for i in missing], None)
+            emit([(i, None, "not run: no worker took it (a dvsdk bug, please report it)")
+                  for i in missing], None)
         result = _summarize(dataset, results, state["total"], workers, top, warnings)
     finally:
         if writer:
