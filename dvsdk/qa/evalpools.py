@@ -239,7 +239,7 @@ def on_processes(jobs: int, net_bytes: bytes, url: str | None, args: tuple, work
     def start(slot: dict[str, Any]) -> None:
         parent, child = ctx.Pipe()
         proc = ctx.Process(target=process_main, args=(child, net_bytes, url, args),
-                           daemon=True)
+                           daemon=True, name=f"dvsdk-eval process {slots.index(slot)}")
         proc.start()
         child.close()
         slot.update(proc=proc, conn=parent, chunk=None, ready=False)
