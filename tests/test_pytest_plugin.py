@@ -75,29 +75,53 @@ def test_each_device_url_parametrizes_the_tests(user):
     assert sorted(r["url"] for r in runs) == sorted(urls * 6)
 
 
-def test_xdist_workers_each_take_their_own_agent(user):
+def test_xdist_runs_each_test_on_each_agent_and_each_board_on_one_worker(user):
+    """Issue 29 item 5: under -n 2 every test runs once per device with the URL in its id
+    (the same ids on every worker), and a board's tests all run on one worker: a board is
+    never shared between workers."""
     pytester, log = user
     with AgentProcess("sim://") as a, AgentProcess("sim://") as b:
-        result = pytester.runpytest_subprocess("-n", "2", "--dv-device", a.url,
+        result = pytester.runpytest_subprocess("-n", "2", "-v", "--dv-device", a.url,
                                                "--dv-device", b.url)
-    result.assert_outcomes(passed=7, skipped=1)
+    result.assert_outcomes(passed=14, skipped=2)
+    for url in (a.url, b.url):
+        result.stdout.fnmatch_lines([f"*PASSED test_user.py::test_digit[[]{url}[]]@{url}*"])
+        for i in range(5):
+            result.stdout.fnmatch_lines(
+                [f"*PASSED test_user.py::test_device_info[[]{url}-{i}[]]@{url}*"])
+    assert "[dv]" not in result.stdout.str()
     runs = _log(log)
-    by_worker: dict[str, set[str]] = {}
+    assert sorted(r["url"] for r in runs) == sorted([a.url, b.url] * 6)
+    workers_of = {}
     for r in runs:
-        by_worker.setdefault(r["worker"], set()).add(r["url"])
-    assert len(runs) == 6
-    assert all(len(u) == 1 for u in by_worker.values()), by_worker  # one device per worker
-    urls = [next(iter(u)) for u in by_worker.values()]
-    assert len(set(urls)) == len(urls)                               # never shared
-    assert set(urls) <= {a.url, b.url}
+        workers_of.setdefault(r["url"], set()).add(r["worker"])
+    assert all(len(w) == 1 for w in workers_of.values()), workers_of   # one worker each
 
 
-def test_more_workers_than_boards_is_a_usage_error(user):
+def test_simulators_under_xdist_are_spread_over_the_workers(user):
+    """Simulator URLs are not grouped: -n 2 runs their tests on both workers (each opens
+    its own simulator); the ids still name the URL."""
+    pytester, log = user
+    urls = ["sim://?clock_mhz=300", "sim://?clock_mhz=200"]
+    result = pytester.runpytest_subprocess("-n", "2", "-v", "--dv-device", urls[0],
+                                           "--dv-device", urls[1])
+    result.assert_outcomes(passed=14, skipped=2)
+    result.stdout.fnmatch_lines([f"dvsdk devices: {urls[0]}, {urls[1]} (each test runs on "
+                                 "each; its id names the URL); under 2 xdist workers "
+                                 "simulators on every worker",
+                                 "*PASSED test_user.py::test_digit[[]sim://?clock_mhz=200[]]*"])
+    assert sorted(r["url"] for r in _log(log)) == sorted(urls * 6)
+    assert {r["worker"] for r in _log(log)} == {"gw0", "gw1"}
+
+
+def test_a_dist_mode_that_could_share_a_board_is_a_usage_error(user):
     pytester, _ = user
-    result = pytester.runpytest_subprocess("-n", "3", "--dv-device", "socket://127.0.0.1:9",
-                                           "--dv-device", "socket://127.0.0.1:10")
+    result = pytester.runpytest_subprocess("-n", "2", "--dist", "loadscope", "--dv-device",
+                                           "socket://127.0.0.1:9", "--dv-device",
+                                           "socket://127.0.0.1:10")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines(["*3 xdist workers but 2 device(s)*never shared*"])
+    result.stderr.fnmatch_lines(["*--dist loadscope could run one board's tests on two "
+                                 "xdist workers at once*use --dist load or loadgroup"])
 
 
 def test_the_same_board_twice_is_a_usage_error(user):
@@ -107,9 +131,9 @@ def test_the_same_board_twice_is_a_usage_error(user):
 
 
 def test_the_report_names_the_device_of_every_test_under_xdist_too(user, tmp_path):
-    """Issue 29 item 5: the header lists which worker tests on which device, each verbose
-    result line names its device (the ids read [dv], the same on every worker), and the
-    JUnit XML carries a dv_device property per test."""
+    """Issue 29 item 5: under -n 2 the header lists the devices and how they are spread,
+    each test id names its URL, and the JUnit XML carries a dv_device property per test,
+    the one in its id."""
     import xml.etree.ElementTree as ET
 
     pytester, log = user
@@ -117,19 +141,18 @@ def test_the_report_names_the_device_of_every_test_under_xdist_too(user, tmp_pat
     with AgentProcess("sim://") as a, AgentProcess("sim://") as b:
         result = pytester.runpytest_subprocess("-n", "2", "-v", "--dv-device", a.url,
                                                "--dv-device", b.url, f"--junitxml={xml}")
-    result.assert_outcomes(passed=7, skipped=1)
-    result.stdout.fnmatch_lines([f"dvsdk devices, one per xdist worker: gw0 -> {a.url}, "
-                                 f"gw1 -> {b.url}*"])
-    ran = {r["worker"]: r["url"] for r in _log(log)}
-    for worker, url in ran.items():  # each result line: its worker and that worker's URL
-        result.stdout.fnmatch_lines([f"*[[]{worker}[]]*PASSED ({url})*test_user.py::*"])
+    result.assert_outcomes(passed=14, skipped=2)
+    result.stdout.fnmatch_lines([f"dvsdk devices: {a.url}, {b.url} (each test runs on "
+                                 "each; its id names the URL); under 2 xdist workers each "
+                                 "board's tests on one worker"])
     props = {}
     for case in ET.parse(xml).getroot().iter("testcase"):
         for p in case.iter("property"):
             if p.get("name") == "dv_device":
                 props[case.get("name")] = p.get("value")
-    assert len(props) == 8 and set(props.values()) <= {a.url, b.url}
-    assert set(props.values()) == set(ran.values())
+    assert len(props) == 16
+    assert all(f"[{url}" in name and (url in (a.url, b.url))
+               for name, url in props.items()), props
 
 
 def test_the_header_lists_the_devices_without_xdist(user):

@@ -29,9 +29,13 @@ SPEC = {"scale": 1 / 255, "mean": [0, 0, 0], "resize": "stretch", "channel_order
 
 @pytest.fixture(scope="module")
 def digits(tmp_path_factory):
-    """40 held-out digits (4 per class) as class folders and as a CSV."""
+    return make_digits(tmp_path_factory.mktemp("digits"))
+
+
+def make_digits(root: Path) -> tuple[Path, dict]:
+    """40 held-out digits (4 per class) as class folders and as a CSV, with onnxruntime's
+    results on them."""
     data = np.load(MODELS / "digits_heldout.npz")
-    root = tmp_path_factory.mktemp("digits")
     rows, paths, labels = [], [], []
     for cls in range(10):
         for j, i in enumerate(np.flatnonzero(data["labels"] == cls)[:4]):
@@ -112,9 +116,10 @@ def test_dask_cluster_on_loopback_matches_a_local_run(digits):
     assert len(result.workers) == 2 and all("127.0.0.1" in w for w in result.workers)
 
 
-def test_segmentation_miou(tmp_path):
-    """A 1x1 conv segmenter whose class map is known: class = argmax over 3 linear maps of the
-    image; masks agree on most pixels; the IoU computed here is the reference."""
+def seg_data(tmp_path: Path) -> tuple[Path, Path, np.ndarray]:
+    """A 1x1 conv segmenter whose class map is known (class = argmax over 3 linear maps of
+    the image), 6 images with masks agreeing on most pixels: (net, dataset, the confusion
+    computed here in numpy)."""
     onnx = pytest.importorskip("onnx")
     from onnx import helper
 
@@ -127,6 +132,7 @@ def test_segmentation_miou(tmp_path):
         [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1, 3, 8, 8])],
         [helper.make_tensor("w", onnx.TensorProto.FLOAT, w.shape, w.ravel())])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    tmp_path.mkdir(parents=True, exist_ok=True)
     net = tmp_path / "seg.bin"
     dvsdk.compile(model.SerializeToString(), net, scale=1 / 255, labels=["r", "g", "b"])
     rng = np.random.default_rng(5)
@@ -144,7 +150,13 @@ def test_segmentation_miou(tmp_path):
         Image.fromarray(mask.astype(np.uint8), "L").save(tmp_path / "data" / "masks" / f"{n}.png")
         keep = mask != 255
         np.add.at(conf, (mask[keep], cls[keep]), 1)
-    ds = open_dataset(tmp_path / "data", ["r", "g", "b"], 3)
+    return net, tmp_path / "data", conf
+
+
+def test_segmentation_miou(tmp_path):
+    """mIoU, IoU and pixel accuracy against the numpy confusion of :func:`seg_data`."""
+    net, data, conf = seg_data(tmp_path)
+    ds = open_dataset(data, ["r", "g", "b"], 3)
     result = evaluate(net, ds)
     iou = np.diag(conf) / (conf.sum(0) + conf.sum(1) - np.diag(conf))
     assert np.array_equal(result.summary["confusion"], conf)
@@ -330,3 +342,61 @@ def test_per_image_results_as_json_lines_and_csv(digits, tmp_path, capsys):
     assert run(["eval", str(NET), str(root / "folders"), "--per-image",
                 str(tmp_path / "per.txt")]) == 2
     assert "--per-image writes .jsonl or .csv" in capsys.readouterr().err
+
+
+def test_confusion_figure_has_titles_labels_and_counts():
+    """Issue 29 item 3: axis titles, a title, the class names as ticks, each non-zero cell
+    printed with its count and the colour its row share (numpy here is the reference)."""
+    import matplotlib.pyplot as plt
+
+    from dvsdk.qa.plots import confusion_figure
+
+    conf = np.diag([4] * 10)
+    conf[3, 3], conf[3, 5], conf[8, 8], conf[8, 1] = 3, 1, 2, 2
+    fig = confusion_figure(conf, LABELS)
+    ax = fig.axes[0]
+    assert (ax.get_xlabel(), ax.get_ylabel()) == ("predicted class", "true class")
+    assert "confusion matrix" in ax.get_title()
+    assert [t.get_text() for t in ax.get_xticklabels()] == LABELS
+    assert [t.get_text() for t in ax.get_yticklabels()] == LABELS
+    cells = {(round(t.get_position()[1]), round(t.get_position()[0])): int(t.get_text())
+             for t in ax.texts}
+    assert cells == {(int(i), int(j)): int(conf[i, j]) for i, j in zip(*np.nonzero(conf))}
+    share = ax.images[0].get_array()
+    assert np.allclose(share, conf / conf.sum(axis=1, keepdims=True))
+    plt.close(fig)
+
+
+def test_confusion_figure_at_1000_classes_shows_the_largest_confusions():
+    """1,000 classes: the figure shows the 30 classes of the 15 largest confusions (planted
+    here, each pair side by side), an 'other' column with the rest of each row, and says
+    so in its title; at most 30 rows, so names stay readable."""
+    import matplotlib.pyplot as plt
+
+    from dvsdk.qa.plots import confusion_figure
+
+    k = 1000
+    rng = np.random.default_rng(3)
+    conf = np.diag(rng.integers(40, 60, k)).astype(np.int64)
+    pairs = rng.permutation(k)[:30].reshape(15, 2)
+    for n, (t, p) in enumerate(pairs):
+        conf[t, p] = 40 - 2 * n                    # 40, 38, ... 12: a strict order
+    noise = rng.integers(0, k, (200, 2))
+    noise = noise[noise[:, 0] != noise[:, 1]]
+    np.add.at(conf, (noise[:, 0], noise[:, 1]), 1)   # small confusions: ones and twos
+    names = [f"class {i}" for i in range(k)]
+    fig = confusion_figure(conf, names, top=30)
+    ax = fig.axes[0]
+    shown = pairs.ravel()
+    assert [t.get_text() for t in ax.get_yticklabels()] == [names[i] for i in shown]
+    assert [t.get_text() for t in ax.get_xticklabels()] == [names[i] for i in shown] + [
+        "other"]
+    assert "30 classes of the largest confusions (of 1000)" in ax.get_title()
+    assert (ax.get_xlabel(), ax.get_ylabel()) == ("predicted class", "true class")
+    share = np.asarray(ax.images[0].get_array())
+    rows = conf[shown].sum(axis=1)
+    other = rows - conf[np.ix_(shown, shown)].sum(axis=1)
+    assert np.allclose(share[:, :30], conf[np.ix_(shown, shown)] / rows[:, None])
+    assert np.allclose(share[:, 30], other / rows)
+    assert min(t.get_fontsize() for t in ax.get_yticklabels()) >= 6
+    plt.close(fig)

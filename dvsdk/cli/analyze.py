@@ -14,7 +14,7 @@ from . import Parser
 
 EPILOG = """examples:
   dvsdk analyze digits.bin --reference digits.onnx --input seven.png
-  dvsdk analyze det.bin --reference det.xml --device socket://board:7000 --json
+  dvsdk analyze classifier.bin --reference classifier.xml --device socket://board:7000 --json
   dvsdk analyze net.bin --reference model.onnx --plot errors.png
 """
 

@@ -22,10 +22,19 @@ examples:
   dvsdk eval seg.bin voc/ --scheduler tcp://10.0.0.5:8786 --json
   dvsdk eval cls.bin val/ --device socket://b1:7000 --device socket://b2:7000
   dvsdk eval cls.bin val/ --top-k 3 --expect top1>=0.9 --expect failed<=0
+  dvsdk eval cls.bin val/ --jobs 2 --resume run.jsonl     (again after a kill: continues)
+
+Faults: a lost --jobs process or Dask worker has its images resubmitted; a --device that
+fails --max-failures times in a row leaves the rotation (one warning) and its images run
+on the others; an image that cannot be scored (undecodable, over the pixel limit, lost
+--max-failures times) is listed as failed with its reason. The report gives scored/total
+and accuracy over the scored images; exit 2 when any image failed (unless an --expect on
+"failed" judges it).
 
 --expect METRIC>=VALUE or METRIC<=VALUE (repeatable): after the report, exit 6 when any is
-missed (one line each), 0 when all are met. Metrics: top1, top<k>, samples, failed
-(classification); miou, pixel_accuracy, pixels, failed (segmentation).
+missed (one line each), 0 when all are met. Metrics: top1, top<k>, samples, failed, scored,
+images (classification); miou, pixel_accuracy, pixels, failed, scored, images
+(segmentation).
 """
 
 #: exit status when an --expect floor or ceiling is missed
@@ -45,9 +54,23 @@ def build_parser() -> Parser:
     p.add_argument("--output", help="which net output holds the scores (default: the first)")
     p.add_argument("--json", action="store_true", help="print the results as JSON")
     p.add_argument("--confusion", metavar="PNG", help="write the confusion matrix image")
+    p.add_argument("--confusion-top", type=_positive, default=30, metavar="N",
+                   help="with more than N classes, --confusion shows the N most confused "
+                        "(default 30)")
     p.add_argument("--per-image", metavar="FILE",
                    help="each image's result (path, label, prediction, top-k and scores, "
-                        "device us, or its error) as .jsonl or .csv")
+                        "device us, or its error) as .jsonl or .csv, written as images "
+                        "complete (a killed run leaves the completed ones: see --resume)")
+    p.add_argument("--resume", metavar="FILE",
+                   help="continue from a per-image log (.jsonl or .csv, as --per-image "
+                        "writes it): images scored there are not run again; the log goes "
+                        "on being written to FILE (or to --per-image)")
+    p.add_argument("--max-failures", type=int, default=3, metavar="N",
+                   help="a device failing N times in a row leaves the rotation; an image "
+                        "lost N times fails (default 3)")
+    p.add_argument("--worker-timeout", type=float, default=120.0, metavar="S",
+                   help="with --scheduler: give up after S seconds without any Dask "
+                        "worker; the remaining images fail (default 120)")
     p.add_argument("--top-k", type=int, default=5, metavar="K",
                    help="report top-1 and top-K accuracy (default 5)")
     p.add_argument("--expect", action="append", default=[], metavar="METRIC>=VALUE",
@@ -114,27 +137,67 @@ def main(argv: list[str]) -> int:
     ds = open_dataset(args.dataset, labels, channels)
     _check_outputs(args, ds)
     mode = "off" if args.quiet or args.json else "bar" if sys.stderr.isatty() else "lines"
+    done = {}
+    if args.resume:
+        from ..qa.evallog import read_log
+
+        done = read_log(args.resume, ds, args.top_k)
+    bar = mode == "bar"
+
+    def warn(text: str) -> None:
+        print(f"{chr(13) + chr(27) + '[K' if bar else ''}dvsdk eval: warning: {text}",
+              file=sys.stderr, flush=True)
+
     result = evaluate(args.net, ds, devices=args.device, jobs=args.jobs,
                       scheduler=args.scheduler, output=args.output, top=args.top_k,
-                      progress=_progress(mode))
+                      progress=_progress(mode), max_failures=args.max_failures,
+                      worker_timeout=args.worker_timeout, done=done,
+                      log=args.per_image or args.resume, warn=warn)
     if args.confusion:
-        from ..qa.plots import confusion_image, save_png
+        from ..qa.plots import save_confusion
 
-        save_png(confusion_image(result.summary["confusion"], result.classes), args.confusion)
-    if args.per_image:
-        _write_per_image(args.per_image, result.per_image)
+        save_confusion(result.summary["confusion"], result.classes, args.confusion,
+                       args.confusion_top)
     if args.json:
         print(json.dumps(result.as_json(), indent=1))
     elif result.kind == CLASSIFY:
         _print_classification(result)
     else:
         _print_segmentation(result)
-    for image, message in result.errors:
-        print(f"dvsdk eval: {image}: {message}", file=sys.stderr)
+    _print_failures(result.errors)
     missed = _missed(args.expect, result)
     for line in missed:
         print(f"dvsdk eval: {line}", file=sys.stderr)
-    return EXIT_EXPECT if missed else 2 if result.errors else 0
+    judged = any(name == "failed" for name, _, _ in args.expect)
+    return EXIT_EXPECT if missed else 2 if result.errors and not judged else 0
+
+
+#: failed images listed one a line; beyond, a count per reason
+SHOW_FAILURES = 20
+
+
+def _print_failures(errors: list[tuple[str, str]]) -> None:
+    from collections import Counter
+
+    for image, message in errors[:SHOW_FAILURES]:
+        print(f"dvsdk eval: {image}: {message}", file=sys.stderr)
+    if len(errors) > SHOW_FAILURES:
+        rest = Counter(m for _, m in errors[SHOW_FAILURES:])
+        for message, count in rest.most_common(5):
+            print(f"dvsdk eval: ... {count} more: {message}", file=sys.stderr)
+        if len(rest) > 5:
+            print(f"dvsdk eval: ... {sum(rest.values()) - sum(c for _, c in rest.most_common(5))}"
+                  " more (see --per-image)", file=sys.stderr)
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if not 1 <= value <= 200:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number in 1..200")
+    return value
 
 
 def _expectation(text: str) -> tuple[str, str, float]:
@@ -156,7 +219,6 @@ def _missed(expect: list[tuple[str, str, float]], result) -> list[str]:
 
     values = {k: float(v) for k, v in result.summary.items()
               if isinstance(v, (int, float)) and not isinstance(v, bool)}
-    values["failed"] = float(len(result.errors))
     out = []
     for name, op, bound in expect:
         if name not in values:
@@ -181,38 +243,19 @@ def _check_outputs(args, ds) -> None:
             if s.mask:
                 yield "a mask of the dataset", s.mask
 
-    check_outputs({"--confusion": args.confusion, "--per-image": args.per_image}, inputs(),
+    import os
+
+    from ..errors import InvalidArgument
+
+    log = args.per_image or args.resume
+    continued = args.resume and os.path.abspath(log) == os.path.abspath(args.resume)
+    check_outputs({"--confusion": args.confusion,
+                   "--per-image": None if continued else args.per_image}, inputs(),
                   force=args.force)
-    if args.per_image and not args.per_image.lower().endswith((".jsonl", ".csv")):
-        from ..errors import InvalidArgument
-
-        raise InvalidArgument("--per-image writes .jsonl or .csv", field="per_image",
-                              value=args.per_image, limit=[".jsonl", ".csv"])
-
-
-#: --per-image CSV columns (lists joined by ';')
-PER_IMAGE_COLUMNS = ["path", "label", "mask", "prediction", "top_k", "scores",
-                     "pixel_accuracy", "device_us", "error"]
-
-
-def _write_per_image(path: str, rows: list[dict]) -> None:
-    """``rows`` as JSON lines or CSV, written atomically (no half-written file)."""
-    import csv
-    import io
-
-    from ..fsutil import atomic_write
-
-    if path.lower().endswith(".jsonl"):
-        text = "".join(json.dumps(r) + "\n" for r in rows)
-    else:
-        buf = io.StringIO()
-        w = csv.DictWriter(buf, PER_IMAGE_COLUMNS, lineterminator="\n")
-        w.writeheader()
-        for r in rows:
-            w.writerow({k: ";".join(str(x) for x in v) if isinstance(v, list) else
-                        ("" if v is None else v) for k, v in r.items()})
-        text = buf.getvalue()
-    atomic_write(path, lambda f: f.write(text.encode()))
+    for flag, path in (("--per-image", args.per_image), ("--resume", args.resume)):
+        if path and not path.lower().endswith((".jsonl", ".csv")):
+            raise InvalidArgument(f"{flag} writes .jsonl or .csv", field=flag[2:].replace(
+                "-", "_"), value=path, limit=[".jsonl", ".csv"])
 
 
 def _print_classification(result) -> None:
@@ -225,8 +268,16 @@ def _print_classification(result) -> None:
             pre = "-" if row["precision"] is None else f"{row['precision']:.2%}"
             print(f"{name:{width}s}  {row['support']:7d}  {rec:>6s}  {pre:>9s}")
     k = next((key for key in s if key.startswith("top") and key != "top1"), "top1")
-    print(f"top-1 {s['top1']:.2%}  top-{k[3:]} {s[k]:.2%}  on {s['samples']} images "
-          f"({len(result.workers)} worker{'s' if len(result.workers) != 1 else ''})")
+    workers = f"{len(result.workers)} worker{'s' if len(result.workers) != 1 else ''}"
+    top1, topk = (f"{s['top1']:.2%}", f"{s[k]:.2%}") if s["scored"] else ("-", "-")
+    print(f"top-1 {top1}  top-{k[3:]} {topk}  {_denominator(s, workers)}")
+
+
+def _denominator(s: dict, more: str = "") -> str:
+    """``on 40 images (40/42 scored, 2 failed: accuracy is over the scored; 2 workers)``."""
+    failed = f", {s['failed']} failed: accuracy is over the scored" if s["failed"] else ""
+    return (f"on {s['scored']} images ({s['scored']}/{s['images']} scored{failed}"
+            f"{'; ' + more if more else ''})")
 
 
 def _print_segmentation(result) -> None:
@@ -236,4 +287,4 @@ def _print_segmentation(result) -> None:
     for name, iou in zip(result.classes, s["iou"]):
         print(f"{name:{width}s}  {'-' if iou is None else f'{iou:.2%}'}")
     print(f"mIoU {s['miou']:.2%}  pixel accuracy {s['pixel_accuracy']:.2%}  on "
-          f"{s['pixels']} pixels")
+          f"{s['pixels']} pixels of {_denominator(s)[3:]}")

@@ -10,15 +10,16 @@ Fixtures:
   ``dv_device``; every net it loaded is closed after the test.
 * ``dv_device_url``: the URL of the device the test runs on.
 
-Under pytest-xdist (``-n N``) each worker takes its own device from the list instead of
-running every device: worker ``gwK`` gets the K-th URL (modulo their number), so a board is
-never shared between workers. More workers than URLs is a usage error when any of them is a
-board; simulators may be shared (each worker opens its own).
+Under pytest-xdist (``-n N``) it is the same: every test that uses a device runs once per
+URL and its id names the URL (every worker computes the same ids from the same options or
+ini). A board is never shared between workers: the tests of a board URL carry
+``xdist_group(URL)`` and the plugin turns xdist's default ``--dist load`` into
+``loadgroup``, so each board's tests run on one worker (its ids end in ``@URL``, xdist's
+group suffix); simulators are not grouped (each worker opens its own). Another ``--dist``
+mode with a board URL is a usage error.
 
-Which device ran what: the report header lists the devices (under xdist, which worker
-tests on which), every test that uses a device records it as the ``dv_device`` property
-(JUnit XML), and under xdist, whose test ids cannot name a worker's device, each verbose
-result line does, as ``PASSED (URL)``.
+Which device ran what: the report header lists the devices, each test id names its URL,
+and every test that uses a device records it as the ``dv_device`` property (JUnit XML).
 
 Markers: ``@pytest.mark.dv_hardware`` skips a test on a simulated device (``sim://``, or an
 agent serving one); ``@pytest.mark.dv_simulator`` skips it on real hardware (for tests of
@@ -33,9 +34,9 @@ from typing import Any
 
 import pytest
 
-_HELP = ("DV700 device URL for the dv_device fixture (repeatable: tests run on each; "
-         "with -n each xdist worker takes one). Default: the dv_devices ini option, "
-         "$DVSDK_DEVICE, else sim://")
+_HELP = ("DV700 device URL for the dv_device fixture (repeatable: tests run on each, "
+         "under xdist too, a board's tests on one worker). Default: the dv_devices ini "
+         "option, $DVSDK_DEVICE, else sim://")
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -62,6 +63,10 @@ def _xdist_workers(config: pytest.Config) -> int:
     return n if isinstance(n, int) else os.cpu_count() or 1
 
 
+def _under_xdist(config: pytest.Config) -> bool:
+    return bool(_xdist_workers(config)) or hasattr(config, "workerinput")
+
+
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "dv_hardware: needs a real DV700 (skipped on "
                                        "simulated devices)")
@@ -71,89 +76,61 @@ def pytest_configure(config: pytest.Config) -> None:
     boards = [u for u in urls if not _is_simulator_url(u)]
     if len(set(boards)) != len(boards):
         raise pytest.UsageError(f"--dv-device names the same board twice: {boards}")
-    workers = _xdist_workers(config)
-    if boards and workers > len(urls):
-        raise pytest.UsageError(
-            f"{workers} xdist workers but {len(urls)} device(s) ({', '.join(urls)}): a board "
-            f"is never shared between workers; pass -n {len(urls)} or more --dv-device URLs")
-
-
-_WORKER = "xdist-worker"
-
-
-def _worker_url(config: pytest.Config) -> str | None:
-    """Under xdist, the one URL this worker tests on (None outside a worker)."""
-    worker = getattr(config, "workerinput", {}).get("workerid")  # "gw3"
-    if worker is None:
-        return None
-    urls = _urls(config)
-    return urls[int(worker[2:]) % len(urls)]
+    if not boards:
+        return
+    if hasattr(config, "workerinput"):
+        config.option.loadgroup = True      # xdist suffixes grouped ids with @URL
+    elif _xdist_workers(config):
+        dist = getattr(config.option, "dist", "load")
+        if dist == "load":
+            config.option.dist = "loadgroup"
+        elif dist != "loadgroup":
+            raise pytest.UsageError(
+                f"--dist {dist} could run one board's tests on two xdist workers at once "
+                f"({', '.join(boards)}); use --dist load or loadgroup")
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """Each test using a device runs once per URL, the URL as its id; under xdist a
+    board's tests are one group (one worker)."""
     if "dv_device_url" not in metafunc.fixturenames:
         return
-    if _xdist_workers(metafunc.config) or hasattr(metafunc.config, "workerinput"):
-        # xdist needs the same test ids on every worker: the URL is resolved per worker
-        metafunc.parametrize("dv_device_url", [_WORKER], ids=["dv"], indirect=True,
-                             scope="session")
-    else:
-        urls = _urls(metafunc.config)
-        metafunc.parametrize("dv_device_url", urls, ids=urls, indirect=True,
-                             scope="session")
+    grouped = _under_xdist(metafunc.config)
+    params = [pytest.param(u, id=u, marks=[pytest.mark.xdist_group(u)]
+                           if grouped and not _is_simulator_url(u) else [])
+              for u in _urls(metafunc.config)]
+    metafunc.parametrize("dv_device_url", params, indirect=True, scope="session")
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
-    """Which device runs what: every URL, and under xdist which worker tests on which."""
+    """Which device runs what: every URL, and under xdist how they are spread."""
     urls = _urls(config)
-    workers = _xdist_workers(config)
-    if workers:
-        pairs = ", ".join(f"gw{k} -> {urls[k % len(urls)]}" for k in range(workers))
-        return [f"dvsdk devices, one per xdist worker: {pairs} (each result line names its "
-                "device)"]
-    return [f"dvsdk devices: {', '.join(urls)}"
-            + (" (each test runs on each; its id names the URL)" if len(urls) > 1 else "")]
-
-
-def _item_url(item: pytest.Item) -> str | None:
-    """The device URL ``item`` runs on (None: it uses no device)."""
-    if "dv_device_url" not in getattr(item, "fixturenames", ()):
-        return None
-    param = getattr(getattr(item, "callspec", None), "params", {}).get("dv_device_url")
-    if param is None or param == _WORKER:
-        return _worker_url(item.config) or _urls(item.config)[0]
-    return param
+    line = f"dvsdk devices: {', '.join(urls)}"
+    if len(urls) > 1:
+        line += " (each test runs on each; its id names the URL)"
+    if _xdist_workers(config):
+        boards = [u for u in urls if not _is_simulator_url(u)]
+        line += (f"; under {_xdist_workers(config)} xdist workers "
+                 + ("each board's tests on one worker" if boards else
+                    "simulators on every worker"))
+    return [line]
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
     """Record the device in the test's report (``user_properties``: JUnit XML properties,
     and carried from xdist workers to the controller)."""
-    url = _item_url(item)
+    if "dv_device_url" not in getattr(item, "fixturenames", ()):
+        return
+    url = getattr(getattr(item, "callspec", None), "params", {}).get("dv_device_url")
     if url is not None and ("dv_device", url) not in item.user_properties:
         item.user_properties.append(("dv_device", url))
-
-
-@pytest.hookimpl(tryfirst=True)
-def pytest_report_teststatus(report: pytest.TestReport, config: pytest.Config
-                             ) -> tuple[str, str, str] | None:
-    """Under xdist the test ids read ``[dv]`` (every worker must collect the same ids): the
-    verbose result names the device instead, as ``PASSED (URL)``."""
-    url = dict(getattr(report, "user_properties", ()) or ()).get("dv_device")
-    if url is None or url in report.nodeid or report.when != "call" \
-            or hasattr(report, "wasxfail"):
-        return None
-    word = {"passed": "PASSED", "failed": "FAILED", "skipped": "SKIPPED"}[report.outcome]
-    letter = {"passed": ".", "failed": "F", "skipped": "s"}[report.outcome]
-    return report.outcome, letter, f"{word} ({url})"
 
 
 @pytest.fixture(scope="session")
 def dv_device_url(request: pytest.FixtureRequest) -> str:
     """The URL of the device this test runs on."""
     param = getattr(request, "param", None)
-    if param is None or param == _WORKER:
-        return _worker_url(request.config) or _urls(request.config)[0]
-    return param
+    return _urls(request.config)[0] if param is None else param
 
 
 @pytest.fixture(scope="session")

@@ -1,0 +1,158 @@
+"""The per-image log of ``dvsdk eval`` (``--per-image FILE``, read back by ``--resume``).
+
+One row per image: its path, its label (or mask), then its prediction (top-k class names
+with their scores, or its pixel accuracy and the non-zero cells of its confusion matrix as
+``true:predicted:count``), its device time, or its error. ``.jsonl`` holds one JSON object
+a line; ``.csv`` the columns of :data:`COLUMNS` (lists joined by ``;``).
+
+The log is written while the run goes: one ``write`` of a whole line per image, on a file
+opened for appending, so a run killed at any point leaves every completed image in it
+(a line cut short by the kill has no newline; it is dropped when the log is read or
+reopened). At the end the file is rewritten atomically in dataset order.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from ..errors import DatasetError
+from ..fsutil import atomic_write
+from .dataset import Dataset, Sample
+
+#: the CSV columns
+COLUMNS = ["path", "label", "mask", "prediction", "top_k", "scores", "pixel_accuracy",
+           "cells", "device_us", "error"]
+
+
+def image_row(sample: Sample, r: dict[str, Any] | None, error: str, classes: list[str]
+              ) -> dict[str, Any]:
+    """One image's row (class indices as the names of ``classes``)."""
+    row: dict[str, Any] = {"path": sample.image}
+    if sample.mask:
+        row["mask"] = sample.mask
+    else:
+        row["label"] = _name(sample.label, classes) if sample.label >= 0 else None
+    if r is None:
+        row["error"] = error
+        return row
+    if "top" in r:
+        row["prediction"] = _name(r["top"][0], classes) if r["top"] else None
+        row["top_k"] = [_name(i, classes) for i in r["top"]]
+        row["scores"] = [float(v) for v in r["scores"]]
+    else:
+        row["pixel_accuracy"] = r["pixel_accuracy"]
+        if "cells" in r:
+            row["cells"] = r["cells"]
+    row["device_us"] = r["device_us"]
+    return row
+
+
+def _name(i: int, classes: list[str]) -> str:
+    return classes[i] if 0 <= i < len(classes) else str(i)
+
+
+def _line(row: dict[str, Any], as_csv: bool) -> str:
+    if not as_csv:
+        return json.dumps(row) + "\n"
+    buf = io.StringIO()
+    cells = {"cells": ";".join(":".join(map(str, c)) for c in row.get("cells", []))}
+    csv.DictWriter(buf, COLUMNS, lineterminator="\n").writerow(
+        {k: ";".join(str(x) for x in v) if isinstance(v, list) else ("" if v is None else v)
+         for k, v in {**row, **cells}.items()})
+    return buf.getvalue()
+
+
+def _header(as_csv: bool) -> str:
+    return ",".join(COLUMNS) + "\n" if as_csv else ""
+
+
+class PerImageLog:
+    """The log being written: ``start`` rows first (those resumed), then ``add`` per image."""
+
+    def __init__(self, path: str | os.PathLike, start: Iterable[dict[str, Any]] = ()):
+        self.path = str(path)
+        self.csv = self.path.lower().endswith(".csv")
+        text = _header(self.csv) + "".join(_line(r, self.csv) for r in start)
+        atomic_write(self.path, lambda f: f.write(text.encode()))
+        self.fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | getattr(os, "O_CLOEXEC", 0))
+
+    def add(self, row: dict[str, Any]) -> None:
+        os.write(self.fd, _line(row, self.csv).encode())   # one write: a whole line
+
+    def finish(self, rows: list[dict[str, Any]]) -> None:
+        """Rewrite the log atomically with ``rows`` (dataset order)."""
+        self.close()
+        text = _header(self.csv) + "".join(_line(r, self.csv) for r in rows)
+        atomic_write(self.path, lambda f: f.write(text.encode()))
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+
+def read_log(path: str | os.PathLike, dataset: Dataset, top: int = 1
+             ) -> dict[int, dict[str, Any]]:
+    """The scored images of a per-image log, as results by dataset index (failed images
+    and rows naming no image of ``dataset`` are left to run again; a line cut short by a
+    kill is ignored). A missing log is an empty one; a log holding fewer than ``top``
+    classes per image (written with a smaller --top-k) is a :class:`DatasetError`."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return {}
+    except (OSError, UnicodeDecodeError) as e:
+        raise DatasetError(f"cannot read the log: {e}", field="resume", value=str(path)
+                           ) from None
+    text = text[: text.rfind("\n") + 1]                 # a partial last line: not done
+    as_csv = str(path).lower().endswith(".csv")
+    rows = list(csv.DictReader(io.StringIO(text))) if as_csv else []
+    if not as_csv:
+        for n, line in enumerate(text.splitlines(), 1):
+            try:
+                rows.append(json.loads(line))
+            except ValueError:
+                raise DatasetError("a log line is not JSON", field=f"{path}:{n}",
+                                   value=line[:60]) from None
+    where = {(s.image, s.mask or None): i for i, s in enumerate(dataset.samples)}
+    names = {c: i for i, c in enumerate(dataset.classes)}
+    done: dict[int, dict[str, Any]] = {}
+    for n, row in enumerate(rows, 1):
+        index = where.get((row.get("path"), row.get("mask") or None))
+        if index is None or row.get("error"):
+            continue
+        try:
+            done[index] = r = _result(row, names, as_csv)
+        except (KeyError, ValueError, TypeError):
+            raise DatasetError("a log row lacks its result", field=f"{path}:{n}",
+                               value={k: row.get(k) for k in ("path", "top_k", "scores")}
+                               ) from None
+        if "top" in r and len(r["top"]) < min(top, len(dataset.classes)):
+            raise DatasetError("the log holds fewer classes per image than --top-k",
+                               field=f"{path}:{n}", value=len(r["top"]), limit=top,
+                               hint="resume with the --top-k of the logged run")
+    return done
+
+
+def _result(row: dict[str, Any], names: dict[str, int], as_csv: bool) -> dict[str, Any]:
+    def split(v: Any) -> list:
+        return (v.split(";") if v else []) if as_csv else list(v)
+
+    us = float(row["device_us"])
+    if row.get("mask"):
+        cells = row.get("cells") or []
+        if as_csv:
+            cells = [[int(x) for x in c.split(":")] for c in split(cells)]
+        acc = row.get("pixel_accuracy")
+        return {"pixel_accuracy": None if acc in (None, "") else float(acc),
+                "device_us": us, "cells": cells}
+    top = [names[c] if c in names else int(c) for c in split(row["top_k"])]
+    return {"top": top, "scores": [float(v) for v in split(row["scores"])],
+            "device_us": us}
