@@ -27,6 +27,7 @@ from .vx_cts_cases import (
     all_cts_cases,
     conv_cases,
     fc_cases,
+    lrn_cases,
     pool_cases,
     softmax_cases,
 )
@@ -211,8 +212,8 @@ def test_case_lists_match_the_cts() -> None:
     assert CTS[0].full == ("TensorNN.ConvolutionLayer/0/U8_WRAP_ZERO_FLOOR_NOBIAS_SZ_X11_Y11"
                            "_PAD_X0_Y0_DILATION_X0_Y0")
     assert CTS[719].name == "U8_SAT_NE_CEIL_BATCH_PERLOCBIAS_SZ_X3_Y4_PAD_X1_Y2_DILATION_X1_Y0"
-    assert set(TEXT_VS_CTS) <= {c.id for c in CTS + EXTRA + HARD}
-    assert set(NEEDS_VX_INT) <= {c.id for c in CTS + EXTRA + HARD}
+    assert set(TEXT_VS_CTS) <= {c.id for c in CTS + EXTRA + HARD + LRN}
+    assert set(NEEDS_VX_INT) <= {c.id for c in CTS + EXTRA + HARD + LRN}
 
 
 # -- our own: S8 and Q7.8 versions of the CTS lists (its functions take them) --------------------
@@ -265,3 +266,26 @@ def test_harder_u8_cases_span_the_range(ctx, case: Case) -> None:
     text, _ = references(case, d)
     assert len(np.unique(text)) >= min(32, text.size // 2) and (text == 255).mean() < 0.5
     check(ctx, case, HARD)
+
+
+# -- our own: normalization ---------------------------------------------------------------------
+
+LRN = lrn_cases()
+
+
+@pytest.mark.parametrize("case", _params(LRN))
+def test_normalization_follows_the_text(ctx, case: Case) -> None:
+    """``x / (1 + alpha / n * sum x_i^2) ** beta``, n = normalization_size; SAME_MAP sums
+    the n x n square and still divides alpha by n (the text's n), which a Caffe-style
+    port (alpha / n^2) does not: listed as text-vs-CTS with the spec's words."""
+    p = case.p
+    d = GEN[case.test](case)
+    text = R.lrn_ref(case.fmt, d["x"], p["same"], p["n"], p["alpha"], p["beta"])
+    port = R.lrn_ref(case.fmt, d["x"], p["same"], p["n"], p["alpha"], p["beta"],
+                     divisor=p["n"] ** 2 if p["same"] else None)
+    if case.id in TEXT_VS_CTS:
+        assert TEXT_VS_CTS[case.id] == "lrn_same_map" and far(text, port) > TOL
+    else:
+        assert far(text, port) <= TOL
+    out = result(ctx, case, LRN)
+    assert far(out, text) <= TOL, f"{case.id}: {far(out, text)} raw units from the text"

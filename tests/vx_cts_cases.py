@@ -356,3 +356,39 @@ def gen_any(c: Case) -> dict[str, Any]:
 
 GEN_CTS = dict(GEN)
 GEN = {k: gen_any for k in GEN_CTS}
+
+
+# -- our own: normalization (the CTS's testNormalizationLayer is commented out) ------------------
+
+def lrn_cases() -> list[Case]:
+    """Q7.8 (the type the text requires of it) across maps and on the same map, sizes 3, 5,
+    7; data within +-8.0 so the sums of squares matter; and the DV700 LRN unit's own
+    parameters (n 5, alpha 1e-4, beta 0.75) on 16 maps with the input's range declared +-50
+    (the verifier may then use the unit) and undeclared."""
+    out = []
+    for same in (False, True):
+        for n in (3, 5, 7):
+            out.append(Case("NormalizationLayer", 30000 + len(out),
+                            f"Q78_{'SAME_MAP' if same else 'ACROSS_MAPS'}_N{n}", "Q78",
+                            dict(same=same, n=n, alpha=0.5, beta=0.75, amp=2048)))
+    for rng_ in (None, (-50.0, 50.0)):
+        p = dict(same=False, n=5, alpha=1e-4, beta=0.75, amp=32767, maps=16)
+        if rng_:
+            p.update(range=rng_, amp=50 * 256)
+        out.append(Case("NormalizationLayer", 30000 + len(out),
+                        "Q78_ACROSS_MAPS_N5_HW_PARAMS" + ("_RANGE50" if rng_ else ""), "Q78", p))
+    return out
+
+
+def gen_lrn(c: Case) -> dict[str, Any]:
+    rng = Rng(c.seed)
+    dims = tuple(rng.next_int(1, MAX_DIM + 1) for _ in range(4))
+    if "maps" in c.p:                        # the LRN unit takes #IFM % 16 == 0
+        dims = (dims[0], dims[1], c.p["maps"], dims[3])
+    amp = c.p["amp"]
+    return dict(x=rng.ints(math.prod(dims), -amp, amp + 1).reshape(dims[::-1]).T.copy(),
+                y_dims=dims)
+
+
+GEN_CTS["NormalizationLayer"] = gen_lrn
+GEN["NormalizationLayer"] = gen_any
