@@ -253,6 +253,12 @@ def _hard_cases() -> list[Case]:
         out.append(Case("FullyConnectedLayer", 20010 + i, f"U8_HARD_SAT_FC{core}", "U8",
                         dict(wrap=False, ne=True, core=core, wdim=2, batch=1, bias=1,
                              hard=True)))
+    out.append(Case("ConvolutionLayer", 20020, "U8_HARD_WRAP_BIG_SUMS", "U8",
+                    dict(k=(3, 3), pad=(1, 1), wrap=True, ne=True, ceil=False, d=(0, 0),
+                         batch=0, bias=1, hard=True, big=True)))
+    out.append(Case("FullyConnectedLayer", 20021, "U8_HARD_WRAP_BIG_SUMS_FC", "U8",
+                    dict(wrap=True, ne=True, core=1, wdim=2, batch=1, bias=1, hard=True,
+                         big=True)))
     return out
 
 

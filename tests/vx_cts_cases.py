@@ -338,12 +338,15 @@ GEN = {"ConvolutionLayer": gen_conv, "DeconvolutionLayer": gen_conv,
 def _harden(c: Case, d: dict[str, Any]) -> dict[str, Any]:
     """Our harder U8 data for the CTS's shapes: full-range inputs and 0/1 weights, about
     1.2 in ``products`` set, so sums spread over 0..~400 and a saturated (or wrapped)
-    result spans the type instead of sitting at 255."""
+    result spans the type instead of sitting at 255; ``big`` cases take weights 0..15, sums
+    beyond FP16's exact integers (2048), wrapped to 8 bits."""
     g = np.random.default_rng(c.seed & 0xFFFFFFFF)
     w = d["w"]
     prods = math.prod(w.shape[:-1])
     d["x"] = g.integers(0, 256, d["x"].shape).astype(np.int64)
     d["w"] = (g.random(w.shape) < 1.2 / prods).astype(np.int64)
+    if c.p.get("big"):       # sums of thousands and more: WRAP keeps their low 8 bits
+        d["w"] = g.integers(0, 16, w.shape).astype(np.int64)
     if d["b"] is not None:
         d["b"] = g.integers(0, 32, d["b"].shape).astype(np.int64)
     return d
