@@ -29,11 +29,13 @@ from .vx_cts_cases import (
     fc_cases,
     lrn_cases,
     pool_cases,
+    roi_cases,
     softmax_cases,
 )
 from .vx_cts_table import NEEDS_VX_INT, SPEC, TEXT_VS_CTS, needs_vx_int
 
-VX_TYPE = {"U8": (vx.Type.UINT8, 0), "S8": (vx.Type.INT8, 0), "Q78": (vx.Type.INT16, 8)}
+VX_TYPE = {"U8": (vx.Type.UINT8, 0), "S8": (vx.Type.INT8, 0), "Q78": (vx.Type.INT16, 8),
+           "F16": (vx.Type.FLOAT16, 0)}
 POL = {True: vx.ConvertPolicy.WRAP, False: vx.ConvertPolicy.SATURATE}
 RND = {True: vx.RoundPolicy.TO_NEAREST_EVEN, False: vx.RoundPolicy.TO_ZERO}
 
@@ -46,13 +48,17 @@ def ctx():
 
 # -- building one case's node -------------------------------------------------------------------
 
+_MADE: list = []                      # tensors of the graph being built (released after)
+
+
 def _tensor(ctx, arr_or_dims, fmt: str):
     t, f = VX_TYPE[fmt]
+    dims = arr_or_dims.shape if isinstance(arr_or_dims, np.ndarray) else arr_or_dims
+    x = vx.Tensor(ctx, list(dims), t, f)
     if isinstance(arr_or_dims, np.ndarray):
-        x = vx.Tensor(ctx, list(arr_or_dims.shape), t, f)
         x.copy_patch(arr_or_dims, vx.Accessor.WRITE_ONLY)
-        return x
-    return vx.Tensor(ctx, list(arr_or_dims), t, f)
+    _MADE.append(x)
+    return x
 
 
 def add_node(ctx, g, c: Case, d: dict):
@@ -98,11 +104,12 @@ def add_node(ctx, g, c: Case, d: dict):
 def _run(ctx, cases: list[Case]) -> dict[str, object]:
     """Run ``cases`` in one graph; on a verify failure, each alone (the failure is then the
     case's own)."""
-    data = {c.id: GEN[c.test](c) for c in cases}
+    data = {c.id: _DATA.pop(c.id, None) or GEN[c.test](c) for c in cases}
+    _DATA.update(data)                   # check() takes each case's own back
     g = ctx.graph()
     outs = {c.id: add_node(ctx, g, c, data[c.id]) for c in cases}
     if g.verify() == vx.Status.SUCCESS and g.process() == vx.Status.SUCCESS:
-        res = {k: t.copy_patch().astype(np.int64) for k, t in outs.items()}
+        res = {k: _values(t.copy_patch()) for k, t in outs.items()}
     elif len(cases) == 1:
         res = {cases[0].id: g.error}
     else:
@@ -110,10 +117,17 @@ def _run(ctx, cases: list[Case]) -> dict[str, object]:
         for c in cases:
             res.update(_run(ctx, [c]))
     g.release()
+    while _MADE:                          # the context's object list stays short
+        _MADE.pop().release()
     return res
 
 
+def _values(a: np.ndarray) -> np.ndarray:
+    return a.astype(np.int64) if a.dtype.kind in "iu" else a.astype(np.float64)
+
+
 _CACHE: dict[str, object] = {}
+_DATA: dict[str, dict] = {}           # a group's generated tensors until their checks
 
 
 def group_key(c: Case) -> tuple:
@@ -170,10 +184,15 @@ def far(a: np.ndarray, b: np.ndarray) -> int:
     return int(np.abs(np.asarray(a, np.int64) - np.asarray(b, np.int64)).max(initial=0))
 
 
-def check(ctx, c: Case, pool: list[Case]) -> None:
-    d = GEN[c.test](c)
-    text, cts = references(c, d)
+def data(ctx, c: Case, pool: list[Case]) -> tuple[dict, np.ndarray]:
+    """The case's tensors (generated once, with its group's run) and dvsdk's output."""
     out = result(ctx, c, pool)
+    return _DATA.pop(c.id, None) or GEN[c.test](c), out
+
+
+def check(ctx, c: Case, pool: list[Case]) -> None:
+    d, out = data(ctx, c, pool)
+    text, cts = references(c, d)
     assert out.shape == text.shape
     gap = far(text, cts)
     if c.id in TEXT_VS_CTS:
@@ -181,9 +200,9 @@ def check(ctx, c: Case, pool: list[Case]) -> None:
         assert gap > TOL, f"{c.id}: listed as text-vs-CTS but the references agree"
     else:
         assert gap <= TOL, f"{c.id}: the CTS's reference departs from the text's by {gap}"
-    assert far(out, text) <= TOL, (
-        f"{c.id}: dvsdk differs from the text's reference by {far(out, text)} raw units "
-        f"(tolerance {TOL})")
+    if far(out, text) > TOL:             # (no traceback: 255 of these xfail until vx-int)
+        pytest.fail(f"{c.id}: dvsdk differs from the text's reference by {far(out, text)} "
+                    f"raw units (tolerance {TOL})", pytrace=False)
 
 
 # -- every CTS case -------------------------------------------------------------------------------
@@ -294,4 +313,56 @@ def test_normalization_follows_the_text(ctx, case: Case) -> None:
     else:
         assert far(text, port) <= TOL
     out = result(ctx, case, LRN)
-    assert far(out, text) <= TOL, f"{case.id}: {far(out, text)} raw units from the text"
+    _DATA.pop(case.id, None)
+    if far(out, text) > TOL:
+        pytest.fail(f"{case.id}: {far(out, text)} raw units from the text", pytrace=False)
+
+
+# -- our own: FP16 versions (the CTS has no FP16 cases) -------------------------------------------
+
+def _f16_cases() -> list[Case]:
+    """The CTS's shapes and U8 draws as FP16 real values ``raw / 32 - 4`` (exact in FP16):
+    a fifth of the convolution and deconvolution lists, all of the others."""
+    src = (conv_cases("ConvolutionLayer")[::5] + conv_cases("DeconvolutionLayer")[::5]
+           + fc_cases() + pool_cases() + softmax_cases() + activation_cases() + roi_cases())
+    return [Case(c.test, 40000 + c.index, c.name.replace("U8", "F16", 1), "F16",
+                 dict(c.p, f16=True)) for c in src if c.fmt == "U8"]
+
+
+F16 = _f16_cases()
+
+
+def f16_reference(c: Case, d: dict) -> np.ndarray:
+    p = c.p
+    x = d["x"].astype(np.float64)
+    if c.test == "ConvolutionLayer":
+        ix = [R.conv_taps(x.shape[a], p["pad"][a], p["k"][a], p["d"][a], d["step"][a],
+                          d["y_dims"][a], False) for a in (0, 1)]
+        return R.gather_real(x, d["w"], d["b"], *ix)
+    if c.test == "DeconvolutionLayer":
+        ix = [R.deconv_taps(x.shape[a], p["pad"][a], p["k"][a], d["step"][a],
+                            d["y_dims"][a], False) for a in (0, 1)]
+        return R.gather_real(x, d["w"], d["b"], *ix)
+    if c.test == "FullyConnectedLayer":
+        return R.fc_real(x, d["w"], d["b"], p["core"])
+    if c.test == "PoolingLayer":
+        return R.pool_real(x, p["max"], p["size"], p["pad"], d["step"], d["y_dims"])
+    if c.test == "SoftmaxLayer":
+        return R.softmax_real(x)
+    if c.test == "ActivationLayer":
+        return R.activation_real(x, p["fn"], p["a"], p["b"])
+    return R.roi_ref("U8", x, d["rois"].astype(np.int64), d["y_dims"], False)
+
+
+@pytest.mark.parametrize("case", [pytest.param(c, id=c.id) for c in F16])
+def test_fp16_versions(ctx, case: Case) -> None:
+    """FP16 results within FP16's rounding of the float64 reference of the text (the
+    reference itself rounded to FP16: beyond 65504 it is infinite, as IEEE 754 says): a
+    few units in the last place of the largest result."""
+    d, got = data(ctx, case, F16)
+    want = f16_reference(case, d)
+    with np.errstate(over="ignore"):
+        want = want.astype(np.float16).astype(np.float64)   # FP16 overflows to +-inf
+    finite = np.abs(want[np.isfinite(want)])
+    scale = max(1.0, float(finite.max(initial=0.0)))
+    np.testing.assert_allclose(got, want, rtol=4e-3, atol=4e-3 * scale)

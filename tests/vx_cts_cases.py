@@ -353,8 +353,21 @@ def _harden(c: Case, d: dict[str, Any]) -> dict[str, Any]:
 
 
 def gen_any(c: Case) -> dict[str, Any]:
+    if c.p.get("f16"):
+        return _to_f16(GEN_CTS[c.test](Case(c.test, c.index, c.name, "U8", c.p)))
     d = GEN_CTS[c.test](c)
     return _harden(c, d) if c.p.get("hard") else d
+
+
+def _to_f16(d: dict[str, Any]) -> dict[str, Any]:
+    """Our FP16 cases: the U8 draws as real values ``raw / 32 - 4`` (exact in FP16); ROI
+    coordinates keep their values."""
+    for k in ("x", "w", "b"):
+        if d.get(k) is not None:
+            d[k] = (d[k] / 32.0 - 4.0).astype(np.float16)
+    if "rois" in d:
+        d["rois"] = d["rois"].astype(np.float16)
+    return d
 
 
 GEN_CTS = dict(GEN)

@@ -46,14 +46,7 @@ def _gather_sum(x: np.ndarray, w: np.ndarray, ix: np.ndarray, iy: np.ndarray
                 ) -> np.ndarray:
     """sum_{m,n,l} x[ix[j,m], iy[k,n], l, ...] * w[m, n, l, i] -> [j, k, i, ...], exact
     (float64 products and sums of integers below 2**53)."""
-    xz = np.pad(x.astype(np.float64), ((0, 1), (0, 1)) + ((0, 0),) * (x.ndim - 2))
-    wf = w.astype(np.float64)
-    acc = 0.0
-    for m in range(w.shape[0]):
-        rows = xz[ix[:, m]]
-        for n in range(w.shape[1]):
-            acc = acc + np.tensordot(rows[:, iy[:, n]], wf[m, n], axes=([2], [0]))
-    return np.moveaxis(np.asarray(acc), -1, 2).astype(np.int64)
+    return np.rint(gather_real(x, w, None, ix, iy)).astype(np.int64)
 
 
 def _bias(b: np.ndarray | None, ndim: int) -> np.ndarray | int:
@@ -189,12 +182,16 @@ def softmax_ref(fmt: str, x) -> np.ndarray:
 
 def activation_ref(fmt: str, x, fn: str, a: float, b: float) -> np.ndarray:
     v = np.asarray(x, np.float64) / (1 << _fpp(fmt))
-    r = {"LOGISTIC": lambda: 1 / (1 + np.exp(-v)), "HYPERBOLIC_TAN": lambda: a * np.tanh(b * v),
+    return _quantize(activation_real(v, fn, a, b), fmt)
+
+
+def activation_real(v: np.ndarray, fn: str, a: float, b: float) -> np.ndarray:
+    """The nine functions of vx_nn_activation_function_e (``formats.md`` §2.6)."""
+    return {"LOGISTIC": lambda: 1 / (1 + np.exp(-v)), "HYPERBOLIC_TAN": lambda: a * np.tanh(b * v),
          "RELU": lambda: np.maximum(v, 0), "BRELU": lambda: np.minimum(a, np.maximum(v, 0)),
          "SOFTRELU": lambda: np.log1p(np.exp(v)), "ABS": lambda: np.abs(v),
          "SQUARE": lambda: v * v, "SQRT": lambda: np.sqrt(np.maximum(v, 0)),
          "LINEAR": lambda: a * v + b}[fn]()
-    return _quantize(r, fmt)
 
 
 # -- ROI pooling -----------------------------------------------------------------------------------
@@ -205,15 +202,16 @@ def roi_ref(fmt: str, data, rois, y_dims, cts: bool) -> np.ndarray:
     values (Q7.8: raw / 256, rounded to the nearest input position) and bins are cropped
     to the input ([0, W)).  CTS: coordinates are the raw integers and each bin edge is
     cast through ``size_t`` before the clamp, so a negative start becomes W (empty)."""
-    data = np.asarray(data, np.int64)
+    data = np.asarray(data)
+    data = data if data.dtype.kind == "f" else data.astype(np.int64)
     rois = np.asarray(rois, np.int64)
     if data.ndim == 3:
         data, rois = data[..., None], rois[..., None]
     W, H, C, B = data.shape
     pw, ph, _, R = y_dims[:4]
     coords = rois if (cts or not _fpp(fmt)) else np.floor(rois / 256.0 + 0.5).astype(np.int64)
-    out = np.zeros((pw, ph, C, R, B), np.int64)
-    lo = FORMATS[fmt][1]
+    out = np.zeros((pw, ph, C, R, B), data.dtype)
+    lo = FORMATS[fmt][1] if data.dtype.kind != "f" else -np.inf
 
     def edges(c0, extent, n, limit):
         i = np.arange(n)
@@ -256,3 +254,42 @@ def lrn_ref(fmt: str, x, same_map: bool, n: int, alpha: float, beta: float,
         p = np.pad(sq, ((0, 0), (0, 0), (r, r)) + ((0, 0),) * (v.ndim - 3))
         s = sum(p[:, :, i:i + v.shape[2]] for i in range(n))
     return _quantize(v / (1 + alpha / (divisor or n) * s) ** beta, fmt)
+
+
+# -- FP16 (our own cases: real values, no policies) ---------------------------------------------
+
+def gather_real(x, w, b, ix, iy) -> np.ndarray:
+    """The convolution/deconvolution sum in float64 (text taps), plus the bias."""
+    xz = np.pad(np.asarray(x, np.float64), ((0, 1), (0, 1)) + ((0, 0),) * (x.ndim - 2))
+    wf = np.asarray(w, np.float64)
+    acc = 0.0
+    for m in range(w.shape[0]):               # one product per kernel column: [j, k, n, l]
+        cols = xz[ix[:, m]][:, iy]            # [j, k, ky, l, ...]
+        acc = acc + np.tensordot(cols, wf[m], axes=([2, 3], [0, 1]))
+    out = np.moveaxis(np.asarray(acc), -1, 2)
+    if b is None:
+        return out
+    b = np.asarray(b, np.float64)
+    return out + (b.reshape(b.shape + (1,) * (x.ndim - 3)) if b.ndim == 3 else
+                  b.reshape((1, 1, -1) + (1,) * (x.ndim - 3)))
+
+
+def fc_real(x, w, b, core: int) -> np.ndarray:
+    xf, wf = fc_flat(np.asarray(x, np.float64), np.asarray(w, np.float64), core)
+    acc = np.tensordot(wf.T, xf, axes=([1], [0]))
+    return acc if b is None else acc + np.asarray(b).reshape((-1,) + (1,) * (acc.ndim - 1))
+
+
+def pool_real(x, is_max: bool, size, pad, step, y_dims) -> np.ndarray:
+    x = np.asarray(x, np.float64)
+    ix = _windows(x.shape[0], pad[0], size[0], step[0], y_dims[0], False)
+    iy = _windows(x.shape[1], pad[1], size[1], step[1], y_dims[1], False)
+    cells = np.pad(x, ((0, 1), (0, 1)) + ((0, 0),) * (x.ndim - 2))[ix][:, :, iy]
+    return cells.max(axis=(1, 3)) if is_max else cells.sum(axis=(1, 3)) / (size[0] * size[1])
+
+
+def softmax_real(x) -> np.ndarray:
+    x = np.asarray(x, np.float64)
+    axis = 0 if x.ndim <= 2 else 2
+    e = np.exp(x - x.max(axis=axis, keepdims=True))
+    return e / e.sum(axis=axis, keepdims=True)
