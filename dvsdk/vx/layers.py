@@ -46,7 +46,8 @@ def deconvolution_layer(graph: Graph, inputs: Any, weights: Any, biases: Any,
     """``vxDeconvolutionLayer``: zeros inserted between the inputs (the upscale, inferred
     from the output size), then a convolution with the weights as given, over the
     upscaled input padded by ``kernel - padding - 1`` on each side and ``a`` more at the
-    end (right, bottom)."""
+    end (right, bottom); biases ``[#OFM]`` or one per output location
+    ``[width, height, #OFM]``."""
     return _node(graph, KernelEnum.DECONVOLUTION_LAYER, inputs, weights, biases,
                  deconvolution_params, outputs)
 
@@ -55,7 +56,9 @@ def fully_connected_layer(graph: Graph, inputs: Any, weights: Any, biases: Any,
                           overflow_policy: Any, rounding_policy: Any, outputs: Any) -> Node:
     """``vxFullyConnectedLayer``: ``out[i] = sum_j in[j] w[j, i] + b[i]``.  A
     ``[width, height, #IFM, #batches]`` input is flattened in OpenVX memory order,
-    ``j = x + width * (y + height * c)``, which is NCHW's flatten order."""
+    ``j = x + width * (y + height * c)``, which is NCHW's flatten order; batches may be
+    several dimensions (``[#IFM, b1, b2]`` -> ``[#OFM, b1, b2]``) and the weights
+    ``[#IFM, #OFM]`` or ``[width, height, #IFM, #OFM]``."""
     return _node(graph, KernelEnum.FULLY_CONNECTED_LAYER, inputs, weights, biases,
                  overflow_policy, rounding_policy, outputs)
 
@@ -93,6 +96,8 @@ def roi_pooling_layer(graph: Graph, input_data: Any, input_rois: Any, roi_pool_p
                       output_arr: Any) -> Node:
     """``vxROIPoolingLayer``: each ROI ``(x0, y0, x1, y1)`` (corners included, input
     coordinates) max-pooled to the output's width and height; output
-    ``[pooled_width, pooled_height, #IFM, roi_count]``."""
+    ``[pooled_width, pooled_height, #IFM, roi_count]``, or with a batch (data
+    ``[W, H, #IFM, #batches]``, ROIs ``[4, roi_count, #batches]``)
+    ``[pooled_width, pooled_height, #IFM, roi_count, #batches]``."""
     return _node(graph, KernelEnum.ROI_POOLING_LAYER, input_data, input_rois,
                  roi_pool_params, output_arr)

@@ -104,7 +104,8 @@ def _node_range(node: Node, derived: dict, rin: tuple[float, float]) -> tuple[fl
                        None if bias is None else _real(bias))
     if k == KernelEnum.FULLY_CONNECTED_LAYER:
         bias = node._values[2]
-        return _affine(_real(node._values[1]), rin, None if bias is None else _real(bias))
+        w = _real(node._values[1])                    # [K, OFM] or [W, H, IFM, OFM]
+        return _affine(w.reshape(-1, w.shape[-1]), rin, None if bias is None else _real(bias))
     if k == KernelEnum.SOFTMAX_LAYER:
         return 0.0, 1.0
     if k == KernelEnum.ACTIVATION_LAYER:

@@ -251,40 +251,67 @@ def deconvolution(v: list, t: list[Meta]) -> tuple[dict, dict]:
         ups.append(up)
     out = _out(t, 4, (sizes[0], sizes[1], w[3], *x[3:]))
     if t[2].dims is not None:
-        if t[2].dims != (w[3],):
-            _fail(2, f"biases must be [#OFM] = [{w[3]}]", value=list(t[2].dims))
+        # [#OFM] per the text; [width, height, #OFM] (one per output location, as for the
+        # convolution) is beyond it, tested by the CTS, and costs one Add
+        if t[2].dims not in ((w[3],), (sizes[0], sizes[1], w[3])):
+            _fail(2, f"biases must be [#OFM] = [{w[3]}] (or one per output location, "
+                  f"{[sizes[0], sizes[1], w[3]]})", value=list(t[2].dims))
         _same_type(t, 2)
     return out, {"upscale": tuple(ups), "pad": pads, "a": a}
 
 
+def _fc_core(x: tuple[int, ...], w: tuple[int, ...], out: tuple[int, ...] | None) -> int:
+    """How many of the input's dimensions one input is: 1 (``[#IFM, #batches...]``) or 3
+    (``[width, height, #IFM, #batches...]``), from the weights (4-D weights are
+    ``[width, height, #IFM, #OFM]``), and from the output's rank when both fit (a
+    ``[n, 1, 1, ...]`` input)."""
+    if len(w) == 4 or len(x) <= 2:
+        return 3 if len(w) == 4 else 1
+    one, three = w[0] == x[0], w[0] == x[0] * x[1] * x[2]
+    if one and three and out is not None:
+        return 1 if len(out) == len(x) else 3
+    return 1 if one and not three else 3
+
+
 def fully_connected(v: list, t: list[Meta]) -> tuple[dict, dict]:
+    """Inputs ``[#IFM, #batches...]`` or ``[width, height, #IFM, #batches...]``, batches
+    possibly multi-dimensional (S0 vxFullyConnectedLayer: "In both cases number of batches
+    are optional and may be multidimensional"); weights ``[#IFM, #OFM]``, or
+    ``[width, height, #IFM, #OFM]`` for the second layout (beyond the 1.2 text, which
+    says 2 dimensions; the CTS tests them and they cost a reshape)."""
     x = _rank(t, 0, (1, 2, 3, 4, 5, 6), "[#IFM, #batches] or [width, height, #IFM, "
               "#batches] dimensions")
-    w = _rank(t, 1, (2,), "[#IFM, #OFM] dimensions")
+    w = _rank(t, 1, (2, 4), "[#IFM, #OFM] (or [width, height, #IFM, #OFM]) dimensions")
     _same_type(t, 1)
     _enum(v, 3, ConvertPolicy, "overflow_policy")
     _enum(v, 4, RoundPolicy, "rounding_policy")
-    if len(x) <= 2:
-        ifm, batches = x[0], x[1:]
-    else:
-        ifm, batches = x[0] * x[1] * x[2], x[3:]
-    if w[0] != ifm:
-        _fail(1, f"weights have {w[0]} inputs, the input has {ifm}"
-              + (" (width * height * #IFM)" if len(x) > 2 else ""), value=list(w),
+    if len(w) == 4 and len(x) < 3:
+        _fail(1, "4-D weights [width, height, #IFM, #OFM] need a [width, height, #IFM, "
+              "#batches] input", value=list(w), limit="2-D weights")
+    core = _fc_core(x, w, t[5].dims)
+    ifm, batches = (x[0], x[1:]) if core == 1 else (x[0] * x[1] * x[2], x[3:])
+    k = math.prod(w[:-1])
+    if len(w) == 4 and tuple(w[:3]) != tuple(x[:3]):
+        _fail(1, f"weights {list(w)} must be [width, height, #IFM, #OFM] with the input's "
+              f"{list(x[:3])}", value=list(w), limit=list(x[:3]))
+    if k != ifm:
+        _fail(1, f"weights have {k} inputs, the input has {ifm}"
+              + (" (width * height * #IFM)" if core == 3 else ""), value=list(w),
               limit=f"dimension 0 = {ifm}")
+    ofm = w[-1]
     got = t[5].dims
     n = math.prod(batches)
-    if got is not None and len(got) and got[0] in (0, w[1]) and all(got[1:]) and \
+    if got is not None and len(got) and got[0] in (0, ofm) and all(got[1:]) and \
             math.prod(got[1:]) == n and len(got) != 1 + len(batches):
-        want = (w[1], *got[1:])               # the same batches written another way
+        want = (ofm, *got[1:])               # the same batches written another way
     else:
-        want = (w[1], *batches) if batches or len(x) <= 2 else (w[1],)
+        want = (ofm, *batches) if batches or core == 1 else (ofm,)
     out = _out(t, 5, want)
     if t[2].dims is not None:
-        if t[2].dims != (w[1],):
-            _fail(2, f"biases must be [#OFM] = [{w[1]}]", value=list(t[2].dims))
+        if t[2].dims != (ofm,):
+            _fail(2, f"biases must be [#OFM] = [{ofm}]", value=list(t[2].dims))
         _same_type(t, 2)
-    return out, {"flatten": len(x) > 2}
+    return out, {"flatten": core == 3, "core": core, "k": k}
 
 
 def pooling(v: list, t: list[Meta]) -> tuple[dict, dict]:
@@ -358,19 +385,24 @@ def normalization(v: list, t: list[Meta]) -> tuple[dict, dict]:
 
 
 def roi_pooling(v: list, t: list[Meta]) -> tuple[dict, dict]:
-    x = _rank(t, 0, (3, 4), "[width, height, #IFM, (1)] dimensions (one image)")
-    if len(x) == 4 and x[3] != 1:
-        _fail(0, "ROI pooling takes one image (#batches 1)", value=list(x), limit=1)
-    r = _rank(t, 1, (2, 3), "[4, roi_count, (1)] dimensions")
-    if r[0] != 4 or (len(r) == 3 and r[2] != 1):
-        _fail(1, "ROIs must be [4, roi_count] (x0, y0, x1, y1 per ROI; one image)",
-              value=list(r))
+    """Data ``[width, height, #IFM, (#batches)]``, ROIs ``[4, roi_count, (#batches)]`` (S0:
+    "#batches is optional and must be the same as in inputs"), output ``[pooled_width,
+    pooled_height, #IFM, roi_count, (#batches)]``: each image pools its own ROIs."""
+    x = _rank(t, 0, (3, 4), "[width, height, #IFM, (#batches)] dimensions")
+    nb = x[3] if len(x) == 4 else 1
+    r = _rank(t, 1, (2, 3), "[4, roi_count, (#batches)] dimensions")
+    if r[0] != 4 or (len(r) == 3 and r[2] != nb) or (len(r) == 2 and nb != 1):
+        _fail(1, f"ROIs must be [4, roi_count, #batches] with the input's #batches {nb} "
+              "(x0, y0, x1, y1 per ROI)", value=list(r), limit=[4, "roi_count", nb])
     kind = getattr(v[2], "pool_type", None)
     if _struct_enum(v[2], "pool_type", 2, PoolingType) != PoolingType.MAX:
         _fail(2, "roi_pool_params.pool_type must be MAX", Status.ERROR_INVALID_PARAMETERS,
               value=kind, limit="MAX")
     got = t[3].dims
-    if got is None or len(got) != 4 or not got[0] or not got[1]:
-        _fail(3, f"{t[3].name} must be [pooled_width, pooled_height, #IFM, roi_count] with "
-              "the pooled size defined", value=got)
-    return _out(t, 3, (got[0], got[1], x[2], r[1])), {"pooled": (got[0], got[1])}
+    ranks = (4,) if nb == 1 and len(x) == 3 else (4, 5) if nb == 1 else (5,)
+    if got is None or len(got) not in ranks or not got[0] or not got[1]:
+        _fail(3, f"{t[3].name} must be [pooled_width, pooled_height, #IFM, roi_count"
+              + (", #batches" if nb > 1 else "") + "] with the pooled size defined",
+              value=got)
+    want = (got[0], got[1], x[2], r[1]) + ((nb,) if len(got) == 5 else ())
+    return _out(t, 3, want), {"pooled": (got[0], got[1]), "batches": nb}

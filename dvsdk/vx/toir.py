@@ -278,16 +278,28 @@ class _Builder:
                  "pads": [d["pad"][1], d["pad"][0], d["pad"][1], d["pad"][0]],
                  "output_padding": [d["a"][1], d["a"][0]], "dilations": [1, 1], "group": 1}
         ins = [x, self.const(f"{node.name}_w", w.transpose(2, 3, 1, 0))]
-        if node._values[2] is not None:
-            ins.append(self.const(f"{node.name}_b", _real(node._values[2])))
-        self.op(node, "ConvTranspose", ins, out, attrs)
+        b = None if node._values[2] is None else _real(node._values[2])
+        if b is not None and b.ndim == 1:
+            ins.append(self.const(f"{node.name}_b", b))
+        if b is not None and b.ndim == 3:                 # one per output location
+            mid = self.tensor(f"{out}_nobias", self.shape(out))
+            self.op(node, "ConvTranspose", ins, mid, attrs)
+            self.op(node, "Add", [mid, self.const(f"{node.name}_b", b.transpose(2, 1, 0)[None])],
+                    out, suffix="bias")
+        else:
+            self.op(node, "ConvTranspose", ins, out, attrs)
 
     def fc(self, node: Node, d: dict, x: str, out: str) -> None:
-        w = _real(node._values[1])                         # [K, OFM]
+        w = _real(node._values[1])                         # [K, OFM] or [W, H, IFM, OFM]
+        w = w.reshape((-1, w.shape[-1]), order="F")        # K in OpenVX memory order
         if d["flatten"]:
             n = self.shape(x)[0]
             flat = self.tensor(f"{x}_flat", (n, int(np.prod(self.shape(x)[1:]))))
             x = self.op(node, "Flatten", [x], flat, {"axis": 1}, suffix="flatten")
+        elif len(self.shape(x)) != 2 or self.shape(x)[1] != w.shape[0]:
+            # [#IFM, #batches...] with several batch dimensions: rows of #IFM
+            n = int(np.prod(self.shape(x))) // w.shape[0]
+            x = self.reshape(node, x, (n, w.shape[0]))
         ins = [x, self.const(f"{node.name}_w", w.T)]
         if node._values[2] is not None:
             ins.append(self.const(f"{node.name}_b", _real(node._values[2])))
@@ -388,9 +400,10 @@ class _Builder:
 
     def roi(self, node: Node, d: dict, x: str, out: str) -> None:
         rois = self.read(_use(self.plan, node, 1))
-        count = self.plan.meta[id(node._values[1])].dims[1]
-        rois = self.reshape(node, rois, (count, 4))
-        five = self.op(node, "Concat", [self.const("batch_index", np.zeros((count, 1))), rois],
+        count = self.plan.meta[id(node._values[1])].dims[1] * d.get("batches", 1)
+        rois = self.reshape(node, rois, (count, 4))        # image-major: image b's ROIs
+        index = np.repeat(np.arange(d.get("batches", 1)), count // d.get("batches", 1))
+        five = self.op(node, "Concat", [self.const("batch_index", index[:, None]), rois],
                        self.tensor(f"{out}_rois", (count, 5)), {"axis": 1}, suffix="rois")
         pw, ph = d["pooled"]
         self.op(node, "MaxRoiPool", [x, five], out,
