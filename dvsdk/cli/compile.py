@@ -55,7 +55,12 @@ def build_parser() -> Parser:
                    help="multiply after the mean (e.g. 1/255)")
     p.add_argument("--std", default=None, help="per-channel std to divide by (R,G,B)")
     p.add_argument("--channel-order", choices=("RGB", "BGR"), default="RGB")
-    p.add_argument("--resize", choices=("stretch", "letterbox"), default="stretch")
+    p.add_argument("--resize", choices=("stretch", "letterbox", "crop"), default="stretch")
+    p.add_argument("--resize-crop", nargs="?", const=0.875, type=float, metavar="RATIO",
+                   default=None,
+                   help="ImageNet-style preprocessing: scale so the input covers the image "
+                        "at RATIO (default 0.875: the shorter side 256 for 224), then crop "
+                        "the centre (the same as --resize crop)")
     p.add_argument("--labels", help="text file with one class label per line (as many as "
                                     "the model has classes)")
     p.add_argument("--ub-size", type=positive_int, default=524288, help="unified buffer bytes")
@@ -189,7 +194,9 @@ def main(argv: list[str]) -> int:
                 input_size=input_size, batch=args.batch,
                 mean=mean, scale=args.scale if args.scale is not None else 1.0, std=std,
                 channel_order=args.channel_order,
-                resize="letterbox" if args.letterbox else args.resize, labels=args.labels,
+                resize="letterbox" if args.letterbox else "crop" if args.resize_crop
+                else args.resize, labels=args.labels,
+                **({"crop_ratio": args.resize_crop} if args.resize_crop else {}),
                 task=task_option(args),
                 ub_size=args.ub_size, golden=not args.no_golden, format=args.format,
                 hw_version=args.hw_version or _target_hw_date(args.target),

@@ -60,6 +60,11 @@ def build_parser() -> Parser:
     p.add_argument("--expect", action="append", default=[], metavar="METRIC>=VALUE",
                    type=_expectation, help="a floor (>=) or ceiling (<=) a metric must meet; "
                    f"exit {EXIT_EXPECT} when one is missed (repeatable)")
+    p.add_argument("--resize-crop", nargs="?", const=0.875, type=float, metavar="RATIO",
+                   default=None,
+                   help="evaluate with ImageNet-style preprocessing instead of the net's "
+                        "recorded resize: scale so the input covers the image at RATIO "
+                        "(default 0.875: 256 for 224), crop the centre")
     p.add_argument("-f", "--force", action="store_true",
                    help="replace an existing --confusion or --per-image file (never the "
                         "net.bin or a file of the dataset)")
@@ -129,7 +134,8 @@ def main(argv: list[str]) -> int:
                               field="confusion", value=ds.kind)
     _check_outputs(args, ds)
     mode = "off" if args.quiet or args.json else "bar" if sys.stderr.isatty() else "lines"
-    result = evaluate(args.net, ds, devices=args.device, jobs=args.jobs,
+    source = args.net if args.resize_crop is None else _with_crop(net, args.resize_crop)
+    result = evaluate(source, ds, devices=args.device, jobs=args.jobs,
                       scheduler=args.scheduler, output=args.output, top=args.top_k,
                       progress=_progress(mode))
     if args.confusion:
@@ -154,6 +160,22 @@ def main(argv: list[str]) -> int:
     for line in missed:
         print(f"dvsdk eval: {line}", file=sys.stderr)
     return EXIT_EXPECT if missed else 2 if result.errors else 0
+
+
+def _with_crop(net, ratio: float) -> bytes:
+    """The net.bin's bytes with every image input's resize set to ``crop`` at ``ratio``
+    (``--resize-crop``; the file itself is left as it is)."""
+    from ..errors import InvalidArgument
+    from ..netfile import encode
+
+    if not 0 < ratio <= 1:
+        raise InvalidArgument("--resize-crop RATIO must be in (0, 1]", field="resize_crop",
+                              value=ratio, limit="(0, 1]")
+    for spec in net.meta["inputs"]:
+        pre = dict(spec.get("preprocess") or {})
+        pre.update(resize="crop", crop_ratio=float(ratio))
+        spec["preprocess"] = pre
+    return encode(net)
 
 
 def _expectation(text: str) -> tuple[str, str, float]:

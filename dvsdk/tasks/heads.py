@@ -64,7 +64,8 @@ class Head:
     # -- the two halves ----------------------------------------------------------------
     def geometry(self, height: int, width: int) -> Geometry:
         pre = self.input.get("preprocess") or {}
-        return Geometry.of(height, width, *self.in_hw, pre.get("resize", "stretch"))
+        return Geometry.of(height, width, *self.in_hw, pre.get("resize", "stretch"),
+                           pre.get("crop_ratio"))
 
     def prepare(self, rgb: Any) -> tuple[np.ndarray, Geometry]:
         """(input for ``net.run``, context for :meth:`finish`) of one image (an array or a
