@@ -180,3 +180,47 @@ def test_choose_decoder_rule():
     with pytest.raises(TaskError) as e:
         yolo.classes_of("yolov5", [(1, 84, 8400), (1, 2)])
     assert e.value.field == "decoder"
+
+
+def _meta(outputs, labels=None, resize="stretch", task=None):
+    return {"inputs": [{"name": "x", "shape": [1, 3, 32, 32], "layout": "NCHW",
+                        "preprocess": {"resize": resize}}],
+            "outputs": [{"name": n, "shape": list(s)} for n, s in outputs],
+            "labels": labels, "task": task}
+
+
+def test_yolov5_and_yolov3_heads_end_to_end_from_meta():
+    from dvsdk.tasks import head_for
+    from dvsdk.tasks.geometry import Geometry
+    from dvsdk.tasks.heads import resolve_task
+
+    rng = np.random.default_rng(9)
+    # YOLOv5: (1, N, 5+C), decoder chosen from the shape, boxes back through a stretch
+    out = rng.random((1, 40, 5 + 2)).astype(np.float32)
+    out[0, :, :4] *= 32
+    meta = _meta([("out", (1, 40, 7))], labels=["a", "b"])
+    meta["task"] = resolve_task({"kind": "detect", "conf": 0.2, "iou": 0.4}, meta)
+    assert meta["task"]["decoder"] == "yolov5"
+    head = head_for(meta)
+    res = head.finish({"out": out}, Geometry.of(64, 96, 32, 32))
+    boxes, scores, classes = yolo.decode_yolov5([out])
+    keep = ref_nms(boxes.tolist(), scores.tolist(), classes.tolist(), 0.4, 0.2, 300)
+    want = np.clip(boxes[keep] * [3, 2, 3, 2], 0, [96, 64, 96, 64])
+    np.testing.assert_allclose(res.boxes, want, rtol=1e-6)
+    assert res.labels == [["a", "b"][classes[k]] for k in keep]
+    # YOLOv3: two raw scales, the published anchors' first two scales given as text
+    fine = rng.standard_normal((1, 3 * 7, 8, 8)).astype(np.float32)
+    coarse = rng.standard_normal((1, 3 * 7, 4, 4)).astype(np.float32)
+    meta = _meta([("p4", (1, 21, 4, 4)), ("p3", (1, 21, 8, 8))])
+    anchors = "10,13,16,30,33,23;30,61,62,45,59,119"
+    meta["task"] = resolve_task({"kind": "detect", "anchors": anchors, "conf": 0.3}, meta)
+    assert meta["task"]["decoder"] == "yolov3"
+    res = head_for(meta).finish({"p4": coarse, "p3": fine}, Geometry.of(32, 32, 32, 32))
+    boxes, scores, classes = yolo.decode_yolov3(
+        [coarse, fine], [[[10, 13], [16, 30], [33, 23]], [[30, 61], [62, 45], [59, 119]]],
+        (32, 32))
+    keep = ref_nms(boxes.tolist(), scores.tolist(), classes.tolist(), 0.45, 0.3, 300)
+    assert len(keep) > 0
+    np.testing.assert_allclose(res.boxes, np.clip(boxes[keep], 0, 32), rtol=1e-6)
+    with pytest.raises(TaskError, match="anchor set per output"):
+        resolve_task({"kind": "detect", "anchors": "10,13,16,30,33,23"}, meta)
