@@ -90,6 +90,12 @@ def test_dvsdk_run_json_boxes_equal_onnxruntime_decoded_here(detector, tmp_path,
     np.testing.assert_allclose([x["box"] for x in dets], want, atol=0.25)
     np.testing.assert_allclose([x["score"] for x in dets], [scores[k] for k in keep],
                                atol=4e-3)
+    capsys.readouterr()
+    assert run_cli([str(d / "y.bin"), str(tmp_path / "photo.png")]) == 0
+    human = capsys.readouterr().out.splitlines()
+    assert f"{len(keep)} detections" in human[1]
+    first = dets[0]
+    assert human[2].split()[:2] == [f"{first['score']:.2f}", first["label"]]
 
 
 def test_run_image_returns_detections_and_draws_them(detector):
