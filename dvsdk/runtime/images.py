@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import ImageError
+from ..tasks.geometry import CROP_RATIO, crop_geometry
 from .decode import load_image
 
 __all__ = ["IMAGE_SUFFIXES", "load_image", "as_rgb", "resize", "preprocess", "crop_geometry"]
@@ -51,25 +52,6 @@ def as_rgb(image: Any) -> np.ndarray:
     if arr.shape[2] == 1:
         arr = np.repeat(arr, 3, axis=2)
     return np.ascontiguousarray(arr[..., :3])
-
-
-#: ``crop``: the share of the resized image's tighter side kept (ImageNet: 224 of 256)
-CROP_RATIO = 0.875
-
-
-def crop_geometry(h: int, w: int, height: int, width: int, ratio: float = CROP_RATIO
-                  ) -> tuple[int, int, int, int]:
-    """(nh, nw, top, left) of ``crop``: the image scaled by s = max(height / h, width / w) /
-    ratio to (nh, nw) = (round(h·s), round(w·s)) (a square input: the shorter side becomes
-    height / ratio, 256 for 224), then the centred (height, width) window, top =
-    round((nh − height) / 2) and left likewise (Python's round, as torchvision's
-    CenterCrop)."""
-    if not 0 < ratio <= 1:
-        raise ImageError("crop ratio out of range", field="crop_ratio", value=ratio,
-                         limit="(0, 1]")
-    s = max(height / h, width / w) / ratio
-    nh, nw = max(height, round(h * s)), max(width, round(w * s))
-    return nh, nw, int(round((nh - height) / 2)), int(round((nw - width) / 2))
 
 
 def resize(rgb: np.ndarray, height: int, width: int, mode: str = "stretch",

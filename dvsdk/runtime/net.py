@@ -327,7 +327,7 @@ class Net:
         from .images import as_rgb, preprocess
 
         if self.meta.get("task") is not None and not raw:
-            from ..tasks.heads import run_task_image
+            from .taskrun import run_task_image
 
             return run_task_image(self, image, timeout, ipu)
         timeout = check_timeout(timeout)
@@ -366,6 +366,21 @@ class Net:
                 ipu_preprocess(self, ctx, spec, rgb, timeout)
             self._pending.append(h)
             return h.wait()
+
+    def preprocess_image(self, image: Any) -> tuple[np.ndarray, tuple[int, int]]:
+        """(one sample's input as ``run`` takes it, the image's (height, width)) of an image
+        (path or array), with the preprocessing recorded in the net.bin; what a task head's
+        ``prepare`` applies (:func:`dvsdk.tasks.head_for`)."""
+        from .images import as_rgb, preprocess
+
+        if len(self.inputs) != 1:
+            raise InvalidArgument("an image goes to a single-input network", field="inputs",
+                                  value=[i["name"] for i in self.inputs])
+        spec = self.inputs[0]
+        rgb = as_rgb(image)
+        x = preprocess(rgb, (1, *tuple(spec["shape"])[1:]), spec.get("preprocess", {}),
+                       spec.get("layout", "NCHW"))
+        return x, (int(rgb.shape[0]), int(rgb.shape[1]))
 
     def class_map(self, output: str | None = None) -> np.ndarray:
         """Per-pixel class (H, W) uint8 of a (1, K, H, W) output of the last run, (N, H, W)

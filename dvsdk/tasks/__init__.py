@@ -10,9 +10,9 @@ A net.bin compiled with ``--task`` records its post-processing in META ``task``
 from __future__ import annotations
 
 from .geometry import Geometry
-from .heads import Head, head_for, run_task_image
+from .heads import Head, head_for
 from .results import Classification, Detections, Raw, Result, Segmentation, Text
 from .spec import TaskSpec
 
 __all__ = ["Classification", "Detections", "Geometry", "Head", "Raw", "Result",
-           "Segmentation", "TaskSpec", "Text", "head_for", "run_task_image"]
+           "Segmentation", "TaskSpec", "Text", "head_for"]

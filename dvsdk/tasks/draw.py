@@ -20,12 +20,27 @@ def colour(k: int) -> tuple[int, int, int]:
     return tuple(int(v) for v in PALETTE[1 + int(k) % (len(PALETTE) - 1)])
 
 
+def as_rgb(rgb: np.ndarray) -> np.ndarray:
+    """A copy of an uint8 (H, W, 3) image (also (H, W) gray or (H, W, 4) RGBA), the form
+    every ``draw`` takes (TaskError otherwise)."""
+    from ..errors import TaskError
+
+    a = np.asarray(rgb)
+    if a.dtype != np.uint8 or a.ndim not in (2, 3) or (a.ndim == 3 and a.shape[2] not in
+                                                       (1, 3, 4)) or 0 in a.shape[:2]:
+        raise TaskError("draw takes an uint8 RGB image (H, W, 3)", field="rgb",
+                        value=f"{a.dtype} {a.shape}", limit="uint8 (H, W, 3)")
+    if a.ndim == 2:
+        a = a[..., None]
+    if a.shape[2] == 1:
+        a = np.repeat(a, 3, axis=2)
+    return np.array(a[..., :3], np.uint8, order="C")
+
+
 def _image(rgb: np.ndarray):
     from PIL import Image
 
-    from ..runtime.images import as_rgb
-
-    return Image.fromarray(as_rgb(rgb).copy())
+    return Image.fromarray(as_rgb(rgb))
 
 
 def boxes(rgb: np.ndarray, xyxy: np.ndarray, classes: Sequence[int],
@@ -50,8 +65,6 @@ def boxes(rgb: np.ndarray, xyxy: np.ndarray, classes: Sequence[int],
 def blend(rgb: np.ndarray, class_map: np.ndarray, alpha: float = 0.5) -> np.ndarray:
     """The image with each pixel mixed ``alpha`` with its class colour (class 0, the
     background of most segmenters, left as it is)."""
-    from ..runtime.images import as_rgb
-
     base = as_rgb(rgb).astype(np.float32)
     cm = np.asarray(class_map, np.int64)
     col = PALETTE[cm % len(PALETTE)].astype(np.float32)

@@ -6,9 +6,9 @@
 * ``letterbox``: s = min(H / h, W / w), the image scaled to (nh, nw) = (round(h·s),
   round(w·s)) and placed at (top, left) = ((H − nh) // 2, (W − nw) // 2), zeros around;
   x_in = x · nw / w + left, y_in = y · nh / h + top;
-* ``crop`` (:func:`dvsdk.runtime.images.crop_geometry`): the same with the scaled image
-  larger than the input, at a negative (top, left); pixels cropped away take the nearest
-  class of the map.
+* ``crop`` (:func:`crop_geometry`, ImageNet's resize then centre crop): the same with the
+  scaled image larger than the input, at a negative (top, left); pixels cropped away take
+  the nearest class of the map.
 
 :class:`Geometry` holds those numbers; :meth:`Geometry.boxes_to_original` inverts them
 for boxes (clipped to the image), :meth:`Geometry.map_to_original` for a per-pixel map
@@ -20,6 +20,26 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+
+#: ``crop``: the share of the resized image's tighter side kept (ImageNet: 224 of 256)
+CROP_RATIO = 0.875
+
+
+def crop_geometry(h: int, w: int, height: int, width: int, ratio: float = CROP_RATIO
+                  ) -> tuple[int, int, int, int]:
+    """(nh, nw, top, left) of ``crop``: the image scaled by s = max(height / h, width / w) /
+    ratio to (nh, nw) = (round(h·s), round(w·s)) (a square input: the shorter side becomes
+    height / ratio, 256 for 224), then the centred (height, width) window, top =
+    round((nh − height) / 2) and left likewise (Python's round, as torchvision's
+    CenterCrop)."""
+    from ..errors import ImageError
+
+    if not 0 < ratio <= 1:
+        raise ImageError("crop ratio out of range", field="crop_ratio", value=ratio,
+                         limit="(0, 1]")
+    s = max(height / h, width / w) / ratio
+    nh, nw = max(height, round(h * s)), max(width, round(w * s))
+    return nh, nw, int(round((nh - height) / 2)), int(round((nw - width) / 2))
 
 
 @dataclass(frozen=True)
@@ -40,8 +60,6 @@ class Geometry:
            mode: str = "stretch", crop_ratio: float | None = None) -> Geometry:
         """The geometry :func:`dvsdk.runtime.images.resize` applies (module docstring)."""
         if mode == "crop":
-            from ..runtime.images import CROP_RATIO, crop_geometry
-
             nh, nw, top, left = crop_geometry(height, width, in_height, in_width,
                                               crop_ratio or CROP_RATIO)
             return cls(height, width, in_height, in_width, -top, -left, nh, nw)

@@ -6,7 +6,7 @@ records (:func:`dvsdk.runtime.images.preprocess`: stretch or letterbox, channel 
 mean, scale, std) and returns the input with the :class:`~.geometry.Geometry` that undoes
 the resize; ``head.finish(net.run(x), ctx)`` turns the outputs into a result
 (:mod:`.results`) in the original image's pixels.  ``net.run_image(img)`` does the three
-for a net with a task (:func:`run_task_image`).
+for a net with a task (:func:`dvsdk.runtime.taskrun.run_task_image`).
 
 Segmentation's class map comes from the DV700's maximizer unit (§9.2,
 :meth:`dvsdk.runtime.net.Net.class_map`) when ``run_image`` runs the net and the device
@@ -16,12 +16,12 @@ argmax in numpy (the lowest class wins a tie, as the maximizer's).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
-from ..errors import InvalidArgument, TaskError
-from ..runtime.images import as_rgb, preprocess
+from ..errors import TaskError
 from . import ctc, yolo
 from .geometry import Geometry
 from .nms import nms
@@ -29,7 +29,7 @@ from .results import Classification, Detections, Raw, Result, Segmentation, Text
 from .spec import YOLOV3_ANCHORS, TaskSpec
 
 __all__ = ["Head", "RawHead", "ClassifyHead", "DetectHead", "SegmentHead", "OcrHead",
-           "head_for", "run_task_image"]
+           "head_for", "resolve_task"]
 
 
 class Head:
@@ -37,9 +37,13 @@ class Head:
 
     kind = "raw"
 
-    def __init__(self, meta: dict[str, Any], spec: TaskSpec | None = None) -> None:
+    def __init__(self, meta: dict[str, Any], spec: TaskSpec | None = None,
+                 preprocess: Callable[[Any], tuple[np.ndarray, tuple[int, int]]] | None = None
+                 ) -> None:
         self.meta = meta
         self.spec = spec
+        #: image → (input, (height, width)): a loaded net's ``preprocess_image``
+        self._preprocess = preprocess
         self.labels: list[str] = list(meta.get("labels") or [])
         inputs = meta["inputs"]
         if len(inputs) != 1:
@@ -69,11 +73,14 @@ class Head:
 
     def prepare(self, rgb: Any) -> tuple[np.ndarray, Geometry]:
         """(input for ``net.run``, context for :meth:`finish`) of one image (an array or a
-        path; :func:`dvsdk.runtime.images.as_rgb`)."""
-        img = as_rgb(rgb)
-        x = preprocess(img, self.sample_shape, self.input.get("preprocess") or {},
-                       self.input.get("layout", "NCHW"))
-        return x, self.geometry(*img.shape[:2])
+        path), preprocessed by the loaded net (:meth:`dvsdk.runtime.net.Net.preprocess_image`:
+        the recorded resize, channel order, mean, scale, std)."""
+        if self._preprocess is None:
+            raise TaskError("prepare needs the head of a loaded net (head_for(dvsdk.load(...)))"
+                            "; a head of META alone only finishes", field="net",
+                            value=type(self.meta).__name__)
+        x, (h, w) = self._preprocess(rgb)
+        return x, self.geometry(h, w)
 
     def finish(self, outputs: dict[str, np.ndarray], ctx: Geometry) -> Result:
         """The result of one image's outputs."""
@@ -118,8 +125,8 @@ class DetectHead(Head):
 
     kind = "detect"
 
-    def __init__(self, meta: dict[str, Any], spec: TaskSpec) -> None:
-        super().__init__(meta, spec)
+    def __init__(self, meta: dict[str, Any], spec: TaskSpec, preprocess: Any = None) -> None:
+        super().__init__(meta, spec, preprocess)
         shapes = [o["shape"] for o in meta["outputs"] if o["name"] in self.output_names]
         self.decoder = spec.decoder or yolo.choose_decoder(
             shapes, len(self.labels) if self.labels else None)
@@ -189,42 +196,15 @@ HEADS = {"classify": ClassifyHead, "detect": DetectHead, "segment": SegmentHead,
 
 
 def head_for(net: Any) -> Head:
-    """The head of a loaded net (or anything with ``.meta``, or a META dict)."""
+    """The head of a loaded net (or of anything with ``.meta``, or of a META dict: such a
+    head finishes outputs but cannot prepare images)."""
     meta = net if isinstance(net, dict) else net.meta
+    pre = None if isinstance(net, dict) else getattr(net, "preprocess_image", None)
     task = meta.get("task")
     if task is None:
-        return RawHead(meta)
+        return RawHead(meta, None, pre)
     spec = TaskSpec.from_meta(task)
-    return HEADS[spec.kind](meta, spec)
-
-
-def run_task_image(net: Any, image: Any, timeout: float = 10.0, ipu: bool = False
-                   ) -> Result | list[Result]:
-    """``net.run_image`` of a net with a task: one result per image (a list for a batch-N
-    net given a list)."""
-    head = getattr(net, "_task_head", None)
-    if head is None:
-        head = net._task_head = head_for(net)
-    many = isinstance(image, (list, tuple))
-    rgbs = [as_rgb(i) for i in (image if many else [image])]
-    ctxs = [head.geometry(*r.shape[:2]) for r in rgbs]
-    with net.lock:
-        outs = net.run_image(rgbs if many else rgbs[0], timeout, ipu, raw=True)
-        maps = None
-        if isinstance(head, SegmentHead) and head.output_names[0] == net.outputs[0]["name"]:
-            try:
-                maps = net.class_map(head.output_names[0])   # the maximizer, if any
-            except InvalidArgument:   # not a (N, K, H, W) output: numpy's argmax instead
-                maps = None
-    n = len(rgbs)
-    results = []
-    for i, ctx in enumerate(ctxs):
-        one = {k: v[i:i + 1] if n > 1 else v for k, v in outs.items()}
-        if maps is not None:
-            results.append(head.finish(one, ctx, maps if maps.ndim == 2 else maps[i]))
-        else:
-            results.append(head.finish(one, ctx))
-    return results if many else results[0]
+    return HEADS[spec.kind](meta, spec, pre)
 
 
 def resolve_task(task: Any, meta: dict[str, Any]) -> dict[str, Any]:

@@ -146,9 +146,7 @@ class Raw:
         return "\n".join(f"{k}: {tuple(np.shape(v))}" for k, v in self.outputs.items())
 
     def draw(self, rgb: np.ndarray) -> np.ndarray:
-        from ..runtime.images import as_rgb
-
-        return as_rgb(rgb).copy()
+        return _draw.as_rgb(rgb)
 
 
 Result = Classification | Detections | Segmentation | Text | Raw
