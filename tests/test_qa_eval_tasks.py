@@ -140,3 +140,27 @@ def test_eval_ocr_char_and_word_accuracy(tmp_path, capsys):
     assert got["word_accuracy"] == 0.75
     assert dvsdk_cli(["eval", str(tmp_path / "c.bin"), str(tmp_path / "labels.txt"), "-q",
                       "--expect", "word_accuracy>=0.8"]) == 6
+
+
+def test_eval_classification_of_a_net_with_a_task_head(tmp_path, capsys):
+    """A classifier compiled with --task classify still evaluates on its scores (the
+    worker asks run_image for tensors): the same report as without the head."""
+    from .test_resize_crop import classifier
+
+    model = classifier(tmp_path)
+    labels = ["a", "b", "c", "d"]
+    dvsdk.compile(model, tmp_path / "plain.bin", labels=labels, scale=1 / 255)
+    dvsdk.compile(model, tmp_path / "head.bin", labels=labels, scale=1 / 255, task="classify")
+    rng = np.random.default_rng(1)
+    for name in labels:
+        (tmp_path / "ds" / name).mkdir(parents=True)
+        for i in range(2):
+            Image.fromarray((rng.random((16, 16, 3)) * 255).astype(np.uint8)).save(
+                tmp_path / "ds" / name / f"{i}.png")
+    reports = []
+    for net in ("plain.bin", "head.bin"):
+        capsys.readouterr()
+        assert dvsdk_cli(["eval", str(tmp_path / net), str(tmp_path / "ds"), "--json"]) == 0
+        r = json.loads(capsys.readouterr().out)
+        reports.append((r["top1"], r["samples"], r["per_class"]))
+    assert reports[0] == reports[1] and reports[0][1] == 8

@@ -81,7 +81,7 @@ class _Worker:
     def _one(self, sample: Sample) -> np.ndarray:
         if self.kind in eval_tasks.KINDS:   # detect, ocr: a task head's result
             return eval_tasks.predict_one(self.net, sample, self.kind)
-        y = self.net.run_image(sample.image)
+        y = self.net.run_image(sample.image, raw=True)   # tensors, also with a task head
         if self.output not in y:
             raise InvalidArgument("the net has no such output", field="output",
                                   value=self.output, limit=sorted(y))
