@@ -229,3 +229,9 @@ class DatasetError(DvsdkError):
 
 class RecordError(DvsdkError):
     """A ``.dvrec`` recording is missing, truncated, damaged or of another version."""
+
+
+class TaskError(InvalidArgument):
+    """A task head (``--task``: classify, detect, segment, ocr) cannot be set up or
+    applied: an unknown decoder, output shapes no decoder fits or several fit, a bad
+    anchor list or character file, outputs that disagree with the recorded head."""

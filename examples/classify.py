@@ -87,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
               f"device {info.backend}")
         right = checked = 0
         for path in paths:
-            out = net.run_image(path)
+            out = net.run_image(path, raw=True)   # tensors, also for a net with --task
             (scores,) = out.values()
             probs = probabilities(scores)
             top = np.argsort(-probs, kind="stable")[: max(1, args.top_k)]

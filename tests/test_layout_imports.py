@@ -22,17 +22,19 @@ ALLOWED = {
     "hw": {"errors", "native"},
     "cpu": {"errors", "hw"},
     "netprogram": {"errors", "hw"},  # the program's steps, below the container
-    "netfile": {"errors", "fsutil", "hw", "driver", "netprogram", "__init__"},  # __version__
+    "tasks": {"errors"},  # task heads: numpy post-processing on outputs, below the container
+    "netfile": {"errors", "fsutil", "hw", "driver", "netprogram", "tasks",  # META task
+                "__init__"},  # __version__
     "driver": {"errors", "hw"},
     "sim": {"errors", "hw", "native", "driver"},
     "link": {"errors", "hw", "driver", "__init__"},
-    "compiler": {"errors", "fsutil", "hw", "cpu", "driver", "netfile", "runtime",
+    "compiler": {"errors", "fsutil", "hw", "cpu", "driver", "netfile", "runtime", "tasks",
                  "__init__"},  # fsutil: compile() refuses an output that is an input
-    "runtime": {"errors", "fsutil", "native", "hw", "cpu", "driver", "netfile"},
+    "runtime": {"errors", "fsutil", "native", "hw", "cpu", "driver", "netfile", "tasks"},
     "cli": {"errors", "fsutil", "native", "hw", "cpu", "driver", "netfile", "runtime",
-            "compiler", "link", "sim", "qa", "__init__"},
+            "compiler", "link", "sim", "qa", "tasks", "__init__"},
     "qa": {"errors", "fsutil", "hw", "cpu", "driver", "netfile", "runtime", "compiler",
-           "link", "sim", "__init__"},
+           "link", "sim", "tasks", "__init__"},
     "vx": {"errors", "hw", "cpu", "compiler", "netfile", "runtime", "driver"},
     "__init__": {"driver", "runtime", "compiler"},
 }

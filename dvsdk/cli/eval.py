@@ -15,6 +15,9 @@ EPILOG = """datasets:
   DIR/<class>/<image>          classification, one folder per class (names = the net's labels)
   DIR/images/ + DIR/masks/     segmentation, image and mask (class indices) with the same stem
   FILE.csv                     rows path,label (classification) or image,mask (segmentation)
+  instances.json               COCO detection ground truth (a net compiled with --task detect)
+  DIR/Annotations/*.xml        Pascal VOC detection ground truth (--task detect)
+  FILE.txt                     lines image<TAB>text (a net compiled with --task ocr)
 
 examples:
   dvsdk eval digits.bin digits_test/
@@ -23,6 +26,8 @@ examples:
   dvsdk eval cls.bin val/ --device socket://b1:7000 --device socket://b2:7000
   dvsdk eval cls.bin val/ --top-k 3 --expect top1>=0.9 --expect failed<=0
   dvsdk eval cls.bin val/ --jobs 2 --resume run.jsonl     (again after a kill: continues)
+  dvsdk eval det.bin coco/instances_val.json --expect map50>=0.5
+  dvsdk eval ocr.bin words/labels.txt --expect char_accuracy>=0.95
 
 Faults: a lost --jobs process or Dask worker has its images resubmitted; a --device that
 fails --max-failures times in a row leaves the rotation (one warning) and its images run
@@ -34,7 +39,8 @@ and accuracy over the scored images; exit 2 when any image failed (unless an --e
 --expect METRIC>=VALUE or METRIC<=VALUE (repeatable): after the report, exit 6 when any is
 missed (one line each), 0 when all are met. Metrics: top1, top<k>, samples, failed, scored,
 images (classification); miou, pixel_accuracy, pixels, failed, scored, images
-(segmentation).
+(segmentation); map (mAP@[.5:.95]), map50, map75, objects, detections, failed, scored,
+images (detection); char_accuracy, cer, word_accuracy, failed, scored, images (ocr).
 """
 
 #: exit status when an --expect floor or ceiling is missed
@@ -76,6 +82,11 @@ def build_parser() -> Parser:
     p.add_argument("--expect", action="append", default=[], metavar="METRIC>=VALUE",
                    type=_expectation, help="a floor (>=) or ceiling (<=) a metric must meet; "
                    f"exit {EXIT_EXPECT} when one is missed (repeatable)")
+    p.add_argument("--resize-crop", nargs="?", const=0.875, type=float, metavar="RATIO",
+                   default=None,
+                   help="evaluate with ImageNet-style preprocessing instead of the net's "
+                        "recorded resize: scale so the input covers the image at RATIO "
+                        "(default 0.875: 256 for 224), crop the centre")
     p.add_argument("-f", "--force", action="store_true",
                    help="replace an existing --confusion or --per-image file (never the "
                         "net.bin or a file of the dataset)")
@@ -134,7 +145,15 @@ def main(argv: list[str]) -> int:
         if args.output in (None, o["name"]) and len(o["shape"]) == 4:
             channels = o["shape"][1]
             break
-    ds = open_dataset(args.dataset, labels, channels)
+    from ..qa.task_datasets import open_task_dataset
+
+    ds = open_task_dataset(args.dataset, net.meta) or open_dataset(args.dataset, labels,
+                                                                    channels)
+    if args.confusion and ds.kind not in ("classify", "segment"):
+        from ..errors import InvalidArgument
+
+        raise InvalidArgument("--confusion is for classification and segmentation",
+                              field="confusion", value=ds.kind)
     _check_outputs(args, ds)
     mode = "off" if args.quiet or args.json else "bar" if sys.stderr.isatty() else "lines"
     done = {}
@@ -148,7 +167,8 @@ def main(argv: list[str]) -> int:
         print(f"{chr(13) + chr(27) + '[K' if bar else ''}dvsdk eval: warning: {text}",
               file=sys.stderr, flush=True)
 
-    result = evaluate(args.net, ds, devices=args.device, jobs=args.jobs,
+    source = args.net if args.resize_crop is None else _with_crop(net, args.resize_crop)
+    result = evaluate(source, ds, devices=args.device, jobs=args.jobs,
                       scheduler=args.scheduler, output=args.output, top=args.top_k,
                       progress=_progress(mode), max_failures=args.max_failures,
                       worker_timeout=args.worker_timeout, done=done,
@@ -160,6 +180,10 @@ def main(argv: list[str]) -> int:
                        args.confusion_top)
     if args.json:
         print(json.dumps(result.as_json(), indent=1))
+    elif result.kind in ("detect", "ocr"):
+        from ..qa.eval_tasks import print_report
+
+        print_report(result)
     elif result.kind == CLASSIFY:
         _print_classification(result)
     else:
@@ -198,6 +222,22 @@ def _positive(text: str) -> int:
     if not 1 <= value <= 200:
         raise argparse.ArgumentTypeError(f"{text!r} is not a whole number in 1..200")
     return value
+
+
+def _with_crop(net, ratio: float) -> bytes:
+    """The net.bin's bytes with every image input's resize set to ``crop`` at ``ratio``
+    (``--resize-crop``; the file itself is left as it is)."""
+    from ..errors import InvalidArgument
+    from ..netfile import encode
+
+    if not 0 < ratio <= 1:
+        raise InvalidArgument("--resize-crop RATIO must be in (0, 1]", field="resize_crop",
+                              value=ratio, limit="(0, 1]")
+    for spec in net.meta["inputs"]:
+        pre = dict(spec.get("preprocess") or {})
+        pre.update(resize="crop", crop_ratio=float(ratio))
+        spec["preprocess"] = pre
+    return encode(net)
 
 
 def _expectation(text: str) -> tuple[str, str, float]:

@@ -31,7 +31,7 @@ from .memplan import Plan, plan
 from .program import CpuStep, HwStep, Program
 
 CHANNEL_ORDERS = ("RGB", "BGR")
-RESIZE_MODES = ("stretch", "letterbox")
+RESIZE_MODES = ("stretch", "letterbox", "crop")
 
 
 @dataclass
@@ -65,6 +65,12 @@ class Options:
     #: one FP16 rounding instead of two, so results change (within FP16 tolerance)
     fuse_adds: bool = False
     format: str | None = None  # the model format; None: from the file
+    #: the task head recorded in META ``task`` (:mod:`dvsdk.tasks.spec`): a kind
+    #: ("classify", "detect", "segment", "ocr"), a dict of META ``task`` keys (``chars``
+    #: may be a file), or a TaskSpec; None: no head
+    task: Any = None
+    #: resize "crop": the share of the resized image kept (ImageNet's 224/256)
+    crop_ratio: float = 0.875
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -249,6 +255,11 @@ def compile_graph(graph: Graph, options: Options, source: str = "") -> NetFile:
     preprocess = {"mean": list(options.mean), "scale": options.scale,
                   "std": list(options.std) if options.std else None,
                   "channel_order": options.channel_order, "resize": options.resize}
+    if options.resize == "crop":
+        if not 0 < float(options.crop_ratio) <= 1:
+            raise ModelError("crop_ratio must be in (0, 1]", field="crop_ratio",
+                             value=options.crop_ratio, limit="(0, 1]")
+        preprocess["crop_ratio"] = float(options.crop_ratio)
     def swapped(n: str) -> bool:  # transposed at the boundary (--transpose)
         return options.transpose and len(model_graph.shape(n) or ()) == 4
 
@@ -289,6 +300,10 @@ def compile_graph(graph: Graph, options: Options, source: str = "") -> NetFile:
     else:
         meta["golden_omitted"] = "compiled without one (--no-golden)"
     meta["stats"]["compile_s"] = round(time.perf_counter() - t0, 3)
+    if options.task is not None:
+        from ..tasks.heads import resolve_task
+
+        meta["task"] = resolve_task(options.task, meta)
     _reader_accepts(net)
     return net
 
@@ -395,7 +410,9 @@ def compile(model: Any, output: str | os.PathLike | None = None, *,
     net = compile_graph(graph, opts, source=Path(model).name
                         if isinstance(model, (str, os.PathLike)) else "<memory>")
     k = scored_classes(net.meta)
-    if opts.labels is not None and k is not None and len(opts.labels) != k:
+    kind = (net.meta.get("task") or {}).get("kind")
+    if opts.labels is not None and k is not None and len(opts.labels) != k \
+            and kind in (None, "classify", "segment"):
         raise InvalidArgument(f"{len(opts.labels)} labels for a model that scores {k} "
                               "classes", field="labels",
                               value=str(label_file) if label_file else len(opts.labels),

@@ -2,8 +2,10 @@
 
 One row per image: its path, its label (or mask), then its prediction (top-k class names
 with their scores, or its pixel accuracy and the non-zero cells of its confusion matrix as
-``true:predicted:count``), its device time, or its error. ``.jsonl`` holds one JSON object
-a line; ``.csv`` the columns of :data:`COLUMNS` (lists joined by ``;``).
+``true:predicted:count``; a detector's boxes as ``[x0, y0, x1, y1, score, class]`` lists,
+JSON in a CSV cell; a recognizer's text and score), its device time, or its error.
+``.jsonl`` holds one JSON object a line; ``.csv`` the columns of :data:`COLUMNS` (lists
+joined by ``;``).
 
 The log is written while the run goes: one ``write`` of a whole line per image, on a file
 opened for appending, so a run killed at any point leaves every completed image in it
@@ -27,21 +29,29 @@ from .dataset import Dataset, Sample
 
 #: the CSV columns
 COLUMNS = ["path", "label", "mask", "prediction", "top_k", "scores", "pixel_accuracy",
-           "cells", "device_us", "error"]
+           "cells", "boxes", "score", "objects", "edits", "device_us", "error"]
 
 
 def image_row(sample: Sample, r: dict[str, Any] | None, error: str, classes: list[str]
               ) -> dict[str, Any]:
     """One image's row (class indices as the names of ``classes``)."""
     row: dict[str, Any] = {"path": sample.image}
+    target = getattr(sample, "target", None)   # detect, ocr (qa.task_datasets)
     if sample.mask:
         row["mask"] = sample.mask
-    else:
+    elif isinstance(target, str):
+        row["label"] = target
+    elif target is None:
         row["label"] = _name(sample.label, classes) if sample.label >= 0 else None
     if r is None:
         row["error"] = error
         return row
-    if "top" in r:
+    if "boxes" in r:
+        row["boxes"] = [[*map(float, b), float(s), int(c)]
+                        for b, s, c in zip(r["boxes"], r["scores"], r["classes"])]
+    elif "text" in r:
+        row["prediction"], row["score"] = r["text"], float(r["score"])
+    elif "top" in r:
         row["prediction"] = _name(r["top"][0], classes) if r["top"] else None
         row["top_k"] = [_name(i, classes) for i in r["top"]]
         row["scores"] = [float(v) for v in r["scores"]]
@@ -63,7 +73,8 @@ def _line(row: dict[str, Any], as_csv: bool) -> str:
     buf = io.StringIO()
     cells = {"cells": ";".join(":".join(map(str, c)) for c in row.get("cells", []))}
     csv.DictWriter(buf, COLUMNS, lineterminator="\n").writerow(
-        {k: ";".join(str(x) for x in v) if isinstance(v, list) else ("" if v is None else v)
+        {k: json.dumps(v) if k == "boxes" else ";".join(str(x) for x in v)
+         if isinstance(v, list) else ("" if v is None else v)
          for k, v in {**row, **cells}.items()})
     return buf.getvalue()
 
@@ -146,6 +157,14 @@ def _result(row: dict[str, Any], names: dict[str, int], as_csv: bool) -> dict[st
         return (v.split(";") if v else []) if as_csv else list(v)
 
     us = float(row["device_us"])
+    if "boxes" in row and row["boxes"] not in (None, ""):
+        boxes = json.loads(row["boxes"]) if as_csv else row["boxes"]
+        boxes = [[float(v) for v in b] for b in boxes]
+        return {"boxes": [b[:4] for b in boxes], "scores": [b[4] for b in boxes],
+                "classes": [int(b[5]) for b in boxes], "device_us": us}
+    if "score" in row and row["score"] not in (None, ""):
+        return {"text": row.get("prediction") or "", "score": float(row["score"]),
+                "device_us": us}
     if row.get("mask"):
         cells = row.get("cells") or []
         if as_csv:

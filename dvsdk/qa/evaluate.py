@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import DatasetError, InvalidArgument
-from . import evalpools
+from . import eval_tasks, evalpools
 from .dataset import CLASSIFY, Dataset
 from .evallog import PerImageLog, image_row
 from .evalwork import TASKS, Row
@@ -189,6 +189,12 @@ def _read(path: str | os.PathLike) -> bytes:
 def _summarize(dataset: Dataset, results: dict[int, Row], total: Any, workers: list[str],
                top_k: int, warnings: list[str]) -> EvalResult:
     rows = [results[i] for i in sorted(results)]
+    if dataset.kind in eval_tasks.KINDS:   # detect, ocr: their own metrics
+        result = eval_tasks.summarize(dataset, rows, workers, EvalResult)
+        result.summary.update(images=len(dataset.samples), scored=len(rows) - len(
+            result.errors), failed=len(result.errors))
+        result.warnings = warnings
+        return result
     errors = [(dataset.samples[i].image, msg) for i, _, msg in rows if msg]
     ok = [(i, r) for i, r, msg in rows if not msg]
     k = len(dataset.classes)

@@ -5,8 +5,8 @@ contribution to the chunk's sum), and ``summarise`` turns the rows and the summe
 contributions into the report.  Classification rows hold the top-k class indices with
 their scores; segmentation sums each chunk's confusion matrix on the worker, so the client
 never holds one matrix per image (a row keeps only the image's non-zero cells, and only
-when a per-image log needs them to resume).  A new kind (detection, OCR) adds a class with
-the same five methods to :data:`TASKS`.
+when a per-image log needs them to resume).  Detection and OCR (nets with a task head)
+score each image's boxes or text on the client (:mod:`.eval_tasks`).
 
 A failure is the image's or the device's: anything an image causes (undecodable, over the
 pixel limit, a bad mask, out of memory) fails that image alone; a
@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import DatasetError, DeviceError, DvsdkError, InvalidArgument
-from . import metrics
+from . import eval_tasks, metrics
 from .dataset import CLASSIFY, IGNORE, SEGMENT, Sample
 
 #: failures that are the device's (or its link's), not the image's
@@ -121,7 +121,29 @@ class Segment:
                                             else np.zeros((k, k), np.int64))
 
 
-TASKS: dict[str, Any] = {CLASSIFY: Classify(), SEGMENT: Segment()}
+class TaskHead:
+    """A net compiled with ``--task detect`` or ``--task ocr``: its head's result per image
+    (boxes, or text: :func:`.eval_tasks.predict_one`), scored on the client by
+    :func:`.eval_tasks.summarize`; no per-chunk sum."""
+
+    def __init__(self, kind: str) -> None:
+        self.kind = kind
+
+    def predict(self, w: Worker, sample: Sample) -> tuple[dict[str, Any], Any]:
+        return eval_tasks.predict_one(w.net, sample, self.kind), None
+
+    def zero(self, k: int) -> Any:
+        return None
+
+    def add(self, total: Any, part: Any) -> Any:
+        return None
+
+    def contribution(self, row: dict[str, Any], k: int) -> Any:
+        return None
+
+
+TASKS: dict[str, Any] = {CLASSIFY: Classify(), SEGMENT: Segment(),
+                         **{kind: TaskHead(kind) for kind in eval_tasks.KINDS}}
 
 
 def load_mask(path: str | None, shape: tuple[int, ...]) -> np.ndarray:
@@ -161,7 +183,7 @@ class Worker:
         self.url = url or "default"
 
     def run(self, sample: Sample) -> dict[str, np.ndarray]:
-        y = self.net.run_image(sample.image)
+        y = self.net.run_image(sample.image, raw=True)   # tensors, also with a task head
         if self.output not in y:
             raise InvalidArgument("the net has no such output", field="output",
                                   value=self.output, limit=sorted(y))

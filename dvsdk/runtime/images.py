@@ -2,7 +2,7 @@
 
 PNG, JPEG, BMP, TIFF (anything Pillow reads), decoded to 8-bit RGB as a viewer shows
 them (:mod:`.decode`: EXIF orientation, 16-bit and float pixels scaled, a pixel limit).
-:func:`preprocess` resizes (stretch or letterbox), orders channels,
+:func:`preprocess` resizes (stretch, letterbox, or crop: resize then centre crop), orders channels,
 subtracts the mean, multiplies by the scale and divides by the std, and returns
 the model's float32 input in its own layout (NCHW, or NHWC for Keras).
 """
@@ -15,9 +15,10 @@ from typing import Any
 import numpy as np
 
 from ..errors import ImageError
+from ..tasks.geometry import CROP_RATIO, crop_geometry
 from .decode import load_image
 
-__all__ = ["IMAGE_SUFFIXES", "load_image", "as_rgb", "resize", "preprocess"]
+__all__ = ["IMAGE_SUFFIXES", "load_image", "as_rgb", "resize", "preprocess", "crop_geometry"]
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff", ".webp", ".ppm",
                   ".pgm")
@@ -53,10 +54,16 @@ def as_rgb(image: Any) -> np.ndarray:
     return np.ascontiguousarray(arr[..., :3])
 
 
-def resize(rgb: np.ndarray, height: int, width: int, mode: str = "stretch") -> np.ndarray:
-    """Bilinear resize to (height, width); ``letterbox`` keeps the aspect ratio, pads with 0."""
+def resize(rgb: np.ndarray, height: int, width: int, mode: str = "stretch",
+           crop_ratio: float = CROP_RATIO) -> np.ndarray:
+    """Bilinear resize to (height, width); ``letterbox`` keeps the aspect ratio, pads with 0;
+    ``crop`` is ImageNet's resize-then-centre-crop (:func:`crop_geometry`)."""
     from PIL import Image
 
+    if mode == "crop":
+        nh, nw, top, left = crop_geometry(*rgb.shape[:2], height, width, crop_ratio)
+        img = Image.fromarray(rgb).resize((nw, nh), Image.BILINEAR)
+        return np.asarray(img.crop((left, top, left + width, top + height)), np.uint8)
     if rgb.shape[:2] == (height, width):
         return rgb
     img = Image.fromarray(rgb)
@@ -64,7 +71,7 @@ def resize(rgb: np.ndarray, height: int, width: int, mode: str = "stretch") -> n
         return np.asarray(img.resize((width, height), Image.BILINEAR), np.uint8)
     if mode != "letterbox":
         raise ImageError("unknown resize mode", field="resize", value=mode,
-                         limit=("stretch", "letterbox"))
+                         limit=("stretch", "letterbox", "crop"))
     h, w = rgb.shape[:2]
     s = min(height / h, width / w)
     nh, nw = max(1, round(h * s)), max(1, round(w * s))
@@ -86,7 +93,8 @@ def preprocess(image: Any, shape: tuple[int, ...], spec: dict[str, Any],
         _, h, w, c = shape
     else:
         _, c, h, w = shape
-    rgb = resize(as_rgb(image), h, w, spec.get("resize", "stretch"))
+    rgb = resize(as_rgb(image), h, w, spec.get("resize", "stretch"),
+                 spec.get("crop_ratio") or CROP_RATIO)
     x = rgb.astype(np.float32)
     if spec.get("channel_order", "RGB") == "BGR":
         x = x[..., ::-1]

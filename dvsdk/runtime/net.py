@@ -312,16 +312,24 @@ class Net:
         with self.lock:
             return profile_net(self, x)
 
-    def run_image(self, image: Any, timeout: float = 10.0, ipu: bool = False
-                  ) -> dict[str, np.ndarray]:
+    def run_image(self, image: Any, timeout: float = 10.0, ipu: bool = False,
+                  raw: bool = False) -> Any:
         """Run on an image (path or array) with the preprocessing recorded in the net.bin;
         a network compiled for N samples (``batch``) takes a list of N images.
 
         ``ipu=True`` resizes and converts on the device's IPU (§9.1) straight into the
         input tensor, when the recorded preprocessing has an IPU equivalent (one image:
-        the IPU has no batch)."""
+        the IPU has no batch).
+
+        A net.bin with a task (``dvsdk-compile --task``, META ``task``) returns its result
+        (:mod:`dvsdk.tasks`: top-k classes, boxes, a class map, text; a list for a list of
+        images); without one, or with ``raw=True``, ``{output name: array}`` as always."""
         from .images import as_rgb, preprocess
 
+        if self.meta.get("task") is not None and not raw:
+            from .taskrun import run_task_image
+
+            return run_task_image(self, image, timeout, ipu)
         timeout = check_timeout(timeout)
         if len(self.inputs) != 1:
             raise InvalidArgument("run_image needs a single-input network", field="inputs",
@@ -358,6 +366,21 @@ class Net:
                 ipu_preprocess(self, ctx, spec, rgb, timeout)
             self._pending.append(h)
             return h.wait()
+
+    def preprocess_image(self, image: Any) -> tuple[np.ndarray, tuple[int, int]]:
+        """(one sample's input as ``run`` takes it, the image's (height, width)) of an image
+        (path or array), with the preprocessing recorded in the net.bin; what a task head's
+        ``prepare`` applies (:func:`dvsdk.tasks.head_for`)."""
+        from .images import as_rgb, preprocess
+
+        if len(self.inputs) != 1:
+            raise InvalidArgument("an image goes to a single-input network", field="inputs",
+                                  value=[i["name"] for i in self.inputs])
+        spec = self.inputs[0]
+        rgb = as_rgb(image)
+        x = preprocess(rgb, (1, *tuple(spec["shape"])[1:]), spec.get("preprocess", {}),
+                       spec.get("layout", "NCHW"))
+        return x, (int(rgb.shape[0]), int(rgb.shape[1]))
 
     def class_map(self, output: str | None = None) -> np.ndarray:
         """Per-pixel class (H, W) uint8 of a (1, K, H, W) output of the last run, (N, H, W)
