@@ -94,7 +94,15 @@ def test_eval_detection_map_equals_pycocotools(tmp_path, capsys):
     again = json.loads(capsys.readouterr().out)
     assert (again["map"], again["map50"]) == (got["map"], got["map50"])
     head = (tmp_path / "p.csv").read_text().splitlines()[0].split(",")
-    assert "objects" in head and "detections" in head
+    assert "objects" in head and "detections" in head and "boxes" in head
+    for log in ("p.csv", "p.jsonl"):   # every image from the log: the same mAP
+        if log == "p.jsonl":
+            assert dvsdk_cli(argv + ["-q", "--per-image", str(tmp_path / log)]) == 0
+            capsys.readouterr()
+        assert dvsdk_cli(argv + ["--json", "--resume", str(tmp_path / log)]) == 0
+        resumed = json.loads(capsys.readouterr().out)
+        assert (resumed["map"], resumed["map50"], resumed["detections"]) == (
+            got["map"], got["map50"], got["detections"]), log
     assert dvsdk_cli(argv + ["-q", "--expect", "map50>=0.3", "--expect", "map>=0.2"]) == 0
     assert dvsdk_cli(argv + ["-q", "--expect", "map50>=0.995"]) == 6
     err = capsys.readouterr().err

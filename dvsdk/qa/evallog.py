@@ -29,7 +29,7 @@ from .dataset import Dataset, Sample
 
 #: the CSV columns
 COLUMNS = ["path", "label", "mask", "prediction", "top_k", "scores", "pixel_accuracy",
-           "cells", "boxes", "score", "objects", "edits", "device_us", "error"]
+           "cells", "detections", "boxes", "score", "objects", "edits", "device_us", "error"]
 
 
 def image_row(sample: Sample, r: dict[str, Any] | None, error: str, classes: list[str]
@@ -47,6 +47,7 @@ def image_row(sample: Sample, r: dict[str, Any] | None, error: str, classes: lis
         row["error"] = error
         return row
     if "boxes" in r:
+        row["detections"] = len(r["scores"])
         row["boxes"] = [[*map(float, b), float(s), int(c)]
                         for b, s, c in zip(r["boxes"], r["scores"], r["classes"])]
     elif "text" in r:
