@@ -35,6 +35,10 @@ __all__ = [
     "ImageError",
     "DatasetError",
     "RecordError",
+    "SourceError",
+    "CameraError",
+    "SinkError",
+    "FramebufferError",
 ]
 
 _UNSET = object()
@@ -229,3 +233,20 @@ class DatasetError(DvsdkError):
 
 class RecordError(DvsdkError):
     """A ``.dvrec`` recording is missing, truncated, damaged or of another version."""
+
+
+class SourceError(DvsdkError):
+    """A frame source (an image folder, a video file, raw frames) cannot be opened or read."""
+
+
+class CameraError(SourceError):
+    """A V4L2 camera (``/dev/videoN``) is missing, is not a camera, or refuses to stream."""
+
+
+class SinkError(DvsdkError):
+    """An output of a frame pipeline (annotated images or video, JSON lines, a preview
+    server) cannot be written or opened."""
+
+
+class FramebufferError(SinkError):
+    """A Linux framebuffer (``/dev/fbN``) is missing or has a geometry dvsdk cannot fill."""
