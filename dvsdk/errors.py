@@ -235,6 +235,12 @@ class RecordError(DvsdkError):
     """A ``.dvrec`` recording is missing, truncated, damaged or of another version."""
 
 
+class TaskError(InvalidArgument):
+    """A task head (``--task``: classify, detect, segment, ocr) cannot be set up or
+    applied: an unknown decoder, output shapes no decoder fits or several fit, a bad
+    anchor list or character file, outputs that disagree with the recorded head."""
+
+
 class SourceError(DvsdkError):
     """A frame source (an image folder, a video file, raw frames) cannot be opened or read."""
 

@@ -528,6 +528,25 @@ def check(net: NetFile, name: str = "net.bin") -> None:
         m.names(meta["labels"], "labels")
     if meta.get("golden_omitted") is not None:
         m.text(meta["golden_omitted"], "golden_omitted")
+    if meta.get("task") is not None:
+        _check_task(meta, name)
+
+
+def _check_task(meta: dict, name: str) -> None:
+    """META ``task`` (a head, :mod:`dvsdk.tasks.spec`): valid, naming real outputs."""
+    from .errors import TaskError
+    from .tasks.spec import TaskSpec
+
+    try:
+        spec = TaskSpec.from_meta(meta["task"])
+    except TaskError as e:
+        raise NetFileError(f"{name} metadata: {e.message}", field=e.field, value=e.value,
+                           limit=e.limit) from None
+    names = [o.get("name") for o in meta["outputs"] if isinstance(o, dict)]
+    for out in spec.outputs or []:
+        if out not in names:
+            raise NetFileError(f"{name} metadata: the task reads an output the network "
+                               "lacks", field="task.outputs", value=out, limit=names)
 
 
 def _check_device(m: MetaReader, dev: Any, path: str, shape: tuple[int, ...], arena: int

@@ -65,6 +65,10 @@ class Options:
     #: one FP16 rounding instead of two, so results change (within FP16 tolerance)
     fuse_adds: bool = False
     format: str | None = None  # the model format; None: from the file
+    #: the task head recorded in META ``task`` (:mod:`dvsdk.tasks.spec`): a kind
+    #: ("classify", "detect", "segment", "ocr"), a dict of META ``task`` keys (``chars``
+    #: may be a file), or a TaskSpec; None: no head
+    task: Any = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -289,6 +293,10 @@ def compile_graph(graph: Graph, options: Options, source: str = "") -> NetFile:
     else:
         meta["golden_omitted"] = "compiled without one (--no-golden)"
     meta["stats"]["compile_s"] = round(time.perf_counter() - t0, 3)
+    if options.task is not None:
+        from ..tasks.heads import resolve_task
+
+        meta["task"] = resolve_task(options.task, meta)
     _reader_accepts(net)
     return net
 
@@ -395,7 +403,9 @@ def compile(model: Any, output: str | os.PathLike | None = None, *,
     net = compile_graph(graph, opts, source=Path(model).name
                         if isinstance(model, (str, os.PathLike)) else "<memory>")
     k = scored_classes(net.meta)
-    if opts.labels is not None and k is not None and len(opts.labels) != k:
+    kind = (net.meta.get("task") or {}).get("kind")
+    if opts.labels is not None and k is not None and len(opts.labels) != k \
+            and kind in (None, "classify", "segment"):
         raise InvalidArgument(f"{len(opts.labels)} labels for a model that scores {k} "
                               "classes", field="labels",
                               value=str(label_file) if label_file else len(opts.labels),

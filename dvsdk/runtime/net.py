@@ -312,16 +312,24 @@ class Net:
         with self.lock:
             return profile_net(self, x)
 
-    def run_image(self, image: Any, timeout: float = 10.0, ipu: bool = False
-                  ) -> dict[str, np.ndarray]:
+    def run_image(self, image: Any, timeout: float = 10.0, ipu: bool = False,
+                  raw: bool = False) -> Any:
         """Run on an image (path or array) with the preprocessing recorded in the net.bin;
         a network compiled for N samples (``batch``) takes a list of N images.
 
         ``ipu=True`` resizes and converts on the device's IPU (§9.1) straight into the
         input tensor, when the recorded preprocessing has an IPU equivalent (one image:
-        the IPU has no batch)."""
+        the IPU has no batch).
+
+        A net.bin with a task (``dvsdk-compile --task``, META ``task``) returns its result
+        (:mod:`dvsdk.tasks`: top-k classes, boxes, a class map, text; a list for a list of
+        images); without one, or with ``raw=True``, ``{output name: array}`` as always."""
         from .images import as_rgb, preprocess
 
+        if self.meta.get("task") is not None and not raw:
+            from ..tasks.heads import run_task_image
+
+            return run_task_image(self, image, timeout, ipu)
         timeout = check_timeout(timeout)
         if len(self.inputs) != 1:
             raise InvalidArgument("run_image needs a single-input network", field="inputs",

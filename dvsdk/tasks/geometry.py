@@ -1,0 +1,67 @@
+"""Where an input pixel came from: the resize a net.bin records, and its inverse.
+
+:func:`dvsdk.runtime.images.resize` maps an (h, w) image onto the network's (H, W) input:
+
+* ``stretch``: x_in = x · W / w, y_in = y · H / h;
+* ``letterbox``: s = min(H / h, W / w), the image scaled to (nh, nw) = (round(h·s),
+  round(w·s)) and placed at (top, left) = ((H − nh) // 2, (W − nw) // 2), zeros around;
+  x_in = x · nw / w + left, y_in = y · nh / h + top.
+
+:class:`Geometry` holds those numbers; :meth:`Geometry.boxes_to_original` inverts them
+for boxes (clipped to the image), :meth:`Geometry.map_to_original` for a per-pixel map
+(the padding cropped, then nearest-neighbour back to (h, w)).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Geometry:
+    """The input rectangle an (height, width) image occupies in the network's input."""
+
+    height: int          # the original image
+    width: int
+    in_height: int       # the network input
+    in_width: int
+    top: int = 0         # where the scaled image starts in the input
+    left: int = 0
+    scaled_height: int = 0   # its size there (the input's for stretch)
+    scaled_width: int = 0
+
+    @classmethod
+    def of(cls, height: int, width: int, in_height: int, in_width: int,
+           mode: str = "stretch") -> Geometry:
+        """The geometry :func:`dvsdk.runtime.images.resize` applies (module docstring)."""
+        if mode != "letterbox" or (height, width) == (in_height, in_width):
+            return cls(height, width, in_height, in_width, 0, 0, in_height, in_width)
+        s = min(in_height / height, in_width / width)
+        nh, nw = max(1, round(height * s)), max(1, round(width * s))
+        return cls(height, width, in_height, in_width, (in_height - nh) // 2,
+                   (in_width - nw) // 2, nh, nw)
+
+    def boxes_to_original(self, boxes: np.ndarray) -> np.ndarray:
+        """(n, 4) x0, y0, x1, y1 in input pixels → the original image's, clipped to it."""
+        b = np.asarray(boxes, np.float64).reshape(-1, 4)
+        sx, sy = self.scaled_width / self.width, self.scaled_height / self.height
+        out = (b - np.array([self.left, self.top, self.left, self.top])) \
+            / np.array([sx, sy, sx, sy])
+        out = np.clip(out, 0.0, np.array([self.width, self.height, self.width, self.height]))
+        return out.astype(np.float32)
+
+    def map_to_original(self, values: np.ndarray) -> np.ndarray:
+        """An (in_height, in_width) per-pixel map → (height, width), nearest neighbour on
+        the scaled image's pixel centres (the letterbox padding dropped)."""
+        m = np.asarray(values)
+        ys = self.top + np.minimum(
+            ((np.arange(self.height) + 0.5) * self.scaled_height / self.height).astype(np.int64),
+            self.scaled_height - 1)
+        xs = self.left + np.minimum(
+            ((np.arange(self.width) + 0.5) * self.scaled_width / self.width).astype(np.int64),
+            self.scaled_width - 1)
+        ys = ys * m.shape[0] // self.in_height   # a map coarser than the input (stride)
+        xs = xs * m.shape[1] // self.in_width
+        return m[ys[:, None], xs[None, :]]
