@@ -37,8 +37,8 @@ BOUNDARY = "dvsdkframe"
 
 PAGE = """<!doctype html>
 <html><head><meta charset="utf-8"><title>dvsdk preview</title>
-<style>body{margin:0;background:#222;color:#eee;font:14px monospace;display:flex}
-#v{display:block;max-width:75vw}#r{padding:8px;white-space:pre-wrap;margin:0}</style></head>
+<style>body{margin:0;background:#222;color:#eee;font:14px monospace;display:flex;
+align-items:flex-start}#v{display:block;max-width:75vw}#r{padding:8px;white-space:pre-wrap;margin:0}</style></head>
 <body><img id="v" src="/stream.mjpg" alt="stream"><pre id="r">waiting for a frame</pre>
 <script>
 async function poll(){
