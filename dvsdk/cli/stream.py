@@ -62,6 +62,7 @@ def wanted(args: argparse.Namespace) -> bool:
 
 def _check(args: argparse.Namespace) -> None:
     from ..apps.sinks import VIDEO_FORMATS
+    from ..apps.sources import VIDEO_SUFFIXES
     from ..fsutil import check_outputs
 
     for attr, flag in _NOT_HERE.items():
@@ -74,8 +75,11 @@ def _check(args: argparse.Namespace) -> None:
     if args.linger is not None and not args.linger >= 0:
         raise InvalidArgument("--linger must be 0 or more seconds", field="--linger",
                               value=args.linger, limit=">= 0")
-    video_out = args.save_annotated if args.save_annotated and \
-        Path(args.save_annotated).suffix.lower() in VIDEO_FORMATS else None
+    suffix = Path(args.save_annotated or "").suffix.lower()
+    if suffix in VIDEO_SUFFIXES and suffix not in VIDEO_FORMATS:
+        raise InvalidArgument("cannot write this kind of video", field="--save-annotated",
+                              value=args.save_annotated, limit=sorted(VIDEO_FORMATS))
+    video_out = args.save_annotated if suffix in VIDEO_FORMATS else None
     check_outputs({"--save-annotated": video_out, "--save-json": args.save_json},
                   [("the net.bin", args.net), *(("an input", i) for i in args.images)],
                   force=args.force)
