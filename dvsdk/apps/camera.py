@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import CameraError
-from .sources import Frame, Source, import_av
+from .frame import Frame, Source, import_av
 
 #: the character-device major number of every V4L2 node (devices.txt)
 V4L2_MAJOR = 81

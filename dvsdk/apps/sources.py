@@ -1,10 +1,7 @@
 """Where frames come from: image files and folders, video files, a V4L2 camera, arrays.
 
-Every source yields :class:`Frame` objects (an index from 0, an RGB uint8 (H, W, 3)
-array, a time in seconds and a name for messages and file names) and says whether it is
-``live``: a live source (a camera) produces frames at its own pace whether or not anyone
-takes them, so the pipeline keeps only the newest one (:mod:`.pipeline`); the others wait
-for the pipeline.
+Every source yields :class:`~.frame.Frame` objects and says whether it is ``live``
+(:mod:`.frame`).
 
 :func:`open_source` picks the source from what the user gave: a directory (its images,
 sorted by name), an image file, ``/dev/videoN`` (:mod:`.camera`), a video file (by
@@ -17,61 +14,19 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from ..errors import ImageError, SourceError
+from .frame import Frame, Source, import_av
+
+__all__ = ["Frame", "Source", "import_av", "ImageSource", "ArraySource", "VideoSource",
+           "open_source", "is_camera", "is_video", "VIDEO_SUFFIXES"]
 
 VIDEO_SUFFIXES = (".mp4", ".m4v", ".mkv", ".mov", ".avi", ".webm", ".mpg", ".mpeg", ".ts",
                   ".mjpeg", ".mjpg", ".gif", ".y4m", ".flv")
-
-
-@dataclass
-class Frame:
-    """One frame: ``index`` from 0 in the source's order, ``rgb`` (H, W, 3) uint8,
-    ``time`` in seconds (the video's presentation time, the camera's capture time, else
-    the index over the frame rate or 0), ``name`` for messages and output file names."""
-
-    index: int
-    rgb: np.ndarray
-    time: float
-    name: str
-
-
-class Source:
-    """A stream of :class:`Frame`: iterate it once; ``close()`` releases what it holds.
-    ``live``: frames arrive at the source's pace (a camera); ``fps``: its nominal rate,
-    when known; ``count``: how many frames it will give, when known."""
-
-    live: bool = False
-    fps: float | None = None
-    count: int | None = None
-    name: str = ""
-
-    def __iter__(self) -> Iterator[Frame]:
-        raise NotImplementedError
-
-    def close(self) -> None:
-        pass
-
-    def __enter__(self) -> Source:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-
-def import_av() -> Any:
-    """PyAV, or a SourceError saying how to install it."""
-    try:
-        import av
-    except ImportError:
-        raise SourceError("video files and cameras need PyAV, which is not installed",
-                          field="av", hint='pip install "dvsdk[video]"') from None
-    return av
 
 
 class ImageSource(Source):
