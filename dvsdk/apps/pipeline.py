@@ -6,9 +6,10 @@
     (decode)   (resize,    (the     (the task head's decoding, NMS, the drawing, the
                normalize)  DV700)   outputs: files, framebuffer, preview)
 
-While the device runs frame n, frame n+1 is decoded and prepared and frame n-1 is
-decoded into a result, drawn and written, so the device waits only when the host's
-stages are slower than it.  Queues between stages are bounded (``depth``, default 2):
+While the device runs frame n, frame n+1 is decoded and prepared (and packed into the
+net's second arena: ``net.run_async`` keeps two runs in flight) and frame n-1 is decoded
+into a result, drawn and written, so the device waits only when the host's stages are
+slower than it.  Queues between stages are bounded (``depth``, default 2):
 a slow sink holds the source back instead of filling memory.  A live source (a camera)
 does not wait: its stage keeps only the newest frame in a one-slot mailbox, and a frame
 that the prepare stage has not taken before the next one arrives is dropped (counted in
@@ -30,6 +31,7 @@ from __future__ import annotations
 import queue
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -41,6 +43,7 @@ from .sources import Frame, Source, open_source
 
 STAGES = ("source", "prepare", "run", "finish", "draw", "sink")
 _END = object()
+_EMPTY = object()     # get_nowait: nothing waiting
 
 
 @dataclass
@@ -80,6 +83,14 @@ class _Mailbox:
             self.cond.notify_all()
             return item
 
+    def get_nowait(self) -> Any:
+        with self.cond:
+            if not self.full:
+                return _EMPTY
+            item, self.item, self.full = self.item, None, False
+            self.cond.notify_all()
+            return item
+
 
 class _Queue:
     """A bounded queue whose waits give up when the pipeline stops."""
@@ -103,6 +114,12 @@ class _Queue:
             except queue.Empty:
                 pass
         return _END
+
+    def get_nowait(self) -> Any:
+        try:
+            return self.q.get_nowait()
+        except queue.Empty:
+            return _EMPTY
 
 
 def _ms(values: list[float]) -> dict[str, float]:
@@ -244,17 +261,39 @@ class Pipeline:
             out.put(item, self.stop)
 
     def _run(self, inbox: Any, out: Any) -> None:
+        """Two runs in flight (``net.run_async``: the input of frame n+1 is packed into the
+        second arena while the device runs frame n); the oldest is waited for when a third
+        frame comes, or at once when no frame is waiting (a camera's frame is not held
+        back for the next one)."""
         rep = self.report
-        while (item := inbox.get(self.stop)) is not _END:
+        flight: deque[tuple[_Item, Any, float]] = deque()
+
+        def finish_oldest() -> None:
+            item, handle, spent = flight.popleft()
             t0 = time.perf_counter()
-            item.outputs = self.net.run(item.x, self.timeout)
-            rep.stages["run"].append(time.perf_counter() - t0)
-            st = getattr(self.net, "last_run", None)
-            if st is not None and st.segments:
+            item.outputs = handle.wait()
+            rep.stages["run"].append(spent + time.perf_counter() - t0)
+            st = handle.stats
+            if st.segments:
                 rep.device_us.append(st.device_us)
                 rep.board_us.append(st.board.total_us)
             item.x = None
             out.put(item, self.stop)
+
+        while True:
+            item = inbox.get_nowait() if flight else inbox.get(self.stop)
+            if item is _EMPTY:
+                finish_oldest()
+                continue
+            if item is _END:
+                break
+            t0 = time.perf_counter()
+            handle = self.net.run_async(item.x, self.timeout)
+            flight.append((item, handle, time.perf_counter() - t0))
+            if len(flight) >= 2:
+                finish_oldest()
+        while flight and not self.stop.is_set():
+            finish_oldest()
 
     def _finish(self, inbox: Any) -> None:
         rep = self.report
