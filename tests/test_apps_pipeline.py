@@ -135,3 +135,33 @@ def test_a_failing_stage_stops_everything(detector, tmp_path):
         with pytest.raises(SourceError, match="frame 4"):
             Pipeline(net, bad).run()
         assert threading.active_count() == before
+
+
+def test_ctrl_c_stops_cleanly_and_keeps_the_count(detector):
+    """Ctrl-C (how a camera run ends) in the last stage: every thread stops, the report
+    holds the frames finished before it; sinks with ``progress`` saw each count."""
+    _, path = detector
+    counts = []
+
+    class Interrupted:
+        needs_annotated = False
+
+        def write(self, frame, result, annotated):
+            if frame.index == 3:
+                raise KeyboardInterrupt
+
+        def progress(self, running):
+            counts.append(running["frames"])
+
+        def close(self):
+            pass
+
+    before = threading.active_count()
+    frames = (np.zeros((32, 32, 3), np.uint8) for _ in range(1000))   # endless enough
+    with dvsdk.load(path, "sim://") as net:
+        pipe = Pipeline(net, ArraySource(frames, live=True), [Interrupted()])
+        with pytest.raises(KeyboardInterrupt):
+            pipe.run()
+    assert threading.active_count() == before
+    assert pipe.report.frames == 3 and counts == [1, 2, 3]
+    assert pipe.report.wall_s > 0

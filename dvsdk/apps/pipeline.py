@@ -298,6 +298,12 @@ class Pipeline:
     def _finish(self, inbox: Any) -> None:
         rep = self.report
         draw = any(getattr(s, "needs_annotated", False) for s in self.sinks)
+        self._watchers = [s for s in self.sinks if hasattr(s, "progress")]
+        frames = self._frames
+
+        def inbox_dropped() -> int:
+            return frames.dropped
+
         while (item := inbox.get(self.stop)) is not _END:
             t0 = time.perf_counter()
             result = self.head.finish(item.outputs, item.ctx)
@@ -315,11 +321,14 @@ class Pipeline:
             rep.stages["sink"].append(t3 - t2)
             rep.latency.append(t3 - item.born)
             rep.frames += 1
+            for s in self._watchers:   # a preview page shows the running count
+                s.progress({"frames": rep.frames, "dropped": inbox_dropped(),
+                            "fps": rep.frames / max(t3 - self.t_start, 1e-9)})
 
     def run(self) -> PipelineReport:
         """Run to the source's end (or ``max_frames``); the first error of any stage is
         raised here, after every thread has stopped.  The sinks are not closed."""
-        frames = _Mailbox() if self.live else _Queue(self.depth)
+        frames = self._frames = _Mailbox() if self.live else _Queue(self.depth)
         prepared, ran = _Queue(self.depth), _Queue(self.depth)
         threads = [threading.Thread(target=self._guard(lambda: self._read(frames), frames),
                                     name="source", daemon=True),
@@ -327,7 +336,7 @@ class Pipeline:
                                                        prepared), name="prepare", daemon=True),
                    threading.Thread(target=self._guard(lambda: self._run(prepared, ran), ran),
                                     name="run", daemon=True)]
-        t0 = time.perf_counter()
+        t0 = self.t_start = time.perf_counter()
         for t in threads:
             t.start()
         try:

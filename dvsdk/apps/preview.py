@@ -133,6 +133,11 @@ class PreviewServer:
 
     write = publish
 
+    def progress(self, running: dict[str, Any]) -> None:
+        """The pipeline's running counts (frames, dropped, FPS so far), for the page."""
+        with self.cond:
+            self.stats = {**self.stats, "running": running}
+
     def close(self, ok: bool = True) -> None:
         with self.cond:
             self.stopping = True

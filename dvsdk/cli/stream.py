@@ -6,7 +6,9 @@ output of the pipeline is asked for (``--save-annotated``, ``--save-json``, ``--
 ``--serve``); otherwise (``dvsdk-run net.bin image.png``) it runs as it always has.
 ``--json`` prints one JSON line a frame (:func:`dvsdk.apps.sinks.record`) and a last line
 ``{"summary": ...}`` (:meth:`dvsdk.apps.pipeline.PipelineReport.as_dict`); otherwise the
-summary is printed as a table at the end (``-v``: a line a frame as well).
+summary is printed as a table at the end (``-v``: a line a frame as well).  Ctrl-C ends a
+camera's run as its normal end: the frames so far are written (the video closed, the JSON
+lines saved) and the summary printed, exit 0.
 """
 
 from __future__ import annotations
@@ -139,7 +141,12 @@ def main(args: argparse.Namespace) -> int:
             pipe = Pipeline(net, source, sinks, timeout=args.timeout,
                             max_frames=args.max_frames,
                             on_result=_say if verbose else None)
-            report = pipe.run()
+            try:
+                report = pipe.run()
+            except KeyboardInterrupt:   # Ctrl-C: how a camera run ends; keep what was made
+                report = pipe.report
+                if not args.quiet:
+                    print("dvsdk-run: interrupted; finishing the outputs", file=sys.stderr)
             ok = True
             serving = [s for s in sinks if hasattr(s, "url")]
             if serving:
