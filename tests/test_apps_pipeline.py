@@ -147,7 +147,7 @@ def test_ctrl_c_stops_cleanly_and_keeps_the_count(detector):
         needs_annotated = False
 
         def write(self, frame, result, annotated):
-            if frame.index == 3:
+            if len(counts) == 3:      # the fourth frame shown (a live source drops some)
                 raise KeyboardInterrupt
 
         def progress(self, running):
