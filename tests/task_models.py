@@ -23,7 +23,7 @@ def _conv(name: str, x: str, y: str, cin: int, cout: int, k: int, stride: int, s
                              strides=[stride, stride], pads=[k // 2] * 4)]
 
 
-def yolov8_like(classes: int = 3, size: int = 32, seed: int = 0, cls_bias: float = -1.6):
+def yolov8_like(classes: int = 3, size: int = 32, seed: int = 2, cls_bias: float = -1.0):
     """(1, 3, size, size) → (1, 4 + classes, (size/4)²) ``output0``."""
     inits: dict = {}
     nodes = _conv("c1", "images", "c1", 3, 8, 3, 2, seed, inits)

@@ -19,6 +19,8 @@ EPILOG = """examples:
   dvsdk-compile detector.onnx -o det.bin --input-size 288x576 --quantize --report
   dvsdk-compile digits.onnx -o digits.bin --labels digits_labels.txt --scale 1/255
   dvsdk-compile classifier.onnx -o classifier4.bin --batch 4   net.run takes 4 images
+  dvsdk-compile yolov8n.onnx --task detect --labels coco.txt --letterbox --scale 1/255
+  dvsdk-compile crnn.onnx --task ocr --chars chars.txt
 
 numbers may be written as fractions: --scale 1/255, --mean 255/2
 an existing output file is replaced only with --force
@@ -53,7 +55,12 @@ def build_parser() -> Parser:
                    help="multiply after the mean (e.g. 1/255)")
     p.add_argument("--std", default=None, help="per-channel std to divide by (R,G,B)")
     p.add_argument("--channel-order", choices=("RGB", "BGR"), default="RGB")
-    p.add_argument("--resize", choices=("stretch", "letterbox"), default="stretch")
+    p.add_argument("--resize", choices=("stretch", "letterbox", "crop"), default="stretch")
+    p.add_argument("--resize-crop", nargs="?", const=0.875, type=float, metavar="RATIO",
+                   default=None,
+                   help="ImageNet-style preprocessing: scale so the input covers the image "
+                        "at RATIO (default 0.875: the shorter side 256 for 224), then crop "
+                        "the centre (the same as --resize crop)")
     p.add_argument("--labels", help="text file with one class label per line (as many as "
                                     "the model has classes)")
     p.add_argument("--ub-size", type=positive_int, default=524288, help="unified buffer bytes")
@@ -76,10 +83,61 @@ def build_parser() -> Parser:
                         "inside the conv command (fewer commands and DRAM round trips; "
                         "one FP16 rounding instead of two, so results change within FP16 "
                         "tolerance)")
+    add_task_arguments(p)
     p.add_argument("-q", "--quiet", action="store_true")
     p.add_argument("--debug", action="store_true", help="show tracebacks")
     p.add_version()
     return p
+
+
+def add_task_arguments(p) -> None:
+    """The task head flags (META ``task``, :mod:`dvsdk.tasks.spec`)."""
+    from . import positive_int as _pos
+
+    g = p.add_argument_group("task head (what dvsdk-run and net.run_image return)")
+    g.add_argument("--task", choices=("classify", "detect", "segment", "ocr"),
+                   help="record the post-processing: top-k labels, boxes after NMS, a class "
+                        "map, CTC-decoded text")
+    g.add_argument("--decoder", choices=("yolov8", "yolov11", "yolov5", "yolov3"),
+                   help="detect: the YOLO head (default: from the output shapes)")
+    g.add_argument("--conf", type=float, default=None, help="detect: lowest score kept (0.25)")
+    g.add_argument("--iou", type=float, default=None, help="detect: NMS IoU threshold (0.45)")
+    g.add_argument("--max-det", type=_pos, default=None, help="detect: most boxes kept (300)")
+    g.add_argument("--anchors", metavar="W,H,...;W,H,...",
+                   help="detect, yolov3: anchors per scale in input pixels, strides "
+                        "ascending (default: YOLOv3's COCO anchors)")
+    g.add_argument("--strides", metavar="S,S,...",
+                   help="detect, yolov3: input pixels per grid cell of each scale (default: "
+                        "input size / grid size)")
+    g.add_argument("--chars", metavar="FILE",
+                   help="ocr: the characters of classes 1.. (one a line; class 0 is the "
+                        "CTC blank)")
+    g.add_argument("--top-k", type=_pos, default=None, help="classify: classes reported (5)")
+    g.add_argument("--letterbox", action="store_true",
+                   help="the same as --resize letterbox (keep the aspect ratio, pad)")
+
+
+def task_option(args) -> dict | None:
+    """``--task`` and its flags as the ``task`` compile option (None without --task);
+    flags that need --task are refused without it."""
+    from ..errors import InvalidArgument
+
+    extra = {"decoder": args.decoder, "conf": args.conf, "iou": args.iou,
+             "max_det": args.max_det, "anchors": args.anchors, "chars": args.chars,
+             "top_k": args.top_k}
+    if args.strides:
+        try:
+            extra["strides"] = [int(v) for v in args.strides.split(",") if v.strip()]
+        except ValueError:
+            raise InvalidArgument("--strides must be integers S,S,...", field="--strides",
+                                  value=args.strides) from None
+    given = sorted(k for k, v in extra.items() if v is not None)
+    if args.task is None:
+        if given:
+            raise InvalidArgument(f"--{given[0].replace('_', '-')} needs --task",
+                                  field=f"--{given[0].replace('_', '-')}", value=None)
+        return None
+    return {"kind": args.task, **{k: v for k, v in extra.items() if v is not None}}
 
 
 def default_output(model: Path) -> Path:
@@ -103,7 +161,8 @@ def _output_path(args) -> Path:
 
     out = Path(args.output) if args.output else default_output(Path(args.model))
     inputs = source_files(args.model) + ([("the labels file", args.labels)]
-                                         if args.labels else [])
+                                         if args.labels else []) \
+        + ([("the character file", args.chars)] if args.chars else [])
     check_outputs({"output": out}, inputs, force=args.force)
     return out
 
@@ -134,7 +193,11 @@ def main(argv: list[str]) -> int:
                 quantize_skip=args.quantize_skip,
                 input_size=input_size, batch=args.batch,
                 mean=mean, scale=args.scale if args.scale is not None else 1.0, std=std,
-                channel_order=args.channel_order, resize=args.resize, labels=args.labels,
+                channel_order=args.channel_order,
+                resize="letterbox" if args.letterbox else "crop" if args.resize_crop
+                else args.resize, labels=args.labels,
+                **({"crop_ratio": args.resize_crop} if args.resize_crop else {}),
+                task=task_option(args),
                 ub_size=args.ub_size, golden=not args.no_golden, format=args.format,
                 hw_version=args.hw_version or _target_hw_date(args.target),
                 chain=not args.no_chain, tables=not args.no_tables,

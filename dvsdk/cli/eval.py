@@ -15,6 +15,9 @@ EPILOG = """datasets:
   DIR/<class>/<image>          classification, one folder per class (names = the net's labels)
   DIR/images/ + DIR/masks/     segmentation, image and mask (class indices) with the same stem
   FILE.csv                     rows path,label (classification) or image,mask (segmentation)
+  instances.json               COCO detection ground truth (a net compiled with --task detect)
+  DIR/Annotations/*.xml        Pascal VOC detection ground truth (--task detect)
+  FILE.txt                     lines image<TAB>text (a net compiled with --task ocr)
 
 examples:
   dvsdk eval digits.bin digits_test/
@@ -22,10 +25,14 @@ examples:
   dvsdk eval seg.bin voc/ --scheduler tcp://10.0.0.5:8786 --json
   dvsdk eval cls.bin val/ --device socket://b1:7000 --device socket://b2:7000
   dvsdk eval cls.bin val/ --top-k 3 --expect top1>=0.9 --expect failed<=0
+  dvsdk eval det.bin coco/instances_val.json --expect map50>=0.5
+  dvsdk eval ocr.bin words/labels.txt --expect char_accuracy>=0.95
 
 --expect METRIC>=VALUE or METRIC<=VALUE (repeatable): after the report, exit 6 when any is
 missed (one line each), 0 when all are met. Metrics: top1, top<k>, samples, failed
-(classification); miou, pixel_accuracy, pixels, failed (segmentation).
+(classification); miou, pixel_accuracy, pixels, failed (segmentation); map (mAP@[.5:.95]),
+map50, map75, objects, detections, failed (detection); char_accuracy, cer, word_accuracy,
+failed (ocr).
 """
 
 #: exit status when an --expect floor or ceiling is missed
@@ -53,6 +60,11 @@ def build_parser() -> Parser:
     p.add_argument("--expect", action="append", default=[], metavar="METRIC>=VALUE",
                    type=_expectation, help="a floor (>=) or ceiling (<=) a metric must meet; "
                    f"exit {EXIT_EXPECT} when one is missed (repeatable)")
+    p.add_argument("--resize-crop", nargs="?", const=0.875, type=float, metavar="RATIO",
+                   default=None,
+                   help="evaluate with ImageNet-style preprocessing instead of the net's "
+                        "recorded resize: scale so the input covers the image at RATIO "
+                        "(default 0.875: 256 for 224), crop the centre")
     p.add_argument("-f", "--force", action="store_true",
                    help="replace an existing --confusion or --per-image file (never the "
                         "net.bin or a file of the dataset)")
@@ -111,10 +123,19 @@ def main(argv: list[str]) -> int:
         if args.output in (None, o["name"]) and len(o["shape"]) == 4:
             channels = o["shape"][1]
             break
-    ds = open_dataset(args.dataset, labels, channels)
+    from ..qa.task_datasets import open_task_dataset
+
+    ds = open_task_dataset(args.dataset, net.meta) or open_dataset(args.dataset, labels,
+                                                                    channels)
+    if args.confusion and ds.kind not in ("classify", "segment"):
+        from ..errors import InvalidArgument
+
+        raise InvalidArgument("--confusion is for classification and segmentation",
+                              field="confusion", value=ds.kind)
     _check_outputs(args, ds)
     mode = "off" if args.quiet or args.json else "bar" if sys.stderr.isatty() else "lines"
-    result = evaluate(args.net, ds, devices=args.device, jobs=args.jobs,
+    source = args.net if args.resize_crop is None else _with_crop(net, args.resize_crop)
+    result = evaluate(source, ds, devices=args.device, jobs=args.jobs,
                       scheduler=args.scheduler, output=args.output, top=args.top_k,
                       progress=_progress(mode))
     if args.confusion:
@@ -125,6 +146,10 @@ def main(argv: list[str]) -> int:
         _write_per_image(args.per_image, result.per_image)
     if args.json:
         print(json.dumps(result.as_json(), indent=1))
+    elif result.kind in ("detect", "ocr"):
+        from ..qa.eval_tasks import print_report
+
+        print_report(result)
     elif result.kind == CLASSIFY:
         _print_classification(result)
     else:
@@ -135,6 +160,22 @@ def main(argv: list[str]) -> int:
     for line in missed:
         print(f"dvsdk eval: {line}", file=sys.stderr)
     return EXIT_EXPECT if missed else 2 if result.errors else 0
+
+
+def _with_crop(net, ratio: float) -> bytes:
+    """The net.bin's bytes with every image input's resize set to ``crop`` at ``ratio``
+    (``--resize-crop``; the file itself is left as it is)."""
+    from ..errors import InvalidArgument
+    from ..netfile import encode
+
+    if not 0 < ratio <= 1:
+        raise InvalidArgument("--resize-crop RATIO must be in (0, 1]", field="resize_crop",
+                              value=ratio, limit="(0, 1]")
+    for spec in net.meta["inputs"]:
+        pre = dict(spec.get("preprocess") or {})
+        pre.update(resize="crop", crop_ratio=float(ratio))
+        spec["preprocess"] = pre
+    return encode(net)
 
 
 def _expectation(text: str) -> tuple[str, str, float]:
@@ -206,7 +247,9 @@ def _write_per_image(path: str, rows: list[dict]) -> None:
         text = "".join(json.dumps(r) + "\n" for r in rows)
     else:
         buf = io.StringIO()
-        w = csv.DictWriter(buf, PER_IMAGE_COLUMNS, lineterminator="\n")
+        extra = [k for k in dict.fromkeys(k for r in rows for k in r)
+                 if k not in PER_IMAGE_COLUMNS]   # a detector's or recognizer's own columns
+        w = csv.DictWriter(buf, PER_IMAGE_COLUMNS + extra, lineterminator="\n")
         w.writeheader()
         for r in rows:
             w.writerow({k: ";".join(str(x) for x in v) if isinstance(v, list) else

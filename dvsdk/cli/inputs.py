@@ -29,6 +29,8 @@ class Job:
     kind: str
     payload: Any
     stem: str = ""
+    #: an image's (height, width) once decoded (for a task head's inverse resize)
+    size: tuple[int, int] | None = None
 
 
 def image_jobs(items: list[str]) -> list[Job]:
@@ -202,7 +204,12 @@ def runs(net: Any, jobs: list[Job], timeout: float, ipu: bool = False) -> Iterat
     run: consecutive image jobs are grouped N at a time (the last group filled up with
     its last image), each job gets its sample's outputs ``(1, ...)``, ``index`` its place
     in the run and ``n`` = N; a tensor job is one run of its own (N, ...) arrays."""
-    from ..runtime.images import preprocess
+    from ..runtime.images import as_rgb, preprocess
+
+    def decoded(job: Job) -> np.ndarray:
+        rgb = as_rgb(job.payload)
+        job.size = rgb.shape[:2]
+        return rgb
 
     spec = net.inputs[0] if net.inputs else {}
     shape = tuple(spec.get("shape", ()))
@@ -220,7 +227,7 @@ def runs(net: Any, jobs: list[Job], timeout: float, ipu: bool = False) -> Iterat
     for job in jobs:
         if job.kind == "image" and n > 1 and not ipu:
             try:
-                x = preprocess(job.payload, (1, *shape[1:]), spec.get("preprocess", {}),
+                x = preprocess(decoded(job), (1, *shape[1:]), spec.get("preprocess", {}),
                                spec.get("layout", "NCHW"))
             except ImageError as e:
                 yield job, e, None, (0, 1)
@@ -232,7 +239,7 @@ def runs(net: Any, jobs: list[Job], timeout: float, ipu: bool = False) -> Iterat
         yield from flush()
         try:
             if job.kind == "image":
-                outs = net.run_image(job.payload, timeout=timeout, ipu=ipu)
+                outs = net.run_image(decoded(job), timeout=timeout, ipu=ipu, raw=True)
             else:
                 outs = net.run(job.payload, timeout=timeout)
         except ImageError as e:

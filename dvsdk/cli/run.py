@@ -36,6 +36,7 @@ EPILOG = """examples:
   dvsdk-run net.bin --selftest                   the golden pair stored in net.bin
   dvsdk-run net.bin img.png --profile            per-command cycles and MAC utilization
   dvsdk-run seg.bin street.png --save-mask m.png per-pixel classes as a colored PNG
+  dvsdk-run yolo.bin photo.png --json            boxes of a net compiled with --task detect
   DVSDK_DEVICE=uio:// dvsdk-run net.bin img.png  on the board (default: the simulator)
   dvsdk-run yolo.bin clip.mp4 --save-annotated out.mp4 --json   a video, one line a frame
   dvsdk-run yolo.bin /dev/video0 --show          a camera onto the framebuffer /dev/fb0
@@ -216,6 +217,11 @@ def _run(args, device) -> int:
             raise InvalidArgument("give an image, a directory, --input X.npy, --bench N or "
                                   "--selftest", field="inputs", value=None)
         chatty = not args.quiet and not args.json
+        head = None
+        if net.meta.get("task") is not None:
+            from ..tasks import head_for
+
+            head = head_for(net)
         console = Console("dvsdk-run", len(jobs), bar=chatty)
         results: list[dict] = []
         report: dict = {"results": results}
@@ -253,6 +259,10 @@ def _run(args, device) -> int:
                     item["top"] = top
                 else:
                     item["outputs"] = {k: list(v.shape) for k, v in outs.items()}
+                if head is not None and job.size is not None:
+                    item["result"] = task_result(net, head, outs, job.size).to_json()
+                    item.pop("top", None)
+                    item.pop("outputs", None)
                 if chatty:
                     _print_result(console, item, args.verbose, st)
             results.append(item)
@@ -330,6 +340,8 @@ def _print_result(console, item: dict, verbose: bool = False, stats=None) -> Non
         lines.append(f"    on the board, predicted: {stats.board.summary()}")
     for t in item.get("top", []):
         lines.append(f"  {t['probability']:7.2%}  {t['label']}")
+    if "result" in item:
+        lines += ["  " + ln for ln in result_summary(item["result"]).splitlines()]
     for k, shape in item.get("outputs", {}).items():
         lines.append(f"  {k}: {tuple(shape)}")
     console.say("\n".join(lines))
@@ -349,6 +361,39 @@ def save_mask(path: str, classes: np.ndarray) -> None:
 
     rgb = PALETTE[classes.astype(np.int64) % len(PALETTE)]
     atomic_write(path, lambda f: Image.fromarray(rgb).save(f, format="PNG"))
+
+
+def task_result(net, head, outs: dict, size: tuple[int, int]):
+    """The task head's result of one image's outputs; a segmenter's class map from the
+    maximizer when these are the outputs of the net's last run (:mod:`dvsdk.tasks.heads`)."""
+    ctx = head.geometry(*size)
+    if head.kind == "segment" and outs is getattr(net, "_last_result", None) \
+            and head.output_names[0] == net.outputs[0]["name"]:
+        from ..errors import InvalidArgument
+
+        try:
+            return head.finish(outs, ctx, net.class_map(head.output_names[0]))
+        except InvalidArgument:
+            pass
+    return head.finish(outs, ctx)
+
+
+def result_summary(res: dict) -> str:
+    """A few human lines of a result's JSON (:mod:`dvsdk.tasks.results`)."""
+    kind = res.get("kind")
+    if kind == "classify":
+        return "\n".join(f"{t['score']:7.2%}  {t['label']}" for t in res["top"])
+    if kind == "detect":
+        d = res["detections"]
+        return "\n".join([f"{len(d)} detection{'s' if len(d) != 1 else ''}"] + [
+            f"{x['score']:5.2f}  {x['label']:16s} [{', '.join(f'{v:.0f}' for v in x['box'])}]"
+            for x in d])
+    if kind == "segment":
+        total = max(1, res["height"] * res["width"])
+        return ", ".join(f"{c['label']} {c['pixels'] / total:.1%}" for c in res["classes"][:8])
+    if kind == "ocr":
+        return f"{res['text']!r} (score {res['score']:.2f})"
+    return json.dumps(res)
 
 
 def _jsonable(v):

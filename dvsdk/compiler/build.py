@@ -31,7 +31,7 @@ from .memplan import Plan, plan
 from .program import CpuStep, HwStep, Program
 
 CHANNEL_ORDERS = ("RGB", "BGR")
-RESIZE_MODES = ("stretch", "letterbox")
+RESIZE_MODES = ("stretch", "letterbox", "crop")
 
 
 @dataclass
@@ -69,6 +69,8 @@ class Options:
     #: ("classify", "detect", "segment", "ocr"), a dict of META ``task`` keys (``chars``
     #: may be a file), or a TaskSpec; None: no head
     task: Any = None
+    #: resize "crop": the share of the resized image kept (ImageNet's 224/256)
+    crop_ratio: float = 0.875
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -253,6 +255,11 @@ def compile_graph(graph: Graph, options: Options, source: str = "") -> NetFile:
     preprocess = {"mean": list(options.mean), "scale": options.scale,
                   "std": list(options.std) if options.std else None,
                   "channel_order": options.channel_order, "resize": options.resize}
+    if options.resize == "crop":
+        if not 0 < float(options.crop_ratio) <= 1:
+            raise ModelError("crop_ratio must be in (0, 1]", field="crop_ratio",
+                             value=options.crop_ratio, limit="(0, 1]")
+        preprocess["crop_ratio"] = float(options.crop_ratio)
     def swapped(n: str) -> bool:  # transposed at the boundary (--transpose)
         return options.transpose and len(model_graph.shape(n) or ()) == 4
 

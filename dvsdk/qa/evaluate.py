@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import DatasetError, DvsdkError, InvalidArgument
-from . import metrics
+from . import eval_tasks, metrics
 from .dataset import CLASSIFY, IGNORE, Dataset, Sample
 
 CHUNK = 16
@@ -79,6 +79,8 @@ class _Worker:
         return out
 
     def _one(self, sample: Sample) -> np.ndarray:
+        if self.kind in eval_tasks.KINDS:   # detect, ocr: a task head's result
+            return eval_tasks.predict_one(self.net, sample, self.kind)
         y = self.net.run_image(sample.image)
         if self.output not in y:
             raise InvalidArgument("the net has no such output", field="output",
@@ -281,6 +283,8 @@ def _on_dask(scheduler: str, net_bytes: bytes, chunks: list, args: tuple,
 def _summarize(dataset: Dataset, results: list, workers: list[str], top_k: int = TOP
                ) -> EvalResult:
     results.sort(key=lambda r: r[0])
+    if dataset.kind in eval_tasks.KINDS:
+        return eval_tasks.summarize(dataset, results, workers, EvalResult)
     errors = [(dataset.samples[i].image, msg) for i, _, msg in results if msg]
     ok = [(i, r) for i, r, msg in results if not msg]
     k = len(dataset.classes)

@@ -2,7 +2,7 @@
 
 PNG, JPEG, BMP, TIFF (anything Pillow reads), decoded to 8-bit RGB as a viewer shows
 them (:mod:`.decode`: EXIF orientation, 16-bit and float pixels scaled, a pixel limit).
-:func:`preprocess` resizes (stretch or letterbox), orders channels,
+:func:`preprocess` resizes (stretch, letterbox, or crop: resize then centre crop), orders channels,
 subtracts the mean, multiplies by the scale and divides by the std, and returns
 the model's float32 input in its own layout (NCHW, or NHWC for Keras).
 """
@@ -17,7 +17,7 @@ import numpy as np
 from ..errors import ImageError
 from .decode import load_image
 
-__all__ = ["IMAGE_SUFFIXES", "load_image", "as_rgb", "resize", "preprocess"]
+__all__ = ["IMAGE_SUFFIXES", "load_image", "as_rgb", "resize", "preprocess", "crop_geometry"]
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff", ".webp", ".ppm",
                   ".pgm")
@@ -53,10 +53,35 @@ def as_rgb(image: Any) -> np.ndarray:
     return np.ascontiguousarray(arr[..., :3])
 
 
-def resize(rgb: np.ndarray, height: int, width: int, mode: str = "stretch") -> np.ndarray:
-    """Bilinear resize to (height, width); ``letterbox`` keeps the aspect ratio, pads with 0."""
+#: ``crop``: the share of the resized image's tighter side kept (ImageNet: 224 of 256)
+CROP_RATIO = 0.875
+
+
+def crop_geometry(h: int, w: int, height: int, width: int, ratio: float = CROP_RATIO
+                  ) -> tuple[int, int, int, int]:
+    """(nh, nw, top, left) of ``crop``: the image scaled by s = max(height / h, width / w) /
+    ratio to (nh, nw) = (round(h·s), round(w·s)) (a square input: the shorter side becomes
+    height / ratio, 256 for 224), then the centred (height, width) window, top =
+    round((nh − height) / 2) and left likewise (Python's round, as torchvision's
+    CenterCrop)."""
+    if not 0 < ratio <= 1:
+        raise ImageError("crop ratio out of range", field="crop_ratio", value=ratio,
+                         limit="(0, 1]")
+    s = max(height / h, width / w) / ratio
+    nh, nw = max(height, round(h * s)), max(width, round(w * s))
+    return nh, nw, int(round((nh - height) / 2)), int(round((nw - width) / 2))
+
+
+def resize(rgb: np.ndarray, height: int, width: int, mode: str = "stretch",
+           crop_ratio: float = CROP_RATIO) -> np.ndarray:
+    """Bilinear resize to (height, width); ``letterbox`` keeps the aspect ratio, pads with 0;
+    ``crop`` is ImageNet's resize-then-centre-crop (:func:`crop_geometry`)."""
     from PIL import Image
 
+    if mode == "crop":
+        nh, nw, top, left = crop_geometry(*rgb.shape[:2], height, width, crop_ratio)
+        img = Image.fromarray(rgb).resize((nw, nh), Image.BILINEAR)
+        return np.asarray(img.crop((left, top, left + width, top + height)), np.uint8)
     if rgb.shape[:2] == (height, width):
         return rgb
     img = Image.fromarray(rgb)
@@ -64,7 +89,7 @@ def resize(rgb: np.ndarray, height: int, width: int, mode: str = "stretch") -> n
         return np.asarray(img.resize((width, height), Image.BILINEAR), np.uint8)
     if mode != "letterbox":
         raise ImageError("unknown resize mode", field="resize", value=mode,
-                         limit=("stretch", "letterbox"))
+                         limit=("stretch", "letterbox", "crop"))
     h, w = rgb.shape[:2]
     s = min(height / h, width / w)
     nh, nw = max(1, round(h * s)), max(1, round(w * s))
@@ -86,7 +111,8 @@ def preprocess(image: Any, shape: tuple[int, ...], spec: dict[str, Any],
         _, h, w, c = shape
     else:
         _, c, h, w = shape
-    rgb = resize(as_rgb(image), h, w, spec.get("resize", "stretch"))
+    rgb = resize(as_rgb(image), h, w, spec.get("resize", "stretch"),
+                 spec.get("crop_ratio") or CROP_RATIO)
     x = rgb.astype(np.float32)
     if spec.get("channel_order", "RGB") == "BGR":
         x = x[..., ::-1]

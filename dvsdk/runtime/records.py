@@ -390,6 +390,10 @@ def _check_preprocess(m: MetaReader, pre: Any, path: str) -> None:
         m.number(pre["scale"], f"{path}.scale")
     m.text(pre.get("channel_order", "RGB"), f"{path}.channel_order", PREPROCESS["channel_order"])
     m.text(pre.get("resize", "stretch"), f"{path}.resize", PREPROCESS["resize"])
+    if pre.get("crop_ratio") is not None:   # resize "crop": the share of the image kept
+        r = m.number(pre["crop_ratio"], f"{path}.crop_ratio")
+        if not 0 < r <= 1:
+            m.fail(f"{path}.crop_ratio", "is not in (0, 1]", r, "(0, 1]")
 
 
 def _check_golden(m: MetaReader, net: NetFile, meta: dict) -> None:

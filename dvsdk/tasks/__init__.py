@@ -11,9 +11,8 @@ from __future__ import annotations
 
 from .geometry import Geometry
 from .heads import Head, head_for, run_task_image
-from .nms import nms
 from .results import Classification, Detections, Raw, Result, Segmentation, Text
 from .spec import TaskSpec
 
 __all__ = ["Classification", "Detections", "Geometry", "Head", "Raw", "Result",
-           "Segmentation", "TaskSpec", "Text", "head_for", "nms", "run_task_image"]
+           "Segmentation", "TaskSpec", "Text", "head_for", "run_task_image"]

@@ -5,7 +5,10 @@
 * ``stretch``: x_in = x · W / w, y_in = y · H / h;
 * ``letterbox``: s = min(H / h, W / w), the image scaled to (nh, nw) = (round(h·s),
   round(w·s)) and placed at (top, left) = ((H − nh) // 2, (W − nw) // 2), zeros around;
-  x_in = x · nw / w + left, y_in = y · nh / h + top.
+  x_in = x · nw / w + left, y_in = y · nh / h + top;
+* ``crop`` (:func:`dvsdk.runtime.images.crop_geometry`): the same with the scaled image
+  larger than the input, at a negative (top, left); pixels cropped away take the nearest
+  class of the map.
 
 :class:`Geometry` holds those numbers; :meth:`Geometry.boxes_to_original` inverts them
 for boxes (clipped to the image), :meth:`Geometry.map_to_original` for a per-pixel map
@@ -34,8 +37,14 @@ class Geometry:
 
     @classmethod
     def of(cls, height: int, width: int, in_height: int, in_width: int,
-           mode: str = "stretch") -> Geometry:
+           mode: str = "stretch", crop_ratio: float | None = None) -> Geometry:
         """The geometry :func:`dvsdk.runtime.images.resize` applies (module docstring)."""
+        if mode == "crop":
+            from ..runtime.images import CROP_RATIO, crop_geometry
+
+            nh, nw, top, left = crop_geometry(height, width, in_height, in_width,
+                                              crop_ratio or CROP_RATIO)
+            return cls(height, width, in_height, in_width, -top, -left, nh, nw)
         if mode != "letterbox" or (height, width) == (in_height, in_width):
             return cls(height, width, in_height, in_width, 0, 0, in_height, in_width)
         s = min(in_height / height, in_width / width)
@@ -62,6 +71,6 @@ class Geometry:
         xs = self.left + np.minimum(
             ((np.arange(self.width) + 0.5) * self.scaled_width / self.width).astype(np.int64),
             self.scaled_width - 1)
-        ys = ys * m.shape[0] // self.in_height   # a map coarser than the input (stride)
-        xs = xs * m.shape[1] // self.in_width
+        ys = np.clip(ys, 0, self.in_height - 1) * m.shape[0] // self.in_height
+        xs = np.clip(xs, 0, self.in_width - 1) * m.shape[1] // self.in_width
         return m[ys[:, None], xs[None, :]]

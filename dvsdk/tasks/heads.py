@@ -64,7 +64,8 @@ class Head:
     # -- the two halves ----------------------------------------------------------------
     def geometry(self, height: int, width: int) -> Geometry:
         pre = self.input.get("preprocess") or {}
-        return Geometry.of(height, width, *self.in_hw, pre.get("resize", "stretch"))
+        return Geometry.of(height, width, *self.in_hw, pre.get("resize", "stretch"),
+                           pre.get("crop_ratio"))
 
     def prepare(self, rgb: Any) -> tuple[np.ndarray, Geometry]:
         """(input for ``net.run``, context for :meth:`finish`) of one image (an array or a
@@ -251,11 +252,15 @@ def resolve_task(task: Any, meta: dict[str, Any]) -> dict[str, Any]:
         spec.decoder = head.decoder
         if head.decoder == "yolov3" and spec.anchors is None:
             spec.anchors = head.anchors
-        if head.decoder == "yolov3":
-            n = len([o for o in meta["outputs"] if o["name"] in head.output_names])
-            if len(spec.anchors) != n:
-                raise TaskError("yolov3 needs one anchor set per output scale",
-                                field="anchors", value=len(spec.anchors), limit=n)
+        shapes = [o["shape"] for o in meta["outputs"] if o["name"] in head.output_names]
+        n = yolo.classes_of(head.decoder, shapes, len(spec.anchors[0]) if spec.anchors
+                            else 0)
+        if head.decoder == "yolov3" and len(spec.anchors) != len(shapes):
+            raise TaskError("yolov3 needs one anchor set per output scale", field="anchors",
+                            value=len(spec.anchors), limit=len(shapes))
+        if head.labels and len(head.labels) != n:
+            raise TaskError(f"{len(head.labels)} labels for a detector of {n} classes",
+                            field="labels", value=len(head.labels), limit=n)
     if isinstance(head, OcrHead):
         shape = next(o["shape"] for o in meta["outputs"] if o["name"] == head.output_names[0])
         ctc.as_steps(np.zeros([max(1, d) for d in shape]), len(spec.chars or []) + 1)

@@ -5,35 +5,19 @@ Greedy NMS as detectors define it: boxes with score >= ``conf`` in descending sc
 it with IoU > ``iou``; at most ``max_det`` are kept.  IoU = area(a ∩ b) / area(a ∪ b)
 with areas (x1 − x0)·(y1 − y0), no +1 (ONNX NonMaxSuppression's definition).
 
-Classes never suppress each other: each box is shifted by class · (largest coordinate
-extent + 1), so boxes of different classes cannot overlap, and one pass serves all
-classes.  The IoU of every pair is one (n, n) array; the greedy pass then walks the
-kept boxes only (each step one vectorized row), at most ``max_det`` steps.
+Classes never suppress each other: each box is shifted by class · (twice the largest
+coordinate magnitude + 1), so boxes of different classes cannot overlap, and one pass
+serves all classes.  The greedy pass walks the kept boxes only (at most ``max_det``
+steps), each step one vectorized IoU row of the kept box against the boxes still alive:
+memory O(n), time O(max_det · n), no (n, n) matrix.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-#: candidates compared at once (the (n, n) IoU array); the highest-scored are taken first
-MAX_CANDIDATES = 4096
-
-
-def iou_matrix(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """(n, m) IoU of x0, y0, x1, y1 boxes (empty boxes: 0)."""
-    a = np.asarray(a, np.float64)
-    b = np.asarray(b, np.float64)
-    x0 = np.maximum(a[:, None, 0], b[None, :, 0])
-    y0 = np.maximum(a[:, None, 1], b[None, :, 1])
-    x1 = np.minimum(a[:, None, 2], b[None, :, 2])
-    y1 = np.minimum(a[:, None, 3], b[None, :, 3])
-    inter = np.clip(x1 - x0, 0, None) * np.clip(y1 - y0, 0, None)
-    area_a = np.clip(a[:, 2] - a[:, 0], 0, None) * np.clip(a[:, 3] - a[:, 1], 0, None)
-    area_b = np.clip(b[:, 2] - b[:, 0], 0, None) * np.clip(b[:, 3] - b[:, 1], 0, None)
-    union = area_a[:, None] + area_b[None, :] - inter
-    with np.errstate(divide="ignore", invalid="ignore"):
-        return np.where(union > 0, inter / np.where(union > 0, union, 1), 0.0)
-
+#: candidates considered, the highest-scored first (as detectors cap NMS's input)
+MAX_CANDIDATES = 30000
 
 def nms(boxes: np.ndarray, scores: np.ndarray, classes: np.ndarray | None = None,
         iou: float = 0.45, conf: float = 0.0, max_det: int = 300) -> np.ndarray:
@@ -50,16 +34,18 @@ def nms(boxes: np.ndarray, scores: np.ndarray, classes: np.ndarray | None = None
     b = boxes[order]
     span = float(np.abs(b).max()) * 2 + 1 if len(b) else 1.0
     shifted = b + (cls[order] * span)[:, None]
-    overlaps = iou_matrix(shifted, shifted) > iou
-    alive = np.ones(len(order), bool)
+    area = np.clip(shifted[:, 2] - shifted[:, 0], 0, None) \
+        * np.clip(shifted[:, 3] - shifted[:, 1], 0, None)
+    rest = np.arange(len(order))       # alive candidates, best first
     kept: list[int] = []
-    i = 0
-    while len(kept) < max_det:
-        rest = np.flatnonzero(alive[i:])
-        if not len(rest):
-            break
-        i += int(rest[0])
+    while len(rest) and len(kept) < max_det:
+        i, rest = int(rest[0]), rest[1:]
         kept.append(i)
-        alive &= ~overlaps[i]
-        alive[i] = False
+        bi, bc = shifted[i], shifted[rest]
+        inter = np.clip(np.minimum(bi[2], bc[:, 2]) - np.maximum(bi[0], bc[:, 0]), 0, None) \
+            * np.clip(np.minimum(bi[3], bc[:, 3]) - np.maximum(bi[1], bc[:, 1]), 0, None)
+        union = area[i] + area[rest] - inter
+        with np.errstate(divide="ignore", invalid="ignore"):
+            iou_row = np.where(union > 0, inter / np.where(union > 0, union, 1), 0.0)
+        rest = rest[iou_row <= iou]
     return order[np.asarray(kept, np.int64)]

@@ -91,13 +91,12 @@ class Segmentation:
         return self.labels[k] if 0 <= k < len(self.labels) else str(k)
 
     def to_json(self) -> dict[str, Any]:
-        counts = np.bincount(np.asarray(self.class_map, np.int64).ravel())
-        present = np.flatnonzero(counts)
-        present = present[np.argsort(-counts[present], kind="stable")]
+        present, counts = np.unique(np.asarray(self.class_map, np.int64), return_counts=True)
+        order = np.argsort(-counts, kind="stable")
         h, w = self.class_map.shape[:2]
         return {"kind": self.kind, "height": int(h), "width": int(w),
-                "classes": [{"class": int(k), "label": self._name(int(k)),
-                             "pixels": int(counts[k])} for k in present]}
+                "classes": [{"class": int(present[j]), "label": self._name(int(present[j])),
+                             "pixels": int(counts[j])} for j in order]}
 
     def summary(self) -> str:
         total = max(1, self.class_map.size)

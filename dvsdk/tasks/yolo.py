@@ -18,8 +18,9 @@ yolov3     one (1, A·(5+C), H, W)  raw: per anchor a of the scale with stride s
 **Choosing from the output shapes** (:func:`choose_decoder`, when no ``--decoder`` is
 given): several rank-4 outputs, or one rank-4 output whose channels are a multiple of
 5 + C → yolov3; one rank-3 output (1, a, b): with C known (the labels), yolov8 if a = 4 + C,
-yolov5 if b = 5 + C; without labels the smaller of a and b is the per-box axis (a box has
-4 + C or 5 + C numbers, a grid has far more boxes: yolov8 if a < b, yolov5 if b < a).
+yolov5 if b = 5 + C; without labels (or with labels that fit neither: the count is then
+refused) the smaller of a and b is the per-box axis (a box has 4 + C or 5 + C numbers, a
+grid has far more boxes: yolov8 if a < b, yolov5 if b < a).
 Anything else, both rules matching, or a = b is refused with a TaskError naming the shapes
 (give ``--decoder``).
 """
@@ -51,12 +52,29 @@ def choose_decoder(shapes: Sequence[Sequence[int]], n_classes: int | None = None
                 raise TaskError("the output fits both yolov8 (1, 4+C, N) and yolov5 (1, N, 5+C)"
                                 "; give --decoder", field="decoder", value=shapes[0],
                                 limit=("yolov8", "yolov5"))
-        elif a != b and min(a, b) >= 5:
+        if a != b and min(a, b) >= 5:   # no labels, or labels that fit neither
             return "yolov8" if a < b else "yolov5"
     raise TaskError("cannot tell the detection decoder from the output shapes; give "
                     "--decoder (yolov8: one (1, 4+C, N); yolov5: one (1, N, 5+C); yolov3: "
                     "(1, A*(5+C), H, W) per scale)", field="decoder",
                     value=[list(s) for s in shapes], limit=("yolov8", "yolov5", "yolov3"))
+
+
+def classes_of(decoder: str, shapes: Sequence[Sequence[int]], anchors: int = 3) -> int:
+    """C, the classes a head of these output shapes scores (TaskError when the shapes do
+    not fit the decoder)."""
+    s = [list(x) for x in shapes]
+    if decoder == "yolov8" and len(s) == 1 and len(s[0]) == 3 and s[0][1] >= 5:
+        return s[0][1] - 4
+    if decoder == "yolov5" and len(s) == 1 and len(s[0]) == 3 and s[0][2] >= 6:
+        return s[0][2] - 5
+    if decoder == "yolov3" and s and all(len(x) == 4 for x in s) and anchors:
+        per = {x[1] // anchors for x in s if x[1] % anchors == 0}
+        if len(per) == 1 and min(per) >= 6 and all(x[1] % anchors == 0 for x in s):
+            return per.pop() - 5
+    raise TaskError(f"the outputs do not fit the {decoder} decoder", field="decoder",
+                    value=s, limit={"yolov8": "one (1, 4+C, N)", "yolov5": "one (1, N, 5+C)",
+                                    "yolov3": "(1, A*(5+C), H, W) per scale"}.get(decoder))
 
 
 def _xyxy(cx: np.ndarray, cy: np.ndarray, w: np.ndarray, h: np.ndarray) -> np.ndarray:
