@@ -117,6 +117,7 @@ def test_summary_table_and_verbose_lines(media, capsys):
     (["{tmp}/missing.mp4"], "no such video file"),
     (["{clip}", "--save-annotated", "{tmp}/o.webm"], "cannot write this kind of video"),
     (["--save-annotated", "{tmp}/o.mp4"], "give a video file"),
+    (["{clip}", "{clip}"], "a video or a camera runs alone"),
 ])
 def test_refusals_are_one_line(media, tmp_path, capsys, argv, message):
     argv = [a.format(clip=media["clip"], tmp=tmp_path) for a in argv]

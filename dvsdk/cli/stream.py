@@ -64,7 +64,7 @@ def wanted(args: argparse.Namespace) -> bool:
 
 def _check(args: argparse.Namespace) -> None:
     from ..apps.sinks import VIDEO_FORMATS
-    from ..apps.sources import VIDEO_SUFFIXES
+    from ..apps.sources import VIDEO_SUFFIXES, is_camera, is_video
     from ..fsutil import check_outputs
 
     for attr, flag in _NOT_HERE.items():
@@ -74,6 +74,10 @@ def _check(args: argparse.Namespace) -> None:
     if not args.images:
         raise InvalidArgument("give a video file, a camera (/dev/videoN), an image or a "
                               "folder of images", field="inputs", value=None)
+    streams = [i for i in args.images if is_camera(i) or (is_video(i) and not Path(i).is_dir())]
+    if streams and len(args.images) > 1:
+        raise InvalidArgument("a video or a camera runs alone: give one input", field="inputs",
+                              value=args.images, limit=1)
     if args.linger is not None and not args.linger >= 0:
         raise InvalidArgument("--linger must be 0 or more seconds", field="--linger",
                               value=args.linger, limit=">= 0")
