@@ -146,7 +146,11 @@ class VideoSink:
         vf = self.av.VideoFrame.from_ndarray(np.ascontiguousarray(rgb), format="rgb24")
         vf.pts = self.frames
         vf.time_base = s.time_base
-        self.container.mux(s.encode(vf))
+        try:
+            self.container.mux(s.encode(vf))
+        except (self.av.error.FFmpegError, OSError) as e:   # a full disk, say
+            raise SinkError(f"cannot write the video: {e}", field="--save-annotated",
+                            value=str(self.path)) from None
         self.frames += 1
 
     def close(self, ok: bool = True) -> None:
