@@ -35,6 +35,10 @@ __all__ = [
     "ImageError",
     "DatasetError",
     "RecordError",
+    "SourceError",
+    "CameraError",
+    "SinkError",
+    "FramebufferError",
 ]
 
 _UNSET = object()
@@ -235,3 +239,20 @@ class TaskError(InvalidArgument):
     """A task head (``--task``: classify, detect, segment, ocr) cannot be set up or
     applied: an unknown decoder, output shapes no decoder fits or several fit, a bad
     anchor list or character file, outputs that disagree with the recorded head."""
+
+
+class SourceError(DvsdkError):
+    """A frame source (an image folder, a video file, raw frames) cannot be opened or read."""
+
+
+class CameraError(SourceError):
+    """A V4L2 camera (``/dev/videoN``) is missing, is not a camera, or refuses to stream."""
+
+
+class SinkError(DvsdkError):
+    """An output of a frame pipeline (annotated images or video, JSON lines, a preview
+    server) cannot be written or opened."""
+
+
+class FramebufferError(SinkError):
+    """A Linux framebuffer (``/dev/fbN``) is missing or has a geometry dvsdk cannot fill."""

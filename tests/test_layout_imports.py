@@ -38,6 +38,10 @@ ALLOWED = {
     "vx": {"errors", "hw", "cpu", "compiler", "netfile", "runtime", "driver"},
     "__init__": {"driver", "runtime", "compiler"},
 }
+# dvsdk.apps (frames through a net: sources, sinks, the pipeline) sits on the runtime and
+# the task heads; dvsdk-run's video path (cli/stream.py) uses it
+ALLOWED["apps"] = {"errors", "fsutil", "runtime", "tasks"}
+ALLOWED["cli"] = ALLOWED["cli"] | {"apps"}
 
 
 def _modules() -> dict[str, Path]:

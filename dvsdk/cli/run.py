@@ -38,6 +38,9 @@ EPILOG = """examples:
   dvsdk-run seg.bin street.png --save-mask m.png per-pixel classes as a colored PNG
   dvsdk-run yolo.bin photo.png --json            boxes of a net compiled with --task detect
   DVSDK_DEVICE=uio:// dvsdk-run net.bin img.png  on the board (default: the simulator)
+  dvsdk-run yolo.bin clip.mp4 --save-annotated out.mp4 --json   a video, one line a frame
+  dvsdk-run yolo.bin /dev/video0 --show          a camera onto the framebuffer /dev/fb0
+  dvsdk-run yolo.bin /dev/video0 --serve 8080    live preview at http://127.0.0.1:8080/
 
 exit status:
   0 all ran, 1 internal error, 2 bad input (an argument, or an input that could not be
@@ -84,6 +87,9 @@ def build_parser() -> Parser:
     p.add_argument("-v", "--verbose", action="store_true")
     p.add_argument("--debug", action="store_true", help="show tracebacks")
     p.add_version()
+    from . import stream
+
+    stream.add_arguments(p)   # video, camera and annotated output: dvsdk/cli/stream.py
     return p
 
 
@@ -154,6 +160,10 @@ def _check_outputs(args) -> None:
 
 
 def _main(args) -> int:
+    from . import stream
+
+    if stream.wanted(args):   # a video, a camera, or annotated output: the frame pipeline
+        return stream.main(args)
     _check_outputs(args)
     if not args.record:
         return _run(args, args.device)
