@@ -51,6 +51,8 @@ class LayerError:
     ref_range: float
     inputs: list[str]         # the tensors it read
     added: float = 0.0        # rel minus the largest rel of its compared inputs
+    own: float | None = None  # rel when fed the reference's inputs (isolation)
+    contribution: float | None = None  # output rel with this layer alone the device's
 
     def as_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -60,9 +62,16 @@ class LayerError:
 
 # -- the device side ------------------------------------------------------------------------
 
-def device_tensors(net: Net, x: Any) -> list[tuple]:
+def device_tensors(net: Net, x: Any, reference: dict[str, np.ndarray] | None = None
+                   ) -> list[tuple]:
     """Run ``net`` one command at a time; returns, in program order, (tensor, where,
-    producer, ops, command index, inputs, value) for every tensor a step produced."""
+    producer, ops, command index, inputs, value) for every tensor a step produced.
+
+    With ``reference`` (float32 values by tensor name, in the model's orientation) every
+    step is *isolated*: just before it runs, each tensor it reads that the reference has is
+    overwritten with the reference's value (packed into the command's input buffer in the
+    arena through the runtime's own upload, or set as the CPU op's argument), so the value
+    it produces carries its own error only."""
     while net._pending:
         net._pending[0].wait()
     ctx = net._contexts[0]
@@ -82,6 +91,9 @@ def device_tensors(net: Net, x: Any) -> list[tuple]:
     out = []
     for step_meta, (kind, payload) in zip(net.meta["program"], net.steps):
         if kind == "cpu":
+            if reference is not None:
+                for t in payload[2]:
+                    _put(net, h, t, reference, flip)
             net._step(h, block=True)   # runs the CPU op, uploads what the device reads
             op_type, _, inputs, outputs, name = payload
             for t in outputs:
@@ -96,6 +108,9 @@ def device_tensors(net: Net, x: Any) -> list[tuple]:
             raise ModelError("this net.bin does not record which tensor each command "
                              "writes; recompile it with this dvsdk", field="command_outputs")
         for k in range(count):
+            if reference is not None:
+                for t in inputs[k]:
+                    _put(net, h, t, reference, flip)
             singles[start + k].run()
             h.host = {t: v for t, v in h.host.items() if net._dev(t) is None}
             t = outputs[k]
@@ -103,6 +118,19 @@ def device_tensors(net: Net, x: Any) -> list[tuple]:
             out.append((t, "hw", step_meta["runs"][k], step_meta["command_sources"][k],
                         start + k, list(inputs[k]), _orient(value, flip)))
     return out
+
+
+def _put(net: Net, h: Run, name: str, reference: dict[str, np.ndarray], flip: bool
+         ) -> None:
+    """Give ``name`` the reference's value for the next step: on the host, and in the
+    arena where the device holds it (a tensor the reference lacks keeps the device's)."""
+    v, spec = reference.get(name), net.tensors.get(name)
+    if not name or v is None or spec is None or v.size != int(np.prod(spec["shape"])):
+        return
+    arr = _orient(v, flip).reshape(spec["shape"])
+    h.host[name] = arr
+    if net._dev(name) is not None:
+        net._upload(h.ctx, name, arr, h.stats)
 
 
 def _orient(value: np.ndarray, transposed: bool) -> np.ndarray:
@@ -187,27 +215,44 @@ def compare(device: np.ndarray, reference: np.ndarray) -> tuple[float, float, fl
     return max_abs, rel, cos, rng
 
 
-def analyze(net: Net, reference: Any, x: Any, fmt: str | None = None) -> list[LayerError]:
+def analyze(net: Net, reference: Any, x: Any, fmt: str | None = None, *,
+            isolate: bool = False, contribution: bool = True) -> list[LayerError]:
     """Compare every tensor ``net`` produces on ``x`` with ``reference`` (a model path, bytes
-    or ModelProto, of format ``fmt``); rows in program order."""
+    or ModelProto, of format ``fmt``); rows in program order.
+
+    ``isolate``: the rows' errors are those of each step fed the reference's own inputs
+    (its own error only) instead of the device's (the error carried so far).
+    ``contribution``: also run the isolation pass and measure, per tensor, the final
+    output's error when that tensor alone is the device's (module docstring); ``worst``
+    ranks by it.  Off, the rows have ``own`` and ``contribution`` None."""
+    from .contrib import Reference
+
     feeds = net._feeds(x)
-    model_feeds = {k: (v.transpose(0, 1, 3, 2) if net.meta.get("transposed") and v.ndim == 4
-                       else v) for k, v in feeds.items()}
-    produced = device_tensors(net, x)
-    ref = reference_tensors(reference, [p[0] for p in produced], model_feeds, fmt)
+    flip = bool(net.meta.get("transposed"))
+    model_feeds = {k: (v.transpose(0, 1, 3, 2) if flip and v.ndim == 4 else v)
+                   for k, v in feeds.items()}
+    ref = Reference(reference, model_feeds, fmt)
+    isolated = device_tensors(net, x, ref.values) if isolate or contribution else None
+    produced = isolated if isolate else device_tensors(net, x)
     rows: list[LayerError] = []
     rel_of: dict[str, float] = {}
-    for tensor, where, producer, ops, cmd, inputs, value in produced:
-        if tensor not in ref:
+    for k, (tensor, where, producer, ops, cmd, inputs, value) in enumerate(produced):
+        if tensor not in ref.values:
             continue
-        r = ref[tensor]
+        r = ref.values[tensor]
         if r.size != value.size:
             continue  # a view the device holds in another shape
         max_abs, rel, cos, rng = compare(value, r.reshape(value.shape))
-        carried = max((rel_of[i] for i in inputs if i in rel_of), default=0.0)
-        rows.append(LayerError(len(rows), tensor, where, producer, list(ops), cmd,
-                               tuple(value.shape), max_abs, rel, cos, rng, list(inputs),
-                               rel - carried))
+        carried = 0.0 if isolate else max((rel_of[i] for i in inputs if i in rel_of),
+                                          default=0.0)
+        row = LayerError(len(rows), tensor, where, producer, list(ops), cmd,
+                         tuple(value.shape), max_abs, rel, cos, rng, list(inputs),
+                         rel - carried)
+        if contribution and isolated is not None:
+            own = isolated[k][6]
+            row.own = compare(own, r.reshape(own.shape))[1]
+            row.contribution = ref.contribution(tensor, own.reshape(r.shape))
+        rows.append(row)
         rel_of[tensor] = rel
     if not rows:
         raise ModelError("no tensor of the net exists in the reference model",
@@ -217,7 +262,9 @@ def analyze(net: Net, reference: Any, x: Any, fmt: str | None = None) -> list[La
 
 
 def worst(rows: list[LayerError], n: int = 5) -> list[LayerError]:
-    """The ``n`` layers that *add* the most error: ``rel`` minus the largest ``rel`` of the
-    tensors they read, so the layer that introduces an error ranks above the ones that only
-    carry it on."""
+    """The ``n`` layers that cost the final output most: by ``contribution`` (the output's
+    error with that layer alone the device's) when the rows have it, else by ``added``
+    (``rel`` minus the largest ``rel`` of the tensors they read)."""
+    if all(r.contribution is not None for r in rows):
+        return sorted(rows, key=lambda r: (-r.contribution, r.index))[:n]
     return sorted(rows, key=lambda r: (-r.added, r.index))[:n]
