@@ -93,7 +93,8 @@ def error_figure(rows, worst: set[int], tolerance: float = 0.01, top: int = 30,
     labels = [f"{'* ' if r.index in worst else ''}#{r.index} {_short(r.tensor, 28)} · "
               f"{r.producer[:26]}" for r in shown]
     colors = ["#1f5fbf" if r.where == "hw" else "#d9822b" for r in shown]
-    fig, ax = plt.subplots(figsize=(9.0, 1.4 + 0.28 * len(shown)), dpi=100)
+    width = min(16.0, 6.0 + 0.065 * max(len(lab) for lab in labels))  # room for the labels
+    fig, ax = plt.subplots(figsize=(width, 1.4 + 0.28 * len(shown)), dpi=100)
     y = np.arange(len(shown))
     ax.barh(y, vals, color=colors, height=0.7)
     ax.set_yticks(y, labels, fontsize=8)
