@@ -141,8 +141,7 @@ def print_table(rows, bad: set[int], color: bool, isolated: bool = False) -> Non
           f"{'contrib':>8s}")
     for r in rows:
         where = f"hw #{r.command}" if r.where == "hw" else "cpu"
-        own = "" if r.own is None else f"{r.own:.2%}"
-        contrib = "" if r.contribution is None else f"{r.contribution:.2%}"
+        own, contrib = _share(r.own), _share(r.contribution)
         line = (f"{r.index:3d}  {where:8s} {r.producer[:28]:28s} {r.tensor[-width:]:{width}s} "
                 f"{'x'.join(map(str, r.shape)):>16s} {r.max_abs:10.4g} {r.rel:8.2%} "
                 f"{r.added:8.2%} {r.cosine:9.6f} {own:>8s} {contrib:>8s}")
@@ -155,6 +154,13 @@ def print_table(rows, bad: set[int], color: bool, isolated: bool = False) -> Non
           f"({last.rel:.2%} of its range), cosine {last.cosine:.6f}")
     print("own: the layer's error fed the reference's inputs; contrib: the output's error "
           "with that layer alone on the device (worst = largest)")
+
+
+def _share(v: float | None) -> str:
+    """A share as a percentage, or in e-notation below 0.01% (the ranking stays visible)."""
+    if v is None:
+        return ""
+    return f"{v:.2%}" if v == 0 or v >= 1e-4 else f"{v:.1e}"
 
 
 def _candidates(net, args, x) -> int:
