@@ -10,7 +10,7 @@ Each tensor present in both is compared:
 
 * ``max_abs``: max |device − reference|;
 * ``rel``: ``max_abs`` / the reference tensor's range (max − min), the error as a share of
-  the values the layer produces; this is what ranks layers;
+  the values the layer produces;
 * ``cosine``: cosine similarity of the flattened tensors;
 * ``where``: ``hw`` with the command index and its kind, or ``cpu``;
 * ``added``: ``rel`` minus the largest ``rel`` among the tensors the step read (a poor
