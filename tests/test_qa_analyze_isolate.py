@@ -207,3 +207,18 @@ def test_plot_is_readable_at_60_layers(tmp_path):
 
     with Image.open(png) as im:
         assert im.format == "PNG" and im.size[1] > 40 * 20   # a row of >= 20 px per layer
+
+
+def test_cli_no_contribution_ranks_by_added(tmp_path, capsys):
+    from dvsdk.cli.main import run
+
+    good, bad = tmp_path / "good.onnx", tmp_path / "bad.bin"
+    good.write_bytes(chain().SerializeToString())
+    dvsdk.compile(chain(perturb=0.3).SerializeToString(), bad, golden=False, chain=False)
+    assert run(["analyze", str(bad), "--reference", str(good), "--no-contribution",
+                "--json", "--top", "1"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert all(r["contribution"] is None and r["own"] is None for r in doc)
+    hw = [r for r in doc if r["where"] == "hw"]
+    assert [r["worst"] for r in hw] == [False, True, False, False]   # the largest 'added'
+    assert max(doc, key=lambda r: r["added"])["index"] == hw[1]["index"]

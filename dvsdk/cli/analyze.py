@@ -43,6 +43,9 @@ def build_parser() -> Parser:
     p.add_argument("--isolate", action="store_true",
                    help="feed each DV700 command (and CPU step) the reference's own input "
                         "tensors, so each layer's own error shows (RKNN's 'single' mode)")
+    p.add_argument("--no-contribution", action="store_true",
+                   help="skip the isolation pass and the per-layer output runs (about "
+                        "half the time); the worst layers are then ranked by 'added'")
     p.add_argument("--tolerance", type=float, default=0.01, metavar="REL",
                    help="output error (share of its range) drawn as the line on --plot "
                         "(default 0.01)")
@@ -120,7 +123,8 @@ def main(argv: list[str]) -> int:
         x = load_input(net, args.input)
         if args.quantize_candidates:
             return _candidates(net, args, x)
-        rows = analyze(net, args.reference, x, args.format, isolate=args.isolate)
+        rows = analyze(net, args.reference, x, args.format, isolate=args.isolate,
+                       contribution=not args.no_contribution)
     bad = {r.index for r in worst(rows, args.top)}
     if args.plot:
         from ..qa.plots import error_plot
