@@ -94,7 +94,7 @@ def error_figure(rows, worst: set[int], tolerance: float = 0.01, top: int = 30,
               f"{r.producer[:26]}" for r in shown]
     colors = ["#1f5fbf" if r.where == "hw" else "#d9822b" for r in shown]
     width = min(16.0, 6.0 + 0.065 * max(len(lab) for lab in labels))  # room for the labels
-    fig, ax = plt.subplots(figsize=(width, 1.4 + 0.28 * len(shown)), dpi=100)
+    fig, ax = plt.subplots(figsize=(width, max(3.0, 1.4 + 0.28 * len(shown))), dpi=100)
     y = np.arange(len(shown))
     ax.barh(y, vals, color=colors, height=0.7)
     ax.set_yticks(y, labels, fontsize=8)
@@ -104,14 +104,16 @@ def error_figure(rows, worst: set[int], tolerance: float = 0.01, top: int = 30,
     ax.set_xlim(0, hi)
     ax.xaxis.set_major_formatter(matplotlib.ticker.PercentFormatter(1.0))
     for yi, v in zip(y, vals):
-        ax.text(v + hi * 0.01, yi, f"{v:.2%}", va="center", fontsize=7)
+        ax.text(v + hi * 0.01, yi, f"{v:.2%}" if v == 0 or v >= 1e-4 else f"{v:.1e}",
+                va="center", fontsize=7)
     what = ("output error with this layer alone on the device (max |error| / range)"
             if by_contrib else "error the layer adds (max |error| / range)")
     ax.set_xlabel(what)
-    ax.set_ylabel("layer: # along the network, tensor · producer (* = worst)")
+    ax.set_ylabel("layer (* = worst)")
     mode = ", inputs from the reference" if isolated else ""
     ax.set_title(f"dvsdk analyze: {len(shown)} of {len(rows)} layers by contribution to "
-                 f"the output error{mode}", fontsize=10)
+                 f"the output error{mode}\n(each: # along the network, tensor · producer)",
+                 fontsize=10)
     ax.legend(handles=[Patch(color="#1f5fbf", label="DV700 command"),
                        Patch(color="#d9822b", label="CPU step"),
                        matplotlib.lines.Line2D([], [], color="#333", linestyle="--",
