@@ -52,9 +52,10 @@ from typing import Any
 import numpy as np
 
 from ..driver.cmdlist import CommandList
-from ..errors import InvalidArgument, ModelError
+from ..errors import ModelError
 from ..runtime.handle import Run
 from ..runtime.net import Net
+from .contrib import Reference, _onnxruntime, compare
 
 
 @dataclass
@@ -180,61 +181,7 @@ def reference_tensors(model: Any, names: list[str], feeds: dict[str, np.ndarray]
     return run_graph(graph, feeds, outputs=present)
 
 
-def _onnxruntime(model: Any, names: list[str], feeds: dict[str, np.ndarray]
-                 ) -> dict[str, np.ndarray]:
-    try:
-        import onnx
-        import onnxruntime as ort
-    except ImportError:
-        raise InvalidArgument("the ONNX reference needs onnx and onnxruntime",
-                              field="reference", hint="pip install onnxruntime") from None
-    from ..compiler.frontends.onnx import _read  # the compiler's reading: typed errors
-
-    proto, label = _read(model)
-    produced = {o for n in proto.graph.node for o in n.output if o}
-    have = {o.name for o in proto.graph.output}
-    extra = [n for n in names if n in produced and n not in have]
-    m = onnx.ModelProto()
-    m.CopyFrom(proto)
-    for n in extra:
-        m.graph.output.append(onnx.helper.make_empty_tensor_value_info(n))
-    so = ort.SessionOptions()
-    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    try:
-        sess = ort.InferenceSession(m.SerializeToString(), so,
-                                    providers=["CPUExecutionProvider"])
-    except Exception as exc:  # onnxruntime refuses the graph: say so, in one line
-        raise ModelError("onnxruntime cannot run the reference model", field="reference",
-                         value=label, hint=f"{type(exc).__name__}: {str(exc)[:160]}") from exc
-    wanted = [o.name for o in sess.get_outputs()]
-    missing = [i.name for i in sess.get_inputs() if i.name not in feeds]
-    if missing:
-        raise ModelError("the reference model's inputs are not the net's", field="reference",
-                         value=missing, limit=sorted(feeds),
-                         hint="is it the model this net.bin was compiled from?")
-    inputs = {i.name: np.asarray(feeds[i.name], np.float32) for i in sess.get_inputs()}
-    return {n: v for n, v in zip(wanted, sess.run(wanted, inputs)) if n in set(names)}
-
-
 # -- comparison ------------------------------------------------------------------------------
-
-def compare(device: np.ndarray, reference: np.ndarray) -> tuple[float, float, float, float]:
-    """(max_abs, rel, cosine, range) of a device tensor against its reference."""
-    d = np.asarray(device, np.float64).reshape(-1)
-    r = np.asarray(reference, np.float64).reshape(-1)
-    if d.size != r.size:
-        raise InvalidArgument("tensor sizes differ", field="tensor", value=d.size, limit=r.size)
-    with np.errstate(invalid="ignore", over="ignore"):
-        diff = np.abs(d - r)
-        max_abs = float(np.nanmax(diff)) if diff.size and not np.isnan(diff).all() else 0.0
-        if not np.isfinite(d).all():
-            max_abs = float("inf")
-        rng = float(np.ptp(r)) if r.size else 0.0
-        rel = max_abs / rng if rng > 0 else (0.0 if max_abs == 0 else float("inf"))
-        nd, nr = np.linalg.norm(d), np.linalg.norm(r)
-        cos = float(d @ r / (nd * nr)) if nd > 0 and nr > 0 else float(nd == nr)
-    return max_abs, rel, cos, rng
-
 
 def analyze(net: Net, reference: Any, x: Any, fmt: str | None = None, *,
             isolate: bool = False, contribution: bool = True) -> list[LayerError]:
@@ -246,8 +193,6 @@ def analyze(net: Net, reference: Any, x: Any, fmt: str | None = None, *,
     ``contribution``: also run the isolation pass and measure, per tensor, the final
     output's error when that tensor alone is the device's (module docstring); ``worst``
     ranks by it.  Off, the rows have ``own`` and ``contribution`` None."""
-    from .contrib import Reference
-
     feeds = net._feeds(x)
     flip = bool(net.meta.get("transposed"))
     model_feeds = {k: (v.transpose(0, 1, 3, 2) if flip and v.ndim == 4 else v)
