@@ -171,7 +171,8 @@ class Reference:
         except Exception as exc:  # noqa: BLE001 - one line, naming the cut
             raise ModelError("onnxruntime cannot run the model after this tensor",
                              field="reference", value=tensor,
-                             hint=f"{type(exc).__name__}: {str(exc)[:160]}") from exc
+                             hint=f"{type(exc).__name__}: {str(exc)[:120]} (dvsdk analyze "
+                                  "--no-contribution does without)") from exc
         ref = self.values[tensor]
         feeds = {i.name: (np.asarray(value, ref.dtype).reshape(ref.shape) if i.name == tensor
                           else self.values[i.name]) for i in sess.get_inputs()}
