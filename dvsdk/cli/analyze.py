@@ -16,6 +16,13 @@ EPILOG = """examples:
   dvsdk analyze digits.bin --reference digits.onnx --input seven.png
   dvsdk analyze classifier.bin --reference classifier.xml --device socket://board:7000 --json
   dvsdk analyze net.bin --reference model.onnx --plot errors.png
+  dvsdk analyze net.bin --reference model.onnx --isolate --top 10
+
+Each layer's "contrib" is the final output's error (max |error| / range, the largest
+over the outputs) when that layer alone runs on the device, fed the reference's own
+inputs, and the rest of the model in float32; the worst layers are the ones it ranks
+first.  --isolate shows every layer's own error (its inputs from the reference) instead
+of the error carried along the device's run.
 """
 
 
@@ -33,6 +40,17 @@ def build_parser() -> Parser:
                         "default: the net's golden input")
     p.add_argument("--device", default=None, metavar="URL", help="default: sim://")
     p.add_argument("--top", type=int, default=5, help="highlight the N worst layers")
+    p.add_argument("--isolate", action="store_true",
+                   help="feed each DV700 command (and CPU step) the reference's own input "
+                        "tensors, so each layer's own error shows (RKNN's 'single' mode)")
+    p.add_argument("--no-contribution", action="store_true",
+                   help="skip the isolation pass and the per-layer output runs (about "
+                        "half the time); the worst layers are then ranked by 'added'")
+    p.add_argument("--tolerance", type=float, default=0.01, metavar="REL",
+                   help="output error (share of its range) drawn as the line on --plot "
+                        "(default 0.01)")
+    p.add_argument("--plot-layers", type=int, default=30, metavar="N",
+                   help="layers shown on --plot, by contribution (default 30)")
     p.add_argument("--quantize-candidates", action="store_true",
                    help="compile with each weighted layer alone 8-bit and report the "
                         "accuracy/size trade per layer")
@@ -94,39 +112,59 @@ def main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
     if args.top < 0:
         raise InvalidArgument("--top must be >= 0", field="top", value=args.top, limit=">= 0")
+    if not (args.tolerance > 0 and np.isfinite(args.tolerance)):
+        raise InvalidArgument("--tolerance must be a finite number > 0", field="tolerance",
+                              value=args.tolerance, limit="> 0")
+    if args.plot_layers < 1:
+        raise InvalidArgument("--plot-layers must be >= 1", field="plot_layers",
+                              value=args.plot_layers, limit=">= 1")
     _check_outputs(args)
     with load(args.net, args.device) as net:
         x = load_input(net, args.input)
         if args.quantize_candidates:
             return _candidates(net, args, x)
-        rows = analyze(net, args.reference, x, args.format)
+        rows = analyze(net, args.reference, x, args.format, isolate=args.isolate,
+                       contribution=not args.no_contribution)
     bad = {r.index for r in worst(rows, args.top)}
     if args.plot:
         from ..qa.plots import error_plot
 
-        error_plot(rows, bad, args.plot)
+        error_plot(rows, bad, args.plot, tolerance=args.tolerance, top=args.plot_layers,
+                   isolated=args.isolate)
     if args.json:
         print(json.dumps([r.as_dict() | {"worst": r.index in bad} for r in rows], indent=1))
         return 0
-    print_table(rows, bad, sys.stdout.isatty())
+    print_table(rows, bad, sys.stdout.isatty(), args.isolate)
     return 0
 
 
-def print_table(rows, bad: set[int], color: bool) -> None:
+def print_table(rows, bad: set[int], color: bool, isolated: bool = False) -> None:
     width = min(max(len(r.tensor) for r in rows), 32)
     print(f"{'#':>3s}  {'where':8s} {'produced by':28s} {'tensor':{width}s} {'shape':>16s} "
-          f"{'max abs':>10s} {'rel':>8s} {'added':>8s} {'cosine':>9s}")
+          f"{'max abs':>10s} {'rel':>8s} {'added':>8s} {'cosine':>9s} {'own':>8s} "
+          f"{'contrib':>8s}")
     for r in rows:
         where = f"hw #{r.command}" if r.where == "hw" else "cpu"
+        own, contrib = _share(r.own), _share(r.contribution)
         line = (f"{r.index:3d}  {where:8s} {r.producer[:28]:28s} {r.tensor[-width:]:{width}s} "
                 f"{'x'.join(map(str, r.shape)):>16s} {r.max_abs:10.4g} {r.rel:8.2%} "
-                f"{r.added:8.2%} {r.cosine:9.6f}")
+                f"{r.added:8.2%} {r.cosine:9.6f} {own:>8s} {contrib:>8s}")
         if r.index in bad:
             line = f"\x1b[1;31m{line}\x1b[0m" if color else line + "  <- worst"
         print(line)
     last = rows[-1]
-    print(f"{len(rows)} tensors compared; output {last.tensor}: max abs {last.max_abs:.4g} "
+    mode = "each fed the reference's inputs (--isolate)" if isolated else "compared"
+    print(f"{len(rows)} tensors {mode}; output {last.tensor}: max abs {last.max_abs:.4g} "
           f"({last.rel:.2%} of its range), cosine {last.cosine:.6f}")
+    print("own: the layer's error fed the reference's inputs; contrib: the output's error "
+          "with that layer alone on the device (worst = largest)")
+
+
+def _share(v: float | None) -> str:
+    """A share as a percentage, or in e-notation below 0.01% (the ranking stays visible)."""
+    if v is None:
+        return ""
+    return f"{v:.2%}" if v == 0 or v >= 1e-4 else f"{v:.1e}"
 
 
 def _candidates(net, args, x) -> int:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import os
+from typing import Any
 
 import numpy as np
 
@@ -140,35 +141,74 @@ def save_png(img, path: str | os.PathLike) -> None:
     atomic_write(path, lambda f: f.write(buf.getvalue()))
 
 
-def error_plot(rows, worst: set[int], path: str | os.PathLike) -> None:
-    """Relative error (log scale) per compared tensor along the network; device commands
-    and CPU steps in two colours, the worst layers labelled."""
+def error_plot(rows, worst: set[int], path: str | os.PathLike, tolerance: float = 0.01,
+               top: int = 30, isolated: bool = False) -> None:
+    """:func:`error_figure` written to ``path`` as PNG, atomically."""
+    fig = error_figure(rows, worst, tolerance, top, isolated, path)
+    import matplotlib.pyplot as plt
+
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png")
+    plt.close(fig)
+    atomic_write(path, lambda f: f.write(buf.getvalue()))
+
+
+def error_figure(rows, worst: set[int], tolerance: float = 0.01, top: int = 30,
+                 isolated: bool = False, path: Any = None):  # -> matplotlib Figure
+    """Horizontal bars, one per layer, sorted by contribution to the output's error (the
+    ``top`` largest, largest first): each labelled ``#index tensor`` (distinct, one a row,
+    so 50+ layers never overlap) and its producer, DV700 commands and CPU steps in two
+    colours, the ``worst`` ones starred, a dashed line at ``tolerance``.
+    Without contributions (``analyze(contribution=False)``) the bars are ``added``."""
     from ..errors import InvalidArgument
 
     try:
         import matplotlib
         matplotlib.use("Agg")
+        import matplotlib.lines
         import matplotlib.pyplot as plt
+        import matplotlib.ticker
+        from matplotlib.patches import Patch
     except ImportError:
-        raise InvalidArgument("--plot needs matplotlib", field="plot", value=str(path),
+        raise InvalidArgument("--plot needs matplotlib", field="plot", value=str(path or ""),
                               hint="pip install 'dvsdk[plot]'") from None
-    idx = np.array([r.index for r in rows])
-    rel = np.array([max(r.rel, 1e-9) for r in rows])
-    hw = np.array([r.where == "hw" for r in rows])
-    fig, ax = plt.subplots(figsize=(max(6.0, len(rows) * 0.08), 3.5), dpi=100)
-    ax.plot(idx, rel, color="#999", linewidth=0.8)
-    ax.scatter(idx[hw], rel[hw], s=10, label="DV700 command", color="#1f5fbf")
-    ax.scatter(idx[~hw], rel[~hw], s=10, label="CPU step", color="#d9822b")
-    for r in rows:
-        if r.index in worst:
-            ax.annotate(r.tensor[-20:], (r.index, max(r.rel, 1e-9)), fontsize=7,
-                        rotation=30, xytext=(3, 3), textcoords="offset points")
-    ax.set_yscale("log")
-    ax.set_xlabel("tensor along the network")
-    ax.set_ylabel("max |error| / range")
-    ax.legend(loc="upper left", fontsize=8)
+    by_contrib = all(r.contribution is not None for r in rows)
+    value = (lambda r: r.contribution) if by_contrib else (lambda r: max(r.added, 0.0))
+    shown = sorted(rows, key=lambda r: (-value(r), r.index))[: max(1, int(top))]
+    vals = np.array([value(r) for r in shown], np.float64)
+    labels = [f"{'* ' if r.index in worst else ''}#{r.index} {_short(r.tensor, 28)} · "
+              f"{r.producer[:26]}" for r in shown]
+    colors = ["#1f5fbf" if r.where == "hw" else "#d9822b" for r in shown]
+    width = min(16.0, 6.0 + 0.065 * max(len(lab) for lab in labels))  # room for the labels
+    fig, ax = plt.subplots(figsize=(width, max(3.0, 1.4 + 0.28 * len(shown))), dpi=100)
+    y = np.arange(len(shown))
+    ax.barh(y, vals, color=colors, height=0.7)
+    ax.set_yticks(y, labels, fontsize=8)
+    ax.invert_yaxis()   # the largest on top
+    ax.axvline(tolerance, color="#333", linestyle="--", linewidth=1)
+    hi = max(float(vals.max(initial=0.0)), tolerance) * 1.25
+    ax.set_xlim(0, hi)
+    ax.xaxis.set_major_formatter(matplotlib.ticker.PercentFormatter(1.0))
+    for yi, v in zip(y, vals):
+        ax.text(v + hi * 0.01, yi, f"{v:.2%}" if v == 0 or v >= 1e-4 else f"{v:.1e}",
+                va="center", fontsize=7)
+    what = ("output error with this layer alone on the device (max |error| / range)"
+            if by_contrib else "error the layer adds (max |error| / range)")
+    ax.set_xlabel(what)
+    ax.set_ylabel("layer (* = worst)")
+    mode = ", inputs from the reference" if isolated else ""
+    ax.set_title(f"dvsdk analyze: {len(shown)} of {len(rows)} layers by contribution to "
+                 f"the output error{mode}\n(each: # along the network, tensor · producer)",
+                 fontsize=10)
+    ax.legend(handles=[Patch(color="#1f5fbf", label="DV700 command"),
+                       Patch(color="#d9822b", label="CPU step"),
+                       matplotlib.lines.Line2D([], [], color="#333", linestyle="--",
+                                               label=f"tolerance {tolerance:.2%}")],
+              loc="lower right", fontsize=8)
     fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png")
-    plt.close(fig)
-    atomic_write(path, lambda f: f.write(buf.getvalue()))
+    return fig
+
+
+def _short(name: str, n: int) -> str:
+    """``name``, or its last ``n - 1`` characters after an ellipsis."""
+    return name if len(name) <= n else "…" + name[-(n - 1):]
