@@ -46,7 +46,7 @@ from .node import Node
 from .ranges import _intersect, _real, analyze
 from .tensor import Tensor
 from .types import ActivationFunction as F
-from .types import KernelEnum, NormType, PoolingType, Status, Target, VxError
+from .types import KernelEnum, NormType, PoolingType, Status, Target, Type, VxError
 from .verify import Box, Plan, Use, overlap
 
 __all__ = ["Built", "build", "canonical"]
@@ -398,8 +398,11 @@ class _Builder:
         if d["kind"] == NormType.ACROSS_MAPS:
             shape = self.shape(x)
             lo, hi = self.ranges.get(id(node._values[0].root), (-math.inf, math.inf))
+            ym = self.plan.meta[id(node._values[-1])]
+            ytype, yfpp = ym.type, ym.fpp
+            fixed = yfpp if ytype in (Type.UINT8, Type.INT8, Type.INT16) else None
             on_hw, why = hardware_lrn(d["kind"], n, alpha, beta, shape[1], shape[0],
-                                      max(abs(lo), abs(hi)), node.target)
+                                      max(abs(lo), abs(hi)), node.target, fixed)
             self.b.notes[id(node)] = why
             self.op(node, "LRN", [x], out, {"size": n, "alpha": alpha, "beta": beta,
                                             "bias": 1.0}, target=HW if on_hw else CPU)
