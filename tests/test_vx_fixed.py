@@ -284,3 +284,28 @@ def test_fixed_point_md_states_the_constant_the_code_uses():
     from dvsdk.vx import exact
 
     assert f"{exact.FP16_EXACT}" in text and "dvsdk/vx/exact.py" in text
+
+
+@pytest.mark.parametrize("key,value", [("overflow", "clamp"), ("out_fpp", 40),
+                                       ("kind", "conv3d"), ("vx_strides", [0, 1])])
+def test_a_malformed_fixed_point_step_in_a_net_bin_is_refused(device, tmp_path, key, value):
+    """graph.export writes the VxFixedPoint step; its attributes are checked on load."""
+    from dvsdk.errors import NetFileError
+    from dvsdk.netfile import read, write
+
+    rng = np.random.default_rng(12)
+    with vx.Context(device) as ctx:
+        g = ctx.graph()
+        x = _tensor(ctx, (5, 5, 2, 1), "Q78")
+        y = _tensor(ctx, (3, 3, 2, 1), "Q78")
+        w = rng.integers(-999, 999, (3, 3, 2, 2))
+        vx.convolution_layer(g, x, _tensor(ctx, w.shape, "Q78", w), None,
+                             vx.ConvolutionParams(), y)
+        g.export(tmp_path / "fx.bin", golden=False)
+    nf = read(tmp_path / "fx.bin")
+    (step,) = [s for s in nf.meta["program"] if s.get("op") == "VxFixedPoint"]
+    step["attrs"][key] = value
+    write(nf, tmp_path / "bad.bin")
+    with pytest.raises(NetFileError) as e:
+        dvsdk.load(tmp_path / "bad.bin", device)
+    assert key in str(e.value)

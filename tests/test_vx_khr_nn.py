@@ -136,3 +136,9 @@ def test_unknown_context_attribute_is_a_typed_error():
     with vx.Context() as ctx, pytest.raises(vx.VxError) as e:
         ctx.query(0x80108)                       # CONVOLUTION_MAX_DIMENSION: not an NN one
     assert e.value.status == vx.Status.ERROR_NOT_SUPPORTED and e.value.value == 0x80108
+
+
+def test_header_names_at_the_package_level():
+    assert vx.VX_NN_POOLING_MAX == 0x1B000 and vx.VX_KERNEL_DECONVOLUTION_LAYER == 0x1007
+    with pytest.raises(AttributeError):
+        vx.VX_NN_POOLING_MEDIAN  # noqa: B018 - no such name in the header

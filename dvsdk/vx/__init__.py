@@ -89,3 +89,10 @@ __all__ = [
     "VX_ENUM_NN_ROUNDING_TYPE", "VX_ENUM_NN_POOLING_TYPE", "VX_ENUM_NN_NORMALIZATION_TYPE",
     "VX_ENUM_NN_ACTIVATION_FUNCTION_TYPE",
 ]
+
+
+def __getattr__(name: str) -> int:
+    """Every ``VX_*`` name of ``vx_khr_nn.h`` (:mod:`.khr_nn`) as ``dvsdk.vx.VX_...`` too."""
+    if name.startswith("VX_") and hasattr(khr_nn, name):
+        return getattr(khr_nn, name)
+    raise AttributeError(f"module 'dvsdk.vx' has no attribute {name!r}")
