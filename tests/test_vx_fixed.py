@@ -309,3 +309,27 @@ def test_a_malformed_fixed_point_step_in_a_net_bin_is_refused(device, tmp_path, 
     with pytest.raises(NetFileError) as e:
         dvsdk.load(tmp_path / "bad.bin", device)
     assert key in str(e.value)
+
+
+def test_input_from_a_kernel_without_policies_goes_to_the_cpu(device):
+    """The bound assumes inputs on the type's grid; an AVG pool's output inside the graph is
+    not rounded (README), so the layer reading it runs on the CPU, which rounds it first."""
+    rng = np.random.default_rng(13)
+    x_raw = rng.integers(0, 101, (8, 8, 1, 1))
+    w_raw = np.ones((3, 3, 1, 1), np.int64)
+    with vx.Context(device) as ctx:
+        g = ctx.graph()
+        x = _tensor(ctx, (8, 8, 1, 1), "U8")
+        x.set_value_range(0, 100)
+        pooled = g.virtual_tensor((4, 4, 1, 1), vx.Type.UINT8)
+        vx.pooling_layer(g, x, vx.PoolingType.AVG, 2, 2, 0, 0, vx.RoundingType.FLOOR, pooled)
+        y = _tensor(ctx, (2, 2, 1, 1), "U8")
+        node = vx.convolution_layer(g, pooled, _tensor(ctx, w_raw.shape, "U8", w_raw), None,
+                                    vx.ConvolutionParams(rounding_policy=EVEN), y)
+        got = _run(g, x, x_raw, y)
+        assert node.where == "CPU"
+        assert "input written by pooling_layer" in node.placement[0]["detail"]
+    avg = x_raw.reshape(4, 2, 4, 2, 1, 1).astype(np.float64).mean(axis=(1, 3))
+    p = np.rint(avg)                                  # the CPU layer's input, on U8's grid
+    want = policy(ref.convolution(p, w_raw, None), 0, 0, 255, SAT, EVEN)
+    np.testing.assert_array_equal(got, want)

@@ -24,7 +24,10 @@ bits hold it exactly, whatever the accumulator's own precision and order, and th
 the device stores is the exact sum.  The host (or, for an output another node reads, a
 ``VxFixedPoint`` ``requantize`` step) then rounds and fits it by the policies, exactly.
 
-A node with target ``"CPU"`` always takes the integer path; target ``"DV700"`` takes the
+The proof needs the input on its type's grid: a graph input, or the output of another
+fixed-point layer (whose policies applied); an input another kernel writes (pooling,
+activation: no rounding inside the graph) sends the layer to the CPU, which rounds it
+first.  A node with target ``"CPU"`` always takes the integer path; target ``"DV700"`` takes the
 FP16 path without the bound (as for the LRN unit, :mod:`dvsdk.vx.lrn`).
 """
 
@@ -122,6 +125,13 @@ def decide(node: Node, plan: object, rin: tuple[float, float]) -> Decision:
     if node.target == Target.DV700:
         d.on_hw = True
         d.why = f"{label}: target DV700 (FP16 sum, no exactness bound checked)"
+        return d
+    loose = [u.node for u in plan.writes.get(id(x.root), [])  # type: ignore[attr-defined]
+             if not is_fixed(u.node, plan)]
+    if loose:
+        d.why = (f"{label}: input written by {loose[0].kdef.short} {loose[0].name!r}, whose "
+                 "values are not rounded to the type inside the graph; exact int64 sum on "
+                 "the CPU (of the input rounded to its type)")
         return d
     d.bound = bound(w_raw, b_raw, rin, px, acc_fpp, pb)
     operands = max(int(np.abs(w_raw).max(initial=0)),
