@@ -111,19 +111,19 @@ def test_q78_graph_applies_the_nodes_policies_on_output(device):
     with vx.Context(device) as ctx:
         x = [25600, 3, -3, 32767]              # 100.0, 3/256, -3/256, 127.99609375
         w = [512, 128, 128, 256]               # 2.0, 0.5, 0.5, 1.0
-        # 200.0 overflows; 1.5/256 and -1.5/256 are exact ties; 127.996 is not exact in FP16
+        # 200.0 overflows; 1.5/256 and -1.5/256 are exact ties; 127.996 * 1.0 is exact
         assert _fc(ctx, x, w, SAT, ZERO) == [32767, 1, -1, 32767]
         assert _fc(ctx, x, w, SAT, EVEN) == [32767, 2, -2, 32767]
-        assert _fc(ctx, x, w, WRAP, ZERO) == [-14336, 1, -1, -32768]
-        assert _fc(ctx, x, w, WRAP, EVEN) == [-14336, 2, -2, -32768]
+        assert _fc(ctx, x, w, WRAP, ZERO) == [-14336, 1, -1, 32767]
+        assert _fc(ctx, x, w, WRAP, EVEN) == [-14336, 2, -2, 32767]
 
 
-def test_fp16_is_where_q78_differs_from_a_fixed_point_implementation(device):
-    """Documented difference: the DV700 holds activations in FP16 (11 significant bits), so
-    a Q7.8 value above 8 loses its low bits: 100.00390625 (raw 25601) arrives as 100.0.
-    (The last case above: 127.99609375 became 128.0 and saturated or wrapped.)"""
+def test_q78_fully_connected_is_exact_beyond_fp16(device):
+    """FP16 has 11 significant bits, so the DV700 would read 100.00390625 (raw 25601) as
+    100.0; the layer's sum is exact instead (dvsdk.vx.exact runs it in int64 on the CPU:
+    no declared range bounds it within FP16)."""
     with vx.Context(device) as ctx:
-        assert _fc(ctx, [25601, 1025], [256, 256], SAT, EVEN) == [25600, 1025]
+        assert _fc(ctx, [25601, 1025], [256, 256], SAT, EVEN) == [25601, 1025]
 
 
 def test_u8_graph_saturates_and_rounds(device):

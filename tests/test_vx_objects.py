@@ -83,9 +83,15 @@ def test_context_manager_on_objects(ctx):
     assert not t.alive
 
 
-def test_extensions_are_reported_honestly(ctx):
-    assert "KHR_NN_8" not in ctx.extensions and "KHR_NN_16" not in ctx.extensions
+def test_extensions_name_the_nn_extension_and_the_native_fp16(ctx):
+    """The text's legal combination "KHR_NN_8 KHR_NN_16" (both, 8 first), then dvsdk's own
+    FP16 one; the C query by VX_CONTEXT_EXTENSIONS (0x80107) and its size with the NUL."""
+    names = ctx.extensions.split(" ")
+    assert names[:2] == ["KHR_NN_8", "KHR_NN_16"] and names[2:] == ["DVSDK_nn_fp16"]
     assert ctx.extensions == vx.EXTENSIONS
+    assert ctx.query(0x80107) == ctx.extensions
+    assert ctx.query(vx.ContextAttribute.EXTENSIONS_SIZE) == len(ctx.extensions) + 1
+    assert ctx.query(0x80101) == 0x0102 and ctx.query(0x8010E) == 6
 
 
 # -- tensors -------------------------------------------------------------------------------

@@ -15,10 +15,19 @@ on a uniform grid of each interval [4**(i-1), 4**i] (dense near every knot) plus
 dense tensors (all channels nonzero) scaled to each bound.  Outputs below FP16's smallest
 normal number (6.1e-5) are left out of the relative error.
 
+``--absolute`` measures instead the largest *absolute* error for inputs bounded by
+``|x| <= B`` (the second table of firmware_spec/lrn.md, which decides fixed-point tensors
+against the CTS tolerance of 8 raw units): for each B, the centre value v takes the top 64
+steps of the Q7.8 grid below B and 64 more spread over [0, B], and its four neighbours in
+the window one common value w over 129 grid values in [0, B] (so s = v^2 + 4 w^2 sweeps
+[v^2, 5 B^2]), plus dense random tensors of Q7.8 values in [-B, B]; the error is taken
+cumulatively (the row for B covers every input of magnitude up to B).
+
 Usage::
 
     python3 tools/measure_lrn.py                 # the table, ~20 s
     python3 tools/measure_lrn.py --points 2000   # quicker, coarser
+    python3 tools/measure_lrn.py --absolute      # |x| <= B -> largest absolute error
 """
 
 from __future__ import annotations
@@ -96,11 +105,57 @@ def measure(ctx: vx.Context, points: int, seed: int = 0) -> list[tuple[float, fl
     return rows
 
 
+#: the bounds B the absolute table has a row for
+ABS_BOUNDS = (1, 2, 4, 8, 12, 16, 18, 20, 22, 24, 26, 28, 32, 40, 48, 57.2, 64, 96, 112, 128,
+              144, 160, 176, 192, 255)
+
+
+def grid_inputs(bound: float) -> np.ndarray:
+    """[W, H, 16, 1] float32 Q7.8-grid inputs: v at channel 7, w at channels 5, 6, 8, 9."""
+    top = np.floor(bound * 256) / 256
+    v = np.concatenate([top - np.arange(64) / 256, np.round(np.linspace(0, top, 64) * 256)
+                        / 256])
+    v = v[v >= 0]
+    w = np.round(np.linspace(0, top, 129) * 256) / 256
+    vv, ww = (a.reshape(-1) for a in np.meshgrid(v, w, indexing="ij"))
+    h = -(-vv.size // 1024)
+    x = np.zeros((1024 * h, 16), np.float32)
+    x[: vv.size, 7] = vv
+    for ch in (5, 6, 8, 9):
+        x[: vv.size, ch] = ww
+    return x.reshape(h, 1024, 16).transpose(1, 0, 2)[..., None]
+
+
+def measure_abs(ctx: vx.Context, seed: int = 0) -> list[tuple[float, float]]:
+    """(B, the largest absolute error of any output for inputs |x| <= B), cumulative."""
+    rng = np.random.default_rng(seed)
+    rows, worst = [], 0.0
+    for bound in ABS_BOUNDS:
+        x = grid_inputs(bound)
+        got, want = run_unit(ctx, x), exact(x)
+        worst = max(worst, float(np.abs(got - want)[:, :, 7].max()))
+        dense = (np.round(rng.uniform(-bound, bound, (64, 16, 32, 1)) * 256) / 256)
+        dense = np.clip(dense, -bound, bound).astype(np.float32)
+        worst = max(worst, float(np.abs(run_unit(ctx, dense) - exact(dense)).max()))
+        rows.append((bound, worst))
+    return rows
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--points", type=int, default=20000, help="s values per interval")
     p.add_argument("--device", default="sim://", help="device URL (default sim://)")
+    p.add_argument("--absolute", action="store_true",
+                   help="largest absolute error for |x| <= B (fixed-point tensors)")
     args = p.parse_args(argv)
+    if args.absolute:
+        with vx.Context(args.device) as ctx:
+            rows = measure_abs(ctx)
+        print("| \\|x\\| up to B | largest absolute error | in Q7.8 raw units (1/256) |")
+        print("|---:|---:|---:|")
+        for bound, err in rows:
+            print(f"| {bound:g} | {err:.5f} | {err * 256:.2f} |")
+        return 0
     with vx.Context(args.device) as ctx:
         rows = measure(ctx, args.points)
     print("| s = sum of squares up to | largest relative error |")

@@ -417,6 +417,12 @@ def _max_roi_pool(c: _Ctx) -> Result:
     return [((rois[0], x[1], ph, pw), c.dtype(0))]
 
 
+def _vx_fixed_point(c: _Ctx) -> Result:
+    """dvsdk.vx's exact fixed-point layer (:mod:`dvsdk.cpu.fixedpoint`): its shape is an
+    attribute (the OpenVX output's, set at verification)."""
+    return [(tuple(int(d) for d in c.op.attrs["vx_output_shape"]), np.dtype(np.float32))]
+
+
 def _depth_to_space(c: _Ctx) -> Result:
     n, ch, h, w = c.shape(0)
     b = int(c.op.attrs["blocksize"])
@@ -479,6 +485,7 @@ SHAPE_RULES: dict[str, Callable[[_Ctx], Result]] = {
     "DepthToSpace": _depth_to_space,
     "SpaceToDepth": _depth_to_space,
     "MaxRoiPool": _max_roi_pool,
+    "VxFixedPoint": _vx_fixed_point,
     **MORE_RULES,
     **RULES_B,
 }

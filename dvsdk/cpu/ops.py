@@ -26,6 +26,8 @@ from ..hw.fp16 import lookup, to_f16
 from .args import optional as _opt
 from .attention import attention
 from .dtypes import cast_array, onnx_dtype, refusal
+from .fixedpoint import OP as VX_FIXED_POINT
+from .fixedpoint import fixed_point
 from .indexing import INDEXING_KERNELS
 from .losses import LOSS_KERNELS
 from .ms_attention import OP as MS_ATTENTION
@@ -433,7 +435,7 @@ def _matmul(inputs: list, attrs: Attrs) -> list[Arr]:
 #: (firmware_spec/netbin.md) and ``MsAttention``, what the ONNX frontend makes of the
 #: ``com.microsoft`` domain's ``Attention``; the frontends refuse them by these names and
 #: the supported-ops tables leave them out
-COMPILER_OPS = frozenset({"Fp16Table", MS_ATTENTION})
+COMPILER_OPS = frozenset({"Fp16Table", MS_ATTENTION, VX_FIXED_POINT})
 
 KERNELS: dict[str, Kernel] = {
     # activations / unary math
@@ -527,6 +529,7 @@ KERNELS: dict[str, Kernel] = {
     **NORM_KERNELS,
     **LOSS_KERNELS,
     "Fp16Table": _fp16_table,
+    VX_FIXED_POINT: fixed_point,
 }
 
 

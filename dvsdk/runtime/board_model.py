@@ -150,7 +150,7 @@ KINDS: dict[str, tuple[float, int, str]] = {
                        "MeanVarianceNormalization"),  # float64 sums, a square root per row
     "loss": (60.0, 4, "NegativeLogLikelihoodLoss SoftmaxCrossEntropyLoss"),  # log-softmax
     "mac": (0.0, 1, "Conv ConvTranspose MatMul Gemm Einsum Attention MsAttention LSTM GRU RNN "
-                    "MatMulInteger ConvInteger QLinearMatMul QLinearConv"),  # per MAC
+                    "MatMulInteger ConvInteger QLinearMatMul QLinearConv VxFixedPoint"),  # per MAC
 }
 #: op -> (kind, cycles per element, sweeps)
 OPS: dict[str, tuple[str, float, int]] = {
@@ -269,6 +269,8 @@ def _macs(op: str, inputs: Sequence[Any], out_elements: int, attrs: Mapping[str,
         return out_elements * (a[0] if attrs.get("transA") else a[-1])
     if op in ("Conv", "ConvInteger", "QLinearConv"):
         return out_elements * math.prod(w[1:])
+    if op == "VxFixedPoint":  # dvsdk.cpu.fixedpoint: conv/deconv OIHW, fc (K, O) weights
+        return out_elements * (w[0] if attrs.get("kind") == "fc" else math.prod(w[1:]))
     return math.prod(a) * math.prod(w[1:])  # ConvTranspose: every input element, scattered
 
 

@@ -169,13 +169,18 @@ _MODES = {"Pad": ("constant", "reflect", "edge", "wrap"), "Resize": ("nearest", 
 _REQUIRED = {"LRN": ("size",), "DepthToSpace": ("blocksize",), "SpaceToDepth": ("blocksize",),
              "MaxUnpool": ("kernel_shape",), "LpPool": ("kernel_shape",),
              "MaxPool": ("kernel_shape",), "AveragePool": ("kernel_shape",), "Cast": ("to",),
-             "MsAttention": ("num_heads",)}
+             "MsAttention": ("num_heads",),
+             "VxFixedPoint": ("kind", "vx_output_shape", "out_fpp", "out_dtype", "overflow",
+                              "rounding")}
 #: attributes whose meaning is the op's own (checked by :func:`_op_attr`)
 _OP_ATTRS = {"BitShift": {"direction"}, "EyeLike": {"k", "dtype"},
              "GatherND": {"batch_dims"}, "ReverseSequence": {"batch_axis", "time_axis"},
              "RoiAlign": {"coordinate_transformation_mode", "sampling_ratio"},
              **{t: {"block_size", "output_dtype", "precision"}
-                for t in ("QuantizeLinear", "DequantizeLinear")}}
+                for t in ("QuantizeLinear", "DequantizeLinear")},
+             "VxFixedPoint": {"kind", "overflow", "rounding", "in_dtype", "out_dtype", "in_fpp",
+                              "w_fpp", "b_fpp", "out_fpp", "acc_fpp", "vx_output_shape",
+                              "vx_pads", "vx_strides", "vx_dilations", "vx_output_padding"}}
 #: loss ops (their ``reduction`` is none / sum / mean)
 _LOSSES = {"NegativeLogLikelihoodLoss", "SoftmaxCrossEntropyLoss"}
 #: ops whose ``axis`` may also be the rank itself (ONNX Flatten: [-r, r])
@@ -234,8 +239,26 @@ def _int_list(m: MetaReader, v: Any, path: str, lo: int, hi: int, n: int | None 
     return [m.integer(x, f"{path}[{i}]", lo, hi) for i, x in enumerate(vals)]
 
 
+def _fixed_attr(m: MetaReader, key: str, v: Any, p: str) -> None:
+    """dvsdk.cpu.fixedpoint's attributes (dvsdk.vx's exact fixed-point layers)."""
+    choices = {"kind": ("conv", "deconv", "fc", "requantize"),
+               "overflow": ("saturate", "wrap"), "rounding": ("to_zero", "to_nearest_even"),
+               "in_dtype": ("uint8", "int8", "int16"), "out_dtype": ("uint8", "int8", "int16")}
+    if key in choices:
+        m.text(v, p, choices[key])
+    elif key.endswith("_fpp"):
+        m.integer(v, p, 0, 15)
+    elif key == "vx_output_shape":
+        _int_list(m, v, p, 0, LIMITS["dim"])
+    else:                                                 # pads, strides, dilations
+        _int_list(m, v, p, 0 if key in ("vx_pads", "vx_output_padding") else 1,
+                  LIMITS["dim"], n=4 if key == "vx_pads" and len(m.lst(v, p)) == 4 else 2)
+
+
 def _op_attr(m: MetaReader, op: str, key: str, v: Any, p: str, r: int | None) -> None:
-    if key == "direction":
+    if op == "VxFixedPoint":
+        _fixed_attr(m, key, v, p)
+    elif key == "direction":
         m.text(v, p, ("LEFT", "RIGHT"))
     elif key == "k":
         m.integer(v, p, -LIMITS["dim"], LIMITS["dim"])

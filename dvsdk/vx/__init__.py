@@ -19,18 +19,27 @@ DV700 and loads it on the context's device), then process it as often as needed:
         out = y.copy_patch()                          # a[x, y, c, n], OpenVX order
 
 Modules: :mod:`.types` (enums, status, parameter structs), :mod:`.context`,
-:mod:`.tensor`, :mod:`.scalar`, :mod:`.node`, :mod:`.kernels`, :mod:`.layers` (the node
-creators), :mod:`.graph`, :mod:`.vxu` (immediate mode).  The README section "OpenVX graphs
+:mod:`.khr_nn` (the header's ``VX_*`` names), :mod:`.tensor`, :mod:`.scalar`,
+:mod:`.node`, :mod:`.kernels`, :mod:`.layers` (the node creators), :mod:`.graph`,
+:mod:`.vxu` (immediate mode).  The README section "OpenVX graphs
 (dvsdk.vx)" lists what runs on the DV700 and where results differ from a conformant
 fixed-point implementation.
 """
 
 from __future__ import annotations
 
-from . import vxu
-from .context import EXTENSIONS, Context
+from . import khr_nn, vxu
+from .context import EXTENSIONS, Context, ContextAttribute
 from .graph import Graph
 from .kernels import Kernel, get_kernel
+from .khr_nn import (
+    VX_ENUM_NN_ACTIVATION_FUNCTION_TYPE,
+    VX_ENUM_NN_NORMALIZATION_TYPE,
+    VX_ENUM_NN_POOLING_TYPE,
+    VX_ENUM_NN_ROUNDING_TYPE,
+    VX_LIBRARY_KHR_NN_EXTENSION,
+    NnEnum,
+)
 from .layers import (
     activation_layer,
     convolution_layer,
@@ -76,4 +85,14 @@ __all__ = [
     "DeconvolutionParams", "Direction", "GraphState", "KernelEnum", "NormType",
     "ParameterState", "PoolingType", "RoiPoolParams", "RoundingType", "RoundPolicy",
     "Status", "Target", "Type", "VxError",
+    "ContextAttribute", "khr_nn", "NnEnum", "VX_LIBRARY_KHR_NN_EXTENSION",
+    "VX_ENUM_NN_ROUNDING_TYPE", "VX_ENUM_NN_POOLING_TYPE", "VX_ENUM_NN_NORMALIZATION_TYPE",
+    "VX_ENUM_NN_ACTIVATION_FUNCTION_TYPE",
 ]
+
+
+def __getattr__(name: str) -> int:
+    """Every ``VX_*`` name of ``vx_khr_nn.h`` (:mod:`.khr_nn`) as ``dvsdk.vx.VX_...`` too."""
+    if name.startswith("VX_") and hasattr(khr_nn, name):
+        return getattr(khr_nn, name)
+    raise AttributeError(f"module 'dvsdk.vx' has no attribute {name!r}")

@@ -9,29 +9,49 @@ Releasing the context (``release()``, or leaving ``with vx.Context() as ctx:``) 
 every object it still holds, whatever their counts (``vxReleaseContext`` garbage-collects),
 and frees every verified graph's device memory.
 
-Extensions (``extensions``): the DV700 computes in FP16, which neither KHR_NN_8 nor
-KHR_NN_16 describes, so this context does not claim them (a conformant implementation must
-compute the fixed-point types with their rounding and saturation at every node).  It reports
-``"DVSDK_nn_fp16"``: the eight NN kernels computed in FP16/float32, with INT16 (Q7.8),
-UINT8 and INT8 tensors accepted at the API and converted at the graph's boundary with the
-nodes' overflow and rounding policies.  Where results differ from a conformant fixed-point
+Extensions (``extensions``, ``query(ContextAttribute.EXTENSIONS)`` as
+``vxQueryContext(VX_CONTEXT_EXTENSIONS)``): ``"KHR_NN_8 KHR_NN_16 DVSDK_nn_fp16"``.  The
+NN extension's legal combination "KHR_NN_8 KHR_NN_16" (its §1): UINT8 and INT8 tensors
+(KHR_NN_8) and INT16 Q7.8 ones (KHR_NN_16) are taken by every NN kernel, and the
+convolution, fully connected and deconvolution layers on them compute the text's
+``sat(round(sum + b))`` exactly, with the node's overflow and rounding policies
+(:mod:`dvsdk.vx.exact`: on the DV700 where a bound proves its FP16 path exact, else in
+integers on the CPU).  ``DVSDK_nn_fp16`` names the FP16/float32 tensors the DV700 computes
+natively.  Where other kernels on fixed-point tensors still differ from a conformant
 implementation is listed in the README section "OpenVX graphs (dvsdk.vx)".
 """
 
 from __future__ import annotations
 
 import itertools
+from enum import IntEnum
 from typing import Any
 
 from ..driver.device import Device, open_device
+from .kernels import KERNELS
+from .khr_nn import EXTENSION_8, EXTENSION_16
 from .reference import Reference
 from .types import Status, Type, VxError
 
-__all__ = ["Context", "EXTENSIONS", "VENDOR", "VERSION"]
+__all__ = ["Context", "ContextAttribute", "EXTENSIONS", "VENDOR", "VERSION"]
 
-EXTENSIONS = "DVSDK_nn_fp16"
+EXTENSIONS = f"{EXTENSION_8} {EXTENSION_16} DVSDK_nn_fp16"
 VENDOR = "dvsdk (DMP DV700)"
 VERSION = (1, 2)
+
+
+class ContextAttribute(IntEnum):
+    """``vx_context_attribute_e``: ``VX_ATTRIBUTE_BASE(VX_ID_KHRONOS, VX_TYPE_CONTEXT) + k``
+    (``(0x801 << 8) + k``, OpenVX core ``vx_types.h``); the ones :meth:`Context.query`
+    answers."""
+
+    VERSION = 0x80101
+    UNIQUE_KERNELS = 0x80102
+    REFERENCES = 0x80104
+    IMPLEMENTATION = 0x80105
+    EXTENSIONS_SIZE = 0x80106
+    EXTENSIONS = 0x80107
+    MAX_TENSOR_DIMS = 0x8010E
 
 
 class Context(Reference):
@@ -85,6 +105,29 @@ class Context(Reference):
     def extensions(self) -> str:
         """``VX_CONTEXT_EXTENSIONS``: space-separated; see the module docstring."""
         return EXTENSIONS
+
+    def query(self, attribute: int) -> Any:
+        """``vxQueryContext``: the value of a :class:`ContextAttribute` (its raw number
+        works too).  ``EXTENSIONS_SIZE`` counts the C string's terminating NUL, as the
+        buffer a C caller allocates for ``EXTENSIONS`` must; ``VERSION`` is
+        ``VX_VERSION(1, 2)`` = ``0x0102``.  Another attribute raises
+        :class:`VxError` ``ERROR_NOT_SUPPORTED`` naming it."""
+        self._check()
+        try:
+            attr = ContextAttribute(int(attribute))
+        except (TypeError, ValueError):
+            raise VxError(Status.ERROR_NOT_SUPPORTED, f"context attribute {attribute!r} is "
+                          "not one this context answers", field="attribute", value=attribute,
+                          limit=[a.name for a in ContextAttribute]) from None
+        return {
+            ContextAttribute.VERSION: (VERSION[0] << 8) | VERSION[1],
+            ContextAttribute.UNIQUE_KERNELS: len(KERNELS),
+            ContextAttribute.REFERENCES: self.references,
+            ContextAttribute.IMPLEMENTATION: VENDOR,
+            ContextAttribute.EXTENSIONS_SIZE: len(EXTENSIONS.encode()) + 1,
+            ContextAttribute.EXTENSIONS: EXTENSIONS,
+            ContextAttribute.MAX_TENSOR_DIMS: self.max_tensor_dims,
+        }[attr]
 
     @property
     def vendor(self) -> str:

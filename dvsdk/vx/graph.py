@@ -266,7 +266,7 @@ class Graph(Reference):
                 note = built.notes.get(id(node))
                 if note and where == "CPU":         # the verifier's reason, not the hook's
                     detail = note
-                elif note and entry["type"] == "LRN":
+                elif note:                           # LRN unit, fixed-point bound
                     detail = f"{detail}: {note}"
                 if len(nodes) > 1:
                     detail += f" (one grouped convolution of {len(nodes)} nodes)"

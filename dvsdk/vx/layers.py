@@ -2,13 +2,18 @@
 
 ``vxConvolutionLayer(graph, inputs, weights, biases, &params, sizeof(params), outputs)``
 becomes ``convolution_layer(graph, inputs, weights, biases, params, outputs)``: the same
-arguments in the same order without the ``size_of_*`` ones (a Python struct knows its
-size).  Scalars may be plain numbers and enum members or :class:`~dvsdk.vx.scalar.Scalar`
-objects; structs are the dataclasses of :mod:`dvsdk.vx.types` (or dicts of their fields).
+arguments in the same order, the ``size_of_*`` one optional (a Python struct knows its
+size). Where the C API has it (convolution, deconvolution, ROI pooling) it may be given in
+its place, ``convolution_layer(graph, x, w, b, params, sizeof_params, y)``, or by keyword
+(``size_of_convolution_params=48``); it must then be ``sizeof`` the C struct
+(:data:`dvsdk.vx.khr_nn.SIZEOF`), else the node carries ``ERROR_INVALID_PARAMETERS`` naming
+the argument, as a C implementation checking it would return. Scalars may be plain numbers
+and enum members or :class:`~dvsdk.vx.scalar.Scalar` objects; structs are the dataclasses of
+:mod:`dvsdk.vx.types` (or dicts of their fields).
 
 Every creator returns the node; a bad argument leaves it with an error ``status`` (see
-:mod:`dvsdk.vx.node`) instead of raising.  The same nodes can be made from a kernel name
-or enum with ``graph.generic_node(kernel)`` and ``node.set_parameter_by_index``.
+:mod:`dvsdk.vx.node`) instead of raising. The same nodes can be made from a kernel name or
+enum with ``graph.generic_node(kernel)`` and ``node.set_parameter_by_index``.
 """
 
 from __future__ import annotations
@@ -17,8 +22,9 @@ from typing import Any
 
 from .graph import Graph
 from .kernels import kernel_def
+from .khr_nn import check_size
 from .node import Node
-from .types import KernelEnum
+from .types import KernelEnum, Status, VxError
 
 __all__ = ["convolution_layer", "deconvolution_layer", "fully_connected_layer",
            "pooling_layer", "softmax_layer", "normalization_layer", "activation_layer",
@@ -32,24 +38,54 @@ def _node(graph: Graph, kernel: KernelEnum, *values: Any) -> Node:
     return node
 
 
+def _sized(name: str, rest: tuple, size: Any) -> tuple[Any, Any]:
+    """(outputs, size) from the arguments after the struct: ``(outputs,)`` or ``(size,
+    outputs)``, with ``size`` also allowed by keyword."""
+    if len(rest) == 2:
+        if size is not None:
+            raise TypeError(f"{name} given twice")
+        return rest[1], rest[0]
+    if len(rest) != 1:
+        raise TypeError(f"expected outputs, or {name} and outputs, after the parameters; "
+                        f"got {len(rest)} arguments")
+    return rest[0], size
+
+
+def _size_checked(node: Node, index: int, name: str, size: Any) -> Node:
+    """Record a wrong ``size_of_*`` on the struct's parameter (the node's status)."""
+    err = None if size is None else check_size(name, size)
+    if err is not None:
+        node._errors[index] = VxError(Status.ERROR_INVALID_PARAMETERS, f"node {node.name!r} "
+                                      f"{err.message.split(': ', 1)[1]}",
+                                      field=f"{node.name}.{name}", value=size,
+                                      limit=err.limit)
+    return node
+
+
 def convolution_layer(graph: Graph, inputs: Any, weights: Any, biases: Any,
-                      convolution_params: Any, outputs: Any) -> Node:
+                      convolution_params: Any, *rest: Any,
+                      size_of_convolution_params: int | None = None) -> Node:
     """``vxConvolutionLayer``: padding per side, dilation as zeros inserted, the skip
     (stride) inferred from the output size with floor or ceil rounding; biases shared
     ``[#OFM]`` or unshared ``[width, height, #OFM]``."""
-    return _node(graph, KernelEnum.CONVOLUTION_LAYER, inputs, weights, biases,
+    outputs, size = _sized("size_of_convolution_params", rest, size_of_convolution_params)
+    node = _node(graph, KernelEnum.CONVOLUTION_LAYER, inputs, weights, biases,
                  convolution_params, outputs)
+    return _size_checked(node, 3, "size_of_convolution_params", size)
 
 
 def deconvolution_layer(graph: Graph, inputs: Any, weights: Any, biases: Any,
-                        deconvolution_params: Any, outputs: Any) -> Node:
+                        deconvolution_params: Any, *rest: Any,
+                        size_of_deconv_params: int | None = None) -> Node:
     """``vxDeconvolutionLayer``: zeros inserted between the inputs (the upscale, inferred
     from the output size), then a convolution with the weights as given, over the
     upscaled input padded by ``kernel - padding - 1`` on each side and ``a`` more at the
     end (right, bottom); biases ``[#OFM]`` or one per output location
     ``[width, height, #OFM]``."""
-    return _node(graph, KernelEnum.DECONVOLUTION_LAYER, inputs, weights, biases,
+    outputs, size = _sized("size_of_deconv_params", rest, size_of_deconv_params)
+    node = _node(graph, KernelEnum.DECONVOLUTION_LAYER, inputs, weights, biases,
                  deconvolution_params, outputs)
+    return _size_checked(node, 3, "size_of_deconv_params", size)
 
 
 def fully_connected_layer(graph: Graph, inputs: Any, weights: Any, biases: Any,
@@ -93,11 +129,13 @@ def activation_layer(graph: Graph, inputs: Any, function: Any, a: Any, b: Any,
 
 
 def roi_pooling_layer(graph: Graph, input_data: Any, input_rois: Any, roi_pool_params: Any,
-                      output_arr: Any) -> Node:
+                      *rest: Any, size_of_roi_params: int | None = None) -> Node:
     """``vxROIPoolingLayer``: each ROI ``(x0, y0, x1, y1)`` (corners included, input
     coordinates) max-pooled to the output's width and height; output
     ``[pooled_width, pooled_height, #IFM, roi_count]``, or with a batch (data
     ``[W, H, #IFM, #batches]``, ROIs ``[4, roi_count, #batches]``)
     ``[pooled_width, pooled_height, #IFM, roi_count, #batches]``."""
-    return _node(graph, KernelEnum.ROI_POOLING_LAYER, input_data, input_rois,
+    output_arr, size = _sized("size_of_roi_params", rest, size_of_roi_params)
+    node = _node(graph, KernelEnum.ROI_POOLING_LAYER, input_data, input_rois,
                  roi_pool_params, output_arr)
+    return _size_checked(node, 2, "size_of_roi_params", size)

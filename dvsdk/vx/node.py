@@ -230,7 +230,8 @@ class Node(Reference):
 
         ``CPU`` keeps the node's ops out of DV700 runs; ``DV700`` asks for the hardware
         where a mapping exists even when it approximates (the normalization layer's LRN
-        unit beyond its documented error bound, ``firmware_spec/lrn.md``)."""
+        unit beyond its documented error bound, ``firmware_spec/lrn.md``; a fixed-point
+        layer's FP16 sum beyond its exactness bound, ``firmware_spec/fixed_point.md``)."""
         self._check()
         t = str(target).upper()
         if t not in Target.ALL:

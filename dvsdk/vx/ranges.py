@@ -8,7 +8,9 @@ static weights' real values: a convolution, deconvolution or fully connected out
 ``[sum(w+) lo + sum(w-) hi + b, sum(w+) hi + sum(w-) lo + b]`` per output map (0 joins
 the input interval: zero padding and inserted zeros), pooling and normalization keep the
 input interval (with 0), softmax is [0, 1], an activation maps the interval through its
-monotone pieces.  Sound, and loose after many layers; a declared range tightens it.
+monotone pieces; a fixed-point layer's output is then rounded and saturated (or wrapped)
+into its type (:mod:`dvsdk.vx.exact`).  Sound, and loose after many layers; a declared
+range tightens it.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import math
 import numpy as np
 
 from .convert import real_values
+from .exact import is_fixed, output_range
 from .node import Node
 from .tensor import Tensor
 from .types import DTYPES, KernelEnum, Type
@@ -130,6 +133,8 @@ def analyze(plan: Plan) -> dict[int, tuple[float, float]]:
         x = node._values[0]
         rin = _intersect(out.get(id(x.root), (-INF, INF)), x.value_range)
         r = _node_range(node, plan.derived[id(node)], rin)
+        if is_fixed(node, plan):                 # its policies apply before any reader
+            r = output_range(node, plan, r)
         y: Tensor = node._values[len(node._values) - 1]
         r = _intersect(r, y.value_range)
         rid = id(y.root)

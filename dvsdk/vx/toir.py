@@ -38,13 +38,15 @@ import numpy as np
 from ..compiler.ir import Graph as IRGraph
 from ..compiler.ir import Op
 from ..compiler.ir import Tensor as IRTensor
+from ..cpu.fixedpoint import OP as FIXED_OP
+from .exact import Decision, decide, is_fixed
 from .groups import find_groups
 from .lrn import hardware_lrn
 from .node import Node
-from .ranges import _real, analyze
+from .ranges import _intersect, _real, analyze
 from .tensor import Tensor
 from .types import ActivationFunction as F
-from .types import KernelEnum, NormType, PoolingType, Status, Target, VxError
+from .types import KernelEnum, NormType, PoolingType, Status, Target, Type, VxError
 from .verify import Box, Plan, Use, overlap
 
 __all__ = ["Built", "build", "canonical"]
@@ -83,7 +85,8 @@ class _Builder:
         self.b = Built(self.g)
         self.values: dict[tuple[int, Box], str] = {}
         self.ranges = analyze(plan)
-        self.groups = find_groups(plan)
+        self.groups = {k: ns for k, ns in find_groups(plan).items()   # fixed point: alone
+                       if not any(is_fixed(n, plan) for n in ns)}
         self.grouping = {id(ns[0]): ns for ns in self.groups.values()}
         self.grouped = {id(n) for nodes in self.groups.values() for n in nodes} - set(self.groups)
         self.node_names: dict[int, str] = {}
@@ -208,6 +211,8 @@ class _Builder:
         k = node.kdef.enum
         out, y = self.out_name(node)
         ydims = self.plan.meta[id(y)].dims
+        if is_fixed(node, self.plan):
+            return self.fixed(node, d, x, out, y, ydims)
         if k == KernelEnum.CONVOLUTION_LAYER:
             self.conv(node, d, x, out, ydims)
         elif k == KernelEnum.DECONVOLUTION_LAYER:
@@ -270,6 +275,64 @@ class _Builder:
                     out, suffix="bias")
         else:
             self.op(node, "Conv", ins, out, attrs)
+
+    def fixed(self, node: Node, d: dict, x: str, out: str, y: Tensor,
+              ydims: tuple[int, ...]) -> None:
+        """A fixed-point layer (:mod:`dvsdk.vx.exact`): the FP16 op where the bound proves
+        it exact (then ``requantize`` for another node reading it), else ``VxFixedPoint``
+        on the CPU."""
+        xin = node._values[0]
+        rin = _intersect(self.ranges.get(id(xin.root), (-math.inf, math.inf)),
+                         xin.value_range)
+        dec = decide(node, self.plan, rin)
+        self.b.notes[id(node)] = dec.why
+        k = node.kdef.enum
+        if dec.on_hw:
+            read = bool(self.plan.reads.get(id(y.root)))
+            mid = self.tensor(f"{out}_sum", self.shape(out)) if read else out
+            if k == KernelEnum.CONVOLUTION_LAYER:
+                self.conv(node, d, x, mid, ydims)
+            elif k == KernelEnum.DECONVOLUTION_LAYER:
+                self.deconv(node, d, x, mid)
+            else:
+                self.fc(node, d, x, mid)
+            if read:
+                self.op(node, FIXED_OP, [mid], out, {
+                    **dec.attrs, "kind": "requantize", "acc_fpp": dec.acc_fpp,
+                    "vx_output_shape": list(self.shape(out))}, suffix="requantize", target=CPU)
+            return
+        self.op(node, FIXED_OP, self._fixed_inputs(node, dec, x), out,
+                {**dec.attrs, **self._fixed_geometry(node, d, ydims),
+                 "vx_output_shape": list(self.shape(out))}, target=CPU)
+
+    def _fixed_inputs(self, node: Node, dec: Decision, x: str) -> list[str]:
+        w = dec.w_raw
+        w = w.transpose(3, 2, 1, 0) if w.ndim == 4 and node.kdef.enum != \
+            KernelEnum.FULLY_CONNECTED_LAYER else w.reshape(-1, w.shape[-1])
+        ins = [x, self.const(f"{node.name}_w_raw", w, np.int64)]
+        if dec.b_raw is not None:
+            b = dec.b_raw if dec.b_raw.ndim == 1 else dec.b_raw.transpose(2, 1, 0)
+            ins.append(self.const(f"{node.name}_b_raw", b, np.int64))
+        return ins
+
+    def _fixed_geometry(self, node: Node, d: dict, ydims: tuple[int, ...]) -> dict:
+        k = node.kdef.enum
+        if k == KernelEnum.FULLY_CONNECTED_LAYER:
+            return {"kind": "fc"}
+        if k == KernelEnum.DECONVOLUTION_LAYER:
+            return {"kind": "deconv", "vx_pads": [d["pad"][1], d["pad"][0]],
+                    "vx_strides": [d["upscale"][1], d["upscale"][0]],
+                    "vx_output_padding": [d["a"][1], d["a"][0]]}
+        w = node._values[1].dims
+        xd = self.plan.meta[id(node._values[0])].dims
+        pads = []
+        for axis in (0, 1):
+            k_eff = w[axis] + (w[axis] - 1) * d["dilation"][axis]
+            extra = (ydims[axis] - 1) * d["skip"][axis] + k_eff - (xd[axis] + 2 * d["pad"][axis])
+            pads.append((d["pad"][axis], d["pad"][axis] + max(0, extra)))
+        return {"kind": "conv", "vx_pads": [pads[1][0], pads[0][0], pads[1][1], pads[0][1]],
+                "vx_strides": [d["skip"][1], d["skip"][0]],
+                "vx_dilations": [d["dilation"][1] + 1, d["dilation"][0] + 1]}
 
     def deconv(self, node: Node, d: dict, x: str, out: str) -> None:
         w = _real(node._values[1])[::-1, ::-1]            # OpenVX correlates: turn the kernel
@@ -347,8 +410,11 @@ class _Builder:
         if d["kind"] == NormType.ACROSS_MAPS:
             shape = self.shape(x)
             lo, hi = self.ranges.get(id(node._values[0].root), (-math.inf, math.inf))
+            ym = self.plan.meta[id(node._values[-1])]
+            ytype, yfpp = ym.type, ym.fpp
+            fixed = yfpp if ytype in (Type.UINT8, Type.INT8, Type.INT16) else None
             on_hw, why = hardware_lrn(d["kind"], n, alpha, beta, shape[1], shape[0],
-                                      max(abs(lo), abs(hi)), node.target)
+                                      max(abs(lo), abs(hi)), node.target, fixed)
             self.b.notes[id(node)] = why
             self.op(node, "LRN", [x], out, {"size": n, "alpha": alpha, "beta": beta,
                                             "bias": 1.0}, target=HW if on_hw else CPU)

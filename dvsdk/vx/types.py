@@ -145,8 +145,10 @@ class Accessor(IntEnum):
 
 
 class RoundPolicy(IntEnum):
-    TO_ZERO = _base(0x12) + 0
-    TO_NEAREST_EVEN = _base(0x12) + 1
+    """``vx_round_policy_e``: the core header numbers them from 1 (``+ 0x1``, ``+ 0x2``)."""
+
+    TO_ZERO = _base(0x12) + 1
+    TO_NEAREST_EVEN = _base(0x12) + 2
 
 
 class GraphState(IntEnum):

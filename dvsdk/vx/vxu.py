@@ -24,11 +24,11 @@ last_error: VxError | None = None
 
 
 def _immediate(creator: Callable[..., Any]) -> Callable[..., Status]:
-    def run(context: Any, *args: Any) -> Status:
+    def run(context: Any, *args: Any, **kwargs: Any) -> Status:
         global last_error
         graph = context.graph()
         try:
-            creator(graph, *args)
+            creator(graph, *args, **kwargs)
             status = graph.process()
             last_error = graph.error if status != Status.SUCCESS else None
             return status
