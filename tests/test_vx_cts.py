@@ -32,7 +32,7 @@ from .vx_cts_cases import (
     roi_cases,
     softmax_cases,
 )
-from .vx_cts_table import NEEDS_VX_INT, SPEC, TEXT_VS_CTS, needs_vx_int
+from .vx_cts_table import SPEC, TEXT_VS_CTS
 
 VX_TYPE = {"U8": (vx.Type.UINT8, 0), "S8": (vx.Type.INT8, 0), "Q78": (vx.Type.INT16, 8),
            "F16": (vx.Type.FLOAT16, 0)}
@@ -200,7 +200,7 @@ def check(ctx, c: Case, pool: list[Case]) -> None:
         assert gap > TOL, f"{c.id}: listed as text-vs-CTS but the references agree"
     else:
         assert gap <= TOL, f"{c.id}: the CTS's reference departs from the text's by {gap}"
-    if far(out, text) > TOL:             # (no traceback: 255 of these xfail until vx-int)
+    if far(out, text) > TOL:
         pytest.fail(f"{c.id}: dvsdk differs from the text's reference by {far(out, text)} "
                     f"raw units (tolerance {TOL})", pytrace=False)
 
@@ -211,7 +211,7 @@ CTS = all_cts_cases()
 
 
 def _params(cases: list[Case]) -> list:
-    return [pytest.param(c, id=c.id, marks=needs_vx_int(c.id)) for c in cases]
+    return [pytest.param(c, id=c.id) for c in cases]
 
 
 @pytest.mark.parametrize("case", _params(CTS))
@@ -232,7 +232,6 @@ def test_case_lists_match_the_cts() -> None:
                            "_PAD_X0_Y0_DILATION_X0_Y0")
     assert CTS[719].name == "U8_SAT_NE_CEIL_BATCH_PERLOCBIAS_SZ_X3_Y4_PAD_X1_Y2_DILATION_X1_Y0"
     assert set(TEXT_VS_CTS) <= {c.id for c in CTS + EXTRA + HARD + LRN}
-    assert set(NEEDS_VX_INT) <= {c.id for c in CTS + EXTRA + HARD + LRN}
 
 
 # -- our own: S8 and Q7.8 versions of the CTS lists (its functions take them) --------------------

@@ -1,14 +1,11 @@
 """Which CTS NN cases follow the extension's text against the CTS's reference (with the
-reason, a code of ``SPEC``), and which wait on the exact integer policies of the vx-int
-branch (issue 30 items 2 and 3).  The table is ``data/vx_cts_table.txt``, generated
+reason, a code of ``SPEC``; issue 30 item 1).  The table is ``data/vx_cts_table.txt``, generated
 from a run of every case (``test_vx_cts.py``); the test checks it both ways: a listed
 case's references differ, an unlisted one's agree."""
 
 from __future__ import annotations
 
 from pathlib import Path
-
-import pytest
 
 #: the spec's words (seed S0, the OpenVX NN extension) each text-vs-CTS reason rests on
 SPEC = {
@@ -49,26 +46,16 @@ SPEC = {
 _TABLE = Path(__file__).parent / "data" / "vx_cts_table.txt"
 
 
-def _load() -> tuple[dict[str, str], set[str]]:
-    text_vs, needs = {}, set()
+def _load() -> dict[str, str]:
+    text_vs = {}
     for line in _TABLE.read_text().splitlines():
         if not line or line.startswith("#"):
             continue
         kind, case_id, *reason = line.split()
         if kind == "text-vs-cts":
             text_vs[case_id] = reason[0]
-        else:
-            needs.add(case_id)
-    return text_vs, needs
+    return text_vs
 
 
 #: case id -> reason code(s) of SPEC, "+"-joined
-TEXT_VS_CTS, NEEDS_VX_INT = _load()
-
-
-def needs_vx_int(case_id: str) -> list:
-    """The xfail mark of a case that fails until the vx-int branch lands (exact integer
-    WRAP/SATURATE, LRN placement); the coordinator removes these after merging."""
-    if case_id in NEEDS_VX_INT:
-        return [pytest.mark.xfail(reason="needs vx-int", strict=False)]
-    return []
+TEXT_VS_CTS = _load()

@@ -20,9 +20,10 @@ OpenVX kernel as given, fc ``(K, O)``); input 2, optional, the raw bias (int64, 
 ``vx_dilations`` as ONNX has them: the OpenVX dilation plus 1), ``deconv`` (zeros inserted
 between the inputs by ``vx_strides``, the result padded by ``kernel - vx_pads - 1`` on each side
 and ``vx_output_padding`` more at the end, then a stride-1 convolution with the weights as
-given), ``fc`` (input flattened to ``(N, K)``), or ``requantize`` (no weights: the input is
-an exact sum at ``acc_fpp`` fractional bits, as the DV700 leaves it within the bound of
-:mod:`dvsdk.vx.exact`, and only the rounding and overflow policies apply).
+given), ``fc`` (input as rows of K, ``(N, K)``: one per sample of every batch
+dimension), or ``requantize`` (no weights: the input is an exact sum at ``acc_fpp``
+fractional bits, as the DV700 leaves it within the bound of :mod:`dvsdk.vx.exact`, and only
+the rounding and overflow policies apply).
 
 Vectorized: a convolution is one ``einsum`` per kernel tap over the whole tensor, in
 int64 (numpy's integer products and sums: exact, no BLAS).
@@ -125,8 +126,8 @@ def fixed_point(inputs: list, attrs: dict[str, Any]) -> list[Arr]:
         x = to_raw(inputs[0], int(attrs["in_fpp"]), attrs["in_dtype"])
         w = np.asarray(inputs[1], np.int64)
         bias = inputs[2] if len(inputs) > 2 and inputs[2] is not None else None
-        if kind == "fc":
-            acc = x.reshape(x.shape[0], -1) @ w
+        if kind == "fc":   # rows of K: one sample, or one of several batch dimensions
+            acc = x.reshape(-1, w.shape[0]) @ w
         elif kind == "conv":
             acc = _conv(x, w, attrs["vx_pads"], attrs["vx_strides"], attrs["vx_dilations"],
                         out_shape[2:])

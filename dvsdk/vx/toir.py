@@ -307,8 +307,10 @@ class _Builder:
 
     def _fixed_inputs(self, node: Node, dec: Decision, x: str) -> list[str]:
         w = dec.w_raw
-        w = w.transpose(3, 2, 1, 0) if w.ndim == 4 and node.kdef.enum != \
-            KernelEnum.FULLY_CONNECTED_LAYER else w.reshape(-1, w.shape[-1])
+        if node.kdef.enum == KernelEnum.FULLY_CONNECTED_LAYER:   # K in OpenVX memory order
+            w = w.reshape((-1, w.shape[-1]), order="F")        # as fc() takes it
+        elif w.ndim == 4:
+            w = w.transpose(3, 2, 1, 0)
         ins = [x, self.const(f"{node.name}_w_raw", w, np.int64)]
         if dec.b_raw is not None:
             b = dec.b_raw if dec.b_raw.ndim == 1 else dec.b_raw.transpose(2, 1, 0)
