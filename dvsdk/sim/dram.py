@@ -422,6 +422,10 @@ class Dram:
             self._clock = clock = self._clock + 1
             off = addr - self.base
             self._line_clock[off >> LINE_SHIFT : ((off + n - 1) >> LINE_SHIFT) + 1] = clock
+            last = off + n - 1
             for shift, pages in ((PAGE_SHIFT, self._page_clock), (SUB_SHIFT, self._sub_clock)):
-                p0, p1 = off >> shift, ((off + n - 1) >> shift) + 1
-                pages[p0:p1] = [clock] * (p1 - p0)
+                p0, p1 = off >> shift, (last >> shift) + 1
+                if p1 - p0 == 1:  # (most stores: one page)
+                    pages[p0] = clock
+                else:
+                    pages[p0:p1] = [clock] * (p1 - p0)
