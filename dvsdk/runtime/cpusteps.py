@@ -205,7 +205,7 @@ def step(net: Any, h: Any) -> None:
         except Exception as e:  # noqa: BLE001 - a damaged record must not escape raw
             raise NetFileError(f"CPU op {op_type} {name} cannot run: {e}",
                                field=f"program.{name}", value=op_type) from e
-    work.update(board_model.step_work(op_type, attrs, vals, results))
+    work.update(_step_work(net, h.pc, op_type, attrs, vals, results))
     for o, val in zip(outputs, results):
         want = net.tensors[o]["shape"] if o else None
         if want is not None and list(np.shape(val)) != list(want):
@@ -218,6 +218,39 @@ def step(net: Any, h: Any) -> None:
                 h.segment.pending.append(o)
     if h.pc + 1 == seg.end:
         _leave(net, h)
+
+
+def _signature(values: Any) -> tuple | None:
+    """(type, shape, dtype) of each array operand (None for an absent one), or None when
+    one is of another kind (what :func:`board_model.step_work` reads of them)."""
+    out = []
+    for v in values:
+        if v is None:
+            out.append(None)
+        elif isinstance(v, (np.ndarray, Chunked)):
+            out.append((type(v), v.shape, v.dtype))
+        else:
+            return None
+    return tuple(out)
+
+
+def _step_work(net: Any, pc: int, op_type: str, attrs: dict, vals: list, results: list
+               ) -> dict:
+    """``board_model.step_work`` of step ``pc``, worked out once per signature of its
+    operands and results (it reads only their types, shapes and dtypes: the same every
+    run of a net); a fresh dict each time (it goes into the run's events)."""
+    sig = _signature(vals)
+    out_sig = _signature(results) if sig is not None else None
+    if out_sig is None:
+        return board_model.step_work(op_type, attrs, vals, results)
+    memo = vars(net).setdefault("_step_work_memo", {})
+    key = (pc, sig, out_sig)
+    work = memo.get(key)
+    if work is None:
+        if len(memo) > 4096:
+            memo.clear()
+        work = memo[key] = board_model.step_work(op_type, attrs, vals, results)
+    return dict(work)
 
 
 def _enter(net: Any, h: Any, seg: Segment) -> SegmentState:
