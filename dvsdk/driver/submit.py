@@ -21,6 +21,7 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from operator import itemgetter
 
 from ..errors import DeviceFault
 from ..hw.spec import SPEC
@@ -40,14 +41,15 @@ _FAULT_REGS = ("SIM_STATUS", "SIM_FAULT_ADDR", "CMD_ADDR", "CMD_LEN", "IRQ")
 _OUTPUT_SLOTS = tuple(i for i in range(16) if i & 3 == 3)
 _WEIGHT_SLOTS = tuple(i for i in range(16) if i & 4)
 _INPUT_SLOTS = tuple(i for i in range(16) if i & 8)
+_INPUT_OF, _WEIGHT_OF, _OUTPUT_OF = (itemgetter(*s) for s in (_INPUT_SLOTS, _WEIGHT_SLOTS,
+                                                               _OUTPUT_SLOTS))
 
 
 def counter_beats(counts: list[int]) -> tuple[int, int, int]:
     """(input, weights, output) 16-byte beats of the 16 byte counters (§10.10): output
     slots have ``i & 3 == 3``, weights ``i & 4``, input ``i & 8`` (a slot may count in
     several classes, as the kernel sums them)."""
-    return (sum([counts[i] for i in _INPUT_SLOTS]), sum([counts[i] for i in _WEIGHT_SLOTS]),
-            sum([counts[i] for i in _OUTPUT_SLOTS]))
+    return (sum(_INPUT_OF(counts)), sum(_WEIGHT_OF(counts)), sum(_OUTPUT_OF(counts)))
 
 
 @dataclass
@@ -191,7 +193,8 @@ class RegisterSubmission:
         c = dev.read_words("conv", regs["BYTE_COUNTERS_LO"], 8)
         c += dev.read_words("conv", regs["BYTE_COUNTERS_HI"], 8)
         beats = counter_beats(c)
-        stats.input_bytes, stats.weight_bytes, stats.output_bytes = (16 * b for b in beats)
+        stats.input_bytes, stats.weight_bytes, stats.output_bytes = (
+            16 * beats[0], 16 * beats[1], 16 * beats[2])
 
     def free(self) -> None:
         if self.stream is not None:

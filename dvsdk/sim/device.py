@@ -161,6 +161,13 @@ class SimDmaBuffer(DmaBuffer):
     def size(self) -> int:
         return int(self._mem.size)
 
+    def _range(self, offset: int, nbytes: int | None) -> tuple[int, int]:
+        size = self._mem.size  # (DmaBuffer._range, without the size property per call)
+        if nbytes is not None and offset >= 0 and nbytes >= 0 and offset + nbytes <= size \
+                and not self.freed:
+            return offset, nbytes
+        return super()._range(offset, nbytes)
+
     @property
     def raw(self) -> bool:
         """Whether the raw view was handed out (CPU stores are then also found by
@@ -365,21 +372,27 @@ class SimDevice(Device):
     def read32(self, unit: str, offset: int) -> int:
         # one word of the register file: atomic without the lock (a read while another
         # thread's kick runs sees the register as it is, as on hardware)
-        self._unit(unit, offset)
+        if self.closed or (unit, offset) not in self._checked:  # (_unit's fast path)
+            self._unit(unit, offset)
         return self.core.read_reg(unit, offset)
 
     def read_words(self, unit: str, offset: int, count: int) -> list[int]:
         regs = self.core.regs.get(unit)
         if regs is None or count < 1:
             return super().read_words(unit, offset, count)
-        self._unit(unit, offset)
-        self._unit(unit, offset + 4 * (count - 1))
+        checked = self._checked
+        if self.closed or (unit, offset) not in checked \
+                or (unit, offset + 4 * (count - 1)) not in checked:
+            self._unit(unit, offset)
+            self._unit(unit, offset + 4 * (count - 1))
         return regs[offset // 4 : offset // 4 + count].tolist()
 
     def write32(self, unit: str, offset: int, value: int) -> None:
-        value = self.check_value(value)  # refused, not truncated (registers hold 32 bits)
+        if type(value) is not int or not 0 <= value <= 0xFFFFFFFF:
+            value = self.check_value(value)  # refused, not truncated (32-bit registers)
         with self.lock:
-            self._unit(unit, offset)
+            if self.closed or (unit, offset) not in self._checked:  # (_unit's fast path)
+                self._unit(unit, offset)
             if self._ack.get(unit) == offset and _acks(unit, value):
                 self._irq[unit].clear()
             self._clean_in_kick.clear()  # any register write may start a unit: check afresh
@@ -420,7 +433,10 @@ class SimDevice(Device):
     def wait_irq(self, unit: str, timeout: float) -> None:
         self._unit(unit, 0)
         timeout = check_timeout(timeout)
-        if not self._irq[unit].wait(timeout):
+        irq = self._irq[unit]
+        # (a kick on sim:// runs to completion in the register write that starts it: the
+        # interrupt is there already, and is_set() skips Event.wait's Condition)
+        if not irq.is_set() and not irq.wait(timeout):
             regs = self.snapshot(unit)
             raise DeviceTimeout(f"{unit} interrupt did not arrive within {timeout:g} s: "
                                 f"{describe_registers(unit, regs)}", registers=regs,
@@ -523,7 +539,7 @@ class SimDevice(Device):
         if self.coherence == "off":
             return
         for buf, a, b in self._buffers_in(addr, n):
-            if not buf.raw:
+            if not buf._raw:
                 # only write() can have stored: its spans say exactly what is pending
                 hit = buf.cpu_written and _span_of(buf.cpu_written, a, b)
                 if hit:
