@@ -233,7 +233,7 @@ class Dv700Core(CoreState):
         else:
             conv[_COUNTERS_LO : _COUNTERS_LO + 8] = words[:8]
             conv[_COUNTERS_HI : _COUNTERS_HI + 8] = words[8:]
-        return t.cycles + self._stream_cycles(fetched)
+        return t.cycles - (-fetched // self.params.bus_bytes_per_cycle)  # (_stream_cycles)
 
     def _decoded(self, raw: np.ndarray, addr: int) -> Decoded:
         """``decode`` of the chunk whose bytes are ``raw``, kept per address and content
