@@ -57,6 +57,7 @@ from ..hw import arith, quirks
 from .core import IRQ_REGS, Faults, R, SimParams
 from .dram import Dram, remove_span, same_bytes
 from .engine import Dv700Core
+from .irqline import IrqLine
 from .warm import warm_stream
 
 DRAM_BASE = 0x6000_0000
@@ -215,6 +216,8 @@ class SimDmaBuffer(DmaBuffer):
         any byte changed through the raw view)."""
         end = offset + nbytes
         if not self._raw:
+            if not self.cpu_written:
+                return  # nothing stored since the last sync (the common case)
             spans = [(max(s, offset), min(e, end)) for s, e in self.cpu_written
                      if s < end and offset < e]
             if not spans:
@@ -306,7 +309,7 @@ class SimDevice(Device):
         self.coherence_errors: dict[str, list[CoherenceError]] = {u: [] for u in WINDOWS}
         self._running: str | None = None  # the unit whose kick runs now
         self._clean_in_kick: set[int] = set()  # buffers found clean since the last kick
-        self._irq = {u: threading.Event() for u in WINDOWS}
+        self._irq = {u: IrqLine() for u in WINDOWS}
         try:
             mem = Dram(self.dram, self.dram_base, on_read=self._device_read,
                        on_write=self._device_write, lazy=True)
@@ -433,10 +436,7 @@ class SimDevice(Device):
     def wait_irq(self, unit: str, timeout: float) -> None:
         self._unit(unit, 0)
         timeout = check_timeout(timeout)
-        irq = self._irq[unit]
-        # (a kick on sim:// runs to completion in the register write that starts it: the
-        # interrupt is there already, and is_set() skips Event.wait's Condition)
-        if not irq.is_set() and not irq.wait(timeout):
+        if not self._irq[unit].wait(timeout):  # (.irqline: no lock when it is there)
             regs = self.snapshot(unit)
             raise DeviceTimeout(f"{unit} interrupt did not arrive within {timeout:g} s: "
                                 f"{describe_registers(unit, regs)}", registers=regs,
@@ -538,7 +538,8 @@ class SimDevice(Device):
     def _device_read(self, addr: int, n: int) -> None:
         if self.coherence == "off":
             return
-        for buf, a, b in self._buffers_in(addr, n):
+        cached = self._in_cache.get((addr, n))  # (_buffers_in's cache, looked up inline)
+        for buf, a, b in self._buffers_in(addr, n) if cached is None else cached:
             if not buf._raw:
                 # only write() can have stored: its spans say exactly what is pending
                 hit = buf.cpu_written and _span_of(buf.cpu_written, a, b)
@@ -574,7 +575,8 @@ class SimDevice(Device):
             warnings.warn(msg, stacklevel=3)
 
     def _device_write(self, addr: int, n: int) -> None:
-        for buf, a, b in self._buffers_in(addr, n):
+        cached = self._in_cache.get((addr, n))
+        for buf, a, b in self._buffers_in(addr, n) if cached is None else cached:
             buf.device_dirty = _add_span(buf.device_dirty, a, b)
 
     def __repr__(self) -> str:
