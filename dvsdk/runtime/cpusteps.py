@@ -208,7 +208,8 @@ def step(net: Any, h: Any) -> None:
     work.update(_step_work(net, h.pc, op_type, attrs, vals, results))
     for o, val in zip(outputs, results):
         want = net.tensors[o]["shape"] if o else None
-        if want is not None and list(np.shape(val)) != list(want):
+        if want is not None and list(val.shape if isinstance(val, np.ndarray)
+                                     else np.shape(val)) != list(want):
             raise NetFileError(f"CPU op {op_type} {name} made {o} of another shape "
                                "than the file records", field=f"tensors.{o}.shape",
                                value=list(np.shape(val)), limit=want)
