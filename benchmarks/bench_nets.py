@@ -12,7 +12,8 @@ network: min/median/max of both, the ratio of the medians against the issue's go
 ratio of the fastest runs (steadier on a shared machine; not the goal), the first run
 against the median of the steady ones, how many CPU steps the program has, in how many CPU
 segments, with how many device<->CPU transitions, where the simulator run's wall time
-went (device segments, CPU ops, pack, sync, unpack), and the accuracy of the run against
+went (device segments, CPU ops, pack, sync, unpack), the Python calls a run makes (cProfile:
+the host overhead, free of the machine's load), and the accuracy of the run against
 onnxruntime with optimizations disabled (max-abs error as a fraction of the output range;
 the project's FP16 tolerance is 1e-3 + 1e-2 x range).  Then the same run on the board,
 predicted (``RunStats.board``: the device, the CPU's work on one Cortex-A53, the syncs).
@@ -113,6 +114,7 @@ def bench_net(name: str, model, x: np.ndarray, repeats: int, feed: str) -> dict:
             out = net.run(x)
             t_sim.append(time.perf_counter() - t0)
             runs.append(net.last_run)
+        calls = python_calls(net, x)
     err = 0.0
     for spec, r in zip(netfile.meta["outputs"], ref):
         y = np.asarray(out[spec["name"]], np.float64)
@@ -120,7 +122,21 @@ def bench_net(name: str, model, x: np.ndarray, repeats: int, feed: str) -> dict:
     mid = sorted(runs, key=lambda s: s.total_us)[len(runs) // 2]
     return {"name": name, "ort": t_ort, "sim": t_sim, "first": first, "run": mid, "err": err,
             "shape": program_shape(netfile.meta), "compile_s": compile_s,
-            "commands": netfile.meta["stats"]["commands"]}
+            "commands": netfile.meta["stats"]["commands"], "calls": calls}
+
+
+def python_calls(net: Net, x: np.ndarray, runs: int = 3) -> float:
+    """Python function calls (builtins included) per run, counted by cProfile: the host
+    overhead of a run without the noise of a shared machine's load (each costs ~0.1-1 us)."""
+    import cProfile
+    import pstats
+
+    prof = cProfile.Profile()
+    prof.enable()
+    for _ in range(runs):
+        net.run(x)
+    prof.disable()
+    return pstats.Stats(prof).total_calls / runs
 
 
 def cpu_segment_overhead(repeats: int) -> tuple[list[float], float]:
@@ -208,14 +224,16 @@ def _measure(args: argparse.Namespace) -> None:
     print("\nwhere the median sim:// run's wall time went (ms), and accuracy against "
           "onnxruntime (optimizations off)")
     print(f"{'network':19s} {'total':>8s} {'device':>8s} {'cpu ops':>8s} {'pack':>7s} "
-          f"{'sync':>7s} {'unpack':>7s} {'predicted':>10s} {'cmds':>5s}  max-abs error / range")
+          f"{'sync':>7s} {'unpack':>7s} {'predicted':>10s} {'cmds':>5s} {'calls/run':>10s}  "
+          "max-abs error / range")
     for res in results:
         st = res["run"]
         dev = sum(s.wall_us for s in st.segments) / 1e3
         tol = "" if res["err"] <= 1e-2 else "  (> 1e-2)"
         print(f"{res['name']:19s} {st.total_us / 1e3:8.1f} {dev:8.1f} {st.cpu_us / 1e3:8.1f} "
               f"{st.pack_us / 1e3:7.1f} {st.sync_us / 1e3:7.1f} {st.unpack_us / 1e3:7.1f} "
-              f"{st.device_us / 1e3:10.2f} {res['commands']:5d}  {res['err']:.2e}{tol}")
+              f"{st.device_us / 1e3:10.2f} {res['commands']:5d} {res['calls']:10.0f}  "
+              f"{res['err']:.2e}{tol}")
     print("\nthe median run on the board, predicted (ms): the device as the simulator "
           "predicts it, the CPU's work\non one Cortex-A53 and the DMA syncs by "
           "dvsdk/runtime/board_model.py")

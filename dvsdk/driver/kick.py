@@ -76,16 +76,25 @@ class KickProtocol:
         """Start the stream whose first chunk is ``length8`` 8-byte units at ``address``.
         A completion left pending by an earlier kick (one that timed out) is acknowledged
         first, so it cannot end this kick's wait."""
+        writes = self.start_plan(address, length8)
+        self.acknowledge(dev)
+        for window, offset, value in writes:
+            dev.write32(window, offset, value)
+
+    def start_plan(self, address: int, length8: int) -> tuple[tuple[str, int, int], ...]:
+        """The register writes of :meth:`start` (after its acknowledge) for the stream at
+        ``address``, checked and resolved once: a committed list kicks the same stream every
+        time (:class:`~dvsdk.driver.submit.RegisterSubmission` keeps them)."""
         if not 0 <= address <= 0xFFFFFFFF or address % 8:
             raise InvalidArgument("stream address must be 8-byte aligned below 4 GiB",
                                   field="address", value=address, limit="8k < 2^32")
         if not 0 < length8 <= 0xFFFFFFFF:
             raise InvalidArgument("stream length out of range", field="length8",
                                   value=length8, limit="1..0xFFFFFFFF")
-        self.acknowledge(dev)
         values = {"address": address, "length8": length8}
-        for window, offset, value in self.start_writes:
-            dev.write32(window, offset, values[value] if isinstance(value, str) else value)
+        return tuple((window, offset, int(values[value]) if isinstance(value, str)
+                      else int(value))  # type: ignore[call-overload]
+                     for window, offset, value in self.start_writes)
 
     def wait(self, dev: Device, timeout: float) -> None:
         """Wait for the completion interrupt and acknowledge it (DeviceTimeout after

@@ -21,6 +21,7 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from operator import itemgetter
 
 from ..errors import DeviceFault
 from ..hw.spec import SPEC
@@ -40,14 +41,15 @@ _FAULT_REGS = ("SIM_STATUS", "SIM_FAULT_ADDR", "CMD_ADDR", "CMD_LEN", "IRQ")
 _OUTPUT_SLOTS = tuple(i for i in range(16) if i & 3 == 3)
 _WEIGHT_SLOTS = tuple(i for i in range(16) if i & 4)
 _INPUT_SLOTS = tuple(i for i in range(16) if i & 8)
+_INPUT_OF, _WEIGHT_OF, _OUTPUT_OF = (itemgetter(*s) for s in (_INPUT_SLOTS, _WEIGHT_SLOTS,
+                                                               _OUTPUT_SLOTS))
 
 
 def counter_beats(counts: list[int]) -> tuple[int, int, int]:
     """(input, weights, output) 16-byte beats of the 16 byte counters (§10.10): output
     slots have ``i & 3 == 3``, weights ``i & 4``, input ``i & 8`` (a slot may count in
     several classes, as the kernel sums them)."""
-    return (sum([counts[i] for i in _INPUT_SLOTS]), sum([counts[i] for i in _WEIGHT_SLOTS]),
-            sum([counts[i] for i in _OUTPUT_SLOTS]))
+    return (sum(_INPUT_OF(counts)), sum(_WEIGHT_OF(counts)), sum(_OUTPUT_OF(counts)))
 
 
 @dataclass
@@ -79,13 +81,40 @@ class RegisterSubmission:
         else:
             self.reg_writes = [maximizer_writes(c) for c in commands]
         self._started_at = 0.0
+        self._prepare_run(device, unit, info)
+
+    def _prepare_run(self, device: Device, unit: str, info: DeviceInfo) -> None:
+        """What every exec of this list does, worked out once: the kick's register writes
+        (the stream never moves), the interrupt line, where the simulator's status and
+        cycle registers are (one block read where they are adjacent words) and which
+        byte counters the bitstream has."""
+        self._kick_writes = (() if self.kick is None or self.stream is None else
+                             self.kick.start_plan(self.stream.address, self.stream.length8))
+        self._irq_line = self.kick.irq_line if self.kick is not None else unit
+        self._plain_counters = convid.counter_registers(device.kick) if unit == "conv" \
+            else None
+        regs = REG[unit]
+        self._sim_block: tuple[int, int, int, int, int | None] | None = None
+        if info.simulated:
+            names = ["SIM_CYCLES_LO", "SIM_STATUS"] + (["SIM_CYCLES_HI"]
+                                                       if "SIM_CYCLES_HI" in regs else [])
+            offs = [regs[n] for n in names]
+            lo, hi = min(offs), max(offs)
+            if hi - lo == 4 * (len(offs) - 1):  # adjacent words: read in one go
+                self._sim_block = (lo, len(offs), (regs["SIM_CYCLES_LO"] - lo) // 4,
+                                   (regs["SIM_STATUS"] - lo) // 4,
+                                   None if len(offs) == 2 else (regs["SIM_CYCLES_HI"] - lo) // 4)
 
     def start(self) -> None:
         """Kick the stream (conv) or start the first register program."""
         self._started_at = time.perf_counter()
         if self.unit == "conv":
             assert self.kick is not None and self.stream is not None
-            self.kick.start(self.device, self.stream.address, self.stream.length8)
+            dev = self.device
+            # (KickProtocol.start with its writes resolved at commit)
+            self.kick.acknowledge(dev)
+            for window, offset, value in self._kick_writes:
+                dev.write32(window, offset, value)
         else:
             self._start_unit(0)
 
@@ -104,8 +133,7 @@ class RegisterSubmission:
         for i in range(len(self.reg_writes) if unit != "conv" else 1):
             if i:
                 self._start_unit(i)
-            self._wait_one(timeout)
-            cycles += self._sim_cycles() or 0
+            cycles += self._wait_one(timeout)
         stats = ExecStats(exec_time_us=(time.perf_counter() - self._started_at) * 1e6)
         if self.info.simulated:
             stats.cycles = cycles
@@ -114,11 +142,23 @@ class RegisterSubmission:
             self._read_counters(stats)
         return stats
 
-    def _wait_one(self, timeout: float) -> None:
+    def _wait_one(self, timeout: float) -> int:
+        """One interrupt, acknowledged; returns the simulator's cycles (0 on hardware)."""
         dev, unit, regs = self.device, self.unit, REG[self.unit]
-        dev.wait_irq(self.kick.irq_line if self.kick is not None else unit, timeout)
+        dev.wait_irq(self._irq_line, timeout)
         snap = None  # (taken before the acknowledge: it shows the interrupt as it was)
-        if self.info.simulated and dev.read32(unit, regs["SIM_STATUS"]):
+        cycles = 0
+        block = self._sim_block
+        if block is not None:
+            words = dev.read_words(unit, block[0], block[1])
+            cycles = words[block[2]] | (0 if block[4] is None else words[block[4]] << 32)
+            status = words[block[3]]
+        elif self.info.simulated:
+            status = dev.read32(unit, regs["SIM_STATUS"])
+            cycles = self._sim_cycles() or 0
+        else:
+            status = 0
+        if status:
             snap = {name: dev.read32(unit, regs[name]) for name in _FAULT_REGS if name in regs}
         if self.kick is not None:
             self.kick.acknowledge(dev)
@@ -131,6 +171,7 @@ class RegisterSubmission:
             raise DeviceFault(f"{unit} reported {reason} at {snap['SIM_FAULT_ADDR']:#x}: "
                               f"{describe_registers(unit, snap)}", status=status,
                               reason=reason, registers=snap, field="SIM_STATUS", value=status)
+        return cycles
 
     def _sim_cycles(self) -> int | None:
         if not self.info.simulated:
@@ -144,7 +185,7 @@ class RegisterSubmission:
         """§10.10: 16 counters in 16-byte beats, classified by index bits (classes overlap);
         on a pre-R5 bitstream three beat registers (:func:`convid.counter_registers`)."""
         regs, dev = REG["conv"], self.device
-        plain = convid.counter_registers(dev.kick)
+        plain = self._plain_counters
         if plain is not None:
             stats.input_bytes, stats.weight_bytes, stats.output_bytes = (
                 16 * dev.read32("conv", plain[k]) for k in ("input", "weights", "output"))
@@ -152,7 +193,8 @@ class RegisterSubmission:
         c = dev.read_words("conv", regs["BYTE_COUNTERS_LO"], 8)
         c += dev.read_words("conv", regs["BYTE_COUNTERS_HI"], 8)
         beats = counter_beats(c)
-        stats.input_bytes, stats.weight_bytes, stats.output_bytes = (16 * b for b in beats)
+        stats.input_bytes, stats.weight_bytes, stats.output_bytes = (
+            16 * beats[0], 16 * beats[1], 16 * beats[2])
 
     def free(self) -> None:
         if self.stream is not None:

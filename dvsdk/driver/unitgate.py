@@ -50,7 +50,10 @@ class UnitGate:
     """Per-unit ownership of one device (module docstring)."""
 
     def __init__(self) -> None:
-        self._cond = threading.Condition(threading.Lock())
+        self._lock = threading.Lock()
+        #: (``with self._lock`` enters the same lock as ``with self._cond``, without
+        #: the Condition's Python-level wrapper: two kicks per segment take it)
+        self._cond = threading.Condition(self._lock)
         self._holds: dict[str, Hold] = {}
         self._generation: dict[str, int] = {}  # acquisitions so far, per unit
         self._waiting = 0  # threads blocked in acquire
@@ -62,7 +65,7 @@ class UnitGate:
         holder whose exec nobody will wait for is finished first (module docstring)."""
         me = threading.get_ident()
         reclaimed: set[int] = set()
-        with self._cond:
+        with self._lock:
             deadline = None
             while unit in self._holds:
                 hold = self._holds[unit]
@@ -104,7 +107,7 @@ class UnitGate:
 
     def release(self, unit: str, owner: object) -> None:
         """Give ``unit`` back if ``owner`` holds it (a no-op otherwise)."""
-        with self._cond:
+        with self._lock:
             hold = self._holds.get(unit)
             if hold is not None and hold.owner is owner:
                 del self._holds[unit]
@@ -113,21 +116,21 @@ class UnitGate:
 
     def holder(self, unit: str) -> object | None:
         """Who holds ``unit`` now (None: free)."""
-        with self._cond:
+        with self._lock:
             hold = self._holds.get(unit)
             return None if hold is None else hold.owner
 
     def describe_holder(self, unit: str) -> str | None:
         """``unit``'s holder as messages name it, with its thread and how long it has held
         the unit (None: free)."""
-        with self._cond:
+        with self._lock:
             hold = self._holds.get(unit)
             return None if hold is None else self._text(hold, time.monotonic())
 
     def generation(self, unit: str) -> int:
         """How many times ``unit`` has been taken: an owner that remembers the number at
         its release knows at its next take whether anyone held the unit in between."""
-        with self._cond:
+        with self._lock:
             return self._generation.get(unit, 0)
 
     @staticmethod

@@ -36,6 +36,7 @@ matrix products) receive the very arrays the reference gives them.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 from typing import Any
@@ -204,10 +205,11 @@ def step(net: Any, h: Any) -> None:
         except Exception as e:  # noqa: BLE001 - a damaged record must not escape raw
             raise NetFileError(f"CPU op {op_type} {name} cannot run: {e}",
                                field=f"program.{name}", value=op_type) from e
-    work.update(board_model.step_work(op_type, attrs, vals, results))
+    work.update(_step_work(net, h.pc, op_type, attrs, vals, results))
     for o, val in zip(outputs, results):
         want = net.tensors[o]["shape"] if o else None
-        if want is not None and list(np.shape(val)) != list(want):
+        if want is not None and list(val.shape if isinstance(val, np.ndarray)
+                                     else np.shape(val)) != list(want):
             raise NetFileError(f"CPU op {op_type} {name} made {o} of another shape "
                                "than the file records", field=f"tensors.{o}.shape",
                                value=list(np.shape(val)), limit=want)
@@ -217,6 +219,39 @@ def step(net: Any, h: Any) -> None:
                 h.segment.pending.append(o)
     if h.pc + 1 == seg.end:
         _leave(net, h)
+
+
+def _signature(values: Any) -> tuple | None:
+    """(type, shape, dtype) of each array operand (None for an absent one), or None when
+    one is of another kind (what :func:`board_model.step_work` reads of them)."""
+    out = []
+    for v in values:
+        if v is None:
+            out.append(None)
+        elif isinstance(v, (np.ndarray, Chunked)):
+            out.append((type(v), v.shape, v.dtype))
+        else:
+            return None
+    return tuple(out)
+
+
+def _step_work(net: Any, pc: int, op_type: str, attrs: dict, vals: list, results: list
+               ) -> dict:
+    """``board_model.step_work`` of step ``pc``, worked out once per signature of its
+    operands and results (it reads only their types, shapes and dtypes: the same every
+    run of a net); a fresh dict each time (it goes into the run's events)."""
+    sig = _signature(vals)
+    out_sig = _signature(results) if sig is not None else None
+    if out_sig is None:
+        return board_model.step_work(op_type, attrs, vals, results)
+    memo = vars(net).setdefault("_step_work_memo", {})
+    key = (pc, sig, out_sig)
+    work = memo.get(key)
+    if work is None:
+        if len(memo) > 4096:
+            memo.clear()
+        work = memo[key] = board_model.step_work(op_type, attrs, vals, results)
+    return dict(work)
 
 
 def _enter(net: Any, h: Any, seg: Segment) -> SegmentState:
@@ -446,6 +481,17 @@ class FusedPlan:
     in_place: bool = True     # the result may be written straight into the arena (its
     #                           range meets no operand's: the planner's never does)
     table: np.ndarray | None = None  # Fp16Table: the table rounded to binary16, as bits
+    #: arena (offset, bytes) of x, y (or None) and the result, and what the step does for
+    #: board_model: worked out once with the plan, not on every run
+    ranges: tuple = ()
+    work: dict = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        hh, ww, c = self.hwc
+        n = hh * ww * c
+        object.__setattr__(self, "work", board_model.fused_work(
+            self.label.split(" ")[0], n, None if self.y is None else
+            c if self.per_channel else n))
 
 
 #: FusedPlan.code of a table lookup (a gather, hw.fp16.lookup: runs without the compiled
@@ -458,16 +504,27 @@ def fused_plan(net: Any, index: int) -> FusedPlan | bool:
     False where the general path runs it."""
     plan = net._fused.get(index)
     if plan is None:
-        plan = net._fused[index] = _fused_plan(net, net._segments[index])
+        plan = _fused_plan(net, net._segments[index])
+        if plan:
+            plan = dataclasses.replace(plan, ranges=tuple(
+                None if t is None else _arena_range(net, t) for t in (plan.x, plan.y,
+                                                                      plan.out)))
+        net._fused[index] = plan
     return plan
 
 
+def _arena_range(net: Any, name: str) -> tuple[int, int]:
+    """(offset, bytes) of a device tensor in the arena (NetFileError if it has none)."""
+    d = net._dev(name)
+    if d is None:
+        raise NetFileError("tensor has no value at this point", field="tensor", value=name)
+    return int(d["offset"]), device_nbytes(d)
+
+
 def plan_work(plan: FusedPlan) -> dict:
-    """What a step on the compiled path does, for :mod:`.board_model`."""
-    hh, ww, c = plan.hwc
-    n = hh * ww * c
-    return board_model.fused_work(plan.label.split(" ")[0], n, None if plan.y is None else
-                                  c if plan.per_channel else n)
+    """What a step on the compiled path does, for :mod:`.board_model` (a fresh dict: it
+    goes into the run's events)."""
+    return dict(plan.work)
 
 
 def _fused_plan(net: Any, seg: Segment) -> FusedPlan | bool:
@@ -525,11 +582,13 @@ def _fused_plan(net: Any, seg: Segment) -> FusedPlan | bool:
 def _run_fused(net: Any, h: Any, seg: Segment, plan: FusedPlan) -> None:
     _sync_spans_for_cpu(h, plan.syncs)  # (its operands are not held by the host: step())
     hh, ww, c = plan.hwc
-    d = net._dev(plan.out)
+    arena = h.ctx.arena
+    (x_off, x_n), y_range, (out_off, _) = plan.ranges
     n = hh * ww * c
-    with h.stats.stage("cpu", plan.label, plan_work(plan)):
-        x, _ = _device_bytes(net, h, plan.x)
-        y = None if plan.y is None else _device_bytes(net, h, plan.y)[0]
+    with h.stats.stage("cpu", plan.label, dict(plan.work)):
+        # views (synced above; converted at once): the arena's bytes, no copy
+        x = arena.read(x_off, x_n, copy=False)
+        y = None if y_range is None else arena.read(y_range[0], y_range[1], copy=False)
         if plan.per_channel:
             y = to_f32(y.view(np.float16))
         y = None if y is None else y if plan.per_channel else y.view(np.uint16)
@@ -543,14 +602,14 @@ def _run_fused(net: Any, h: Any, seg: Segment, plan: FusedPlan) -> None:
 
         try:
             if plan.in_place:
-                h.ctx.arena.write_with(d["offset"], 2 * hh * ww * c, fill)
+                arena.write_with(out_off, 2 * n, fill)
             else:  # (a hand-made net.bin whose result overlaps an operand)
-                result = np.empty(2 * hh * ww * c, np.uint8)
+                result = np.empty(2 * n, np.uint8)
                 fill(result)
-                h.ctx.arena.write(d["offset"], result)
+                arena.write(out_off, result)
         except (ValueError, TypeError) as e:  # sizes a damaged record gets wrong
             op_type, name = plan.label.split(" ", 1)
             raise NetFileError(f"CPU op {plan.label} cannot run: {e}",
                                field=f"program.{name}", value=op_type) from e
     with h.stats.stage("sync", plan.out, {"bytes": 2 * n}):
-        h.ctx.arena.sync_for_device(d["offset"], 2 * n)
+        arena.sync_for_device(out_off, 2 * n)

@@ -119,9 +119,14 @@ class _Stage:
     def __exit__(self, *exc: object) -> None:
         st, start = self.stats, self.start
         dur = (time.perf_counter() - start) * 1e6
-        attr = f"{self.kind}_us"
-        setattr(st, attr, getattr(st, attr) + dur)
+        fields = st.__dict__  # (RunStats' <kind>_us field, without getattr/setattr calls)
+        attr = _US[self.kind] if self.kind in _US else f"{self.kind}_us"
+        fields[attr] = fields[attr] + dur
         st.events.append((self.kind, self.name, (start - st.t0) * 1e6, dur, self.work))
+
+
+#: the RunStats field each stage kind adds its time to
+_US = {kind: f"{kind}_us" for kind in ("cpu", "pack", "sync", "unpack")}
 
 
 @dataclass

@@ -143,6 +143,14 @@ class Net:
     def _dev(self, name: str) -> dict | None:
         return self.tensors.get(name, {}).get("device")
 
+    def _arena_tensors(self) -> frozenset[str]:
+        """The tensors with an arena placement (``_dev`` not None), worked out once."""
+        names = self.__dict__.get("_arena_names")
+        if names is None:
+            names = self._arena_names = frozenset(
+                t for t in self.tensors if self._dev(t) is not None)
+        return names
+
     def _upload(self, ctx: RunContext, name: str, value: np.ndarray, st: RunStats) -> None:
         d = self._dev(name)
         shape = cpusteps.device_shape(d)
@@ -269,8 +277,9 @@ class Net:
                                                  len(cl.commands)))
             h.stats.events.append(("device", name, (h.t_kick - h.stats.t0) * 1e6, wall,
                                    {"predicted_us": us, "cycles": cl.last.cycles}))
-            for t in list(h.host):   # the device may have rewritten any arena tensor
-                if self._dev(t) is not None:
+            if h.host:
+                arena = self._arena_tensors()  # the device may have rewritten any of them
+                for t in [t for t in h.host if t in arena]:
                     del h.host[t]
         elif self.cpu_steps == "device":
             cpusteps.step(self, h)

@@ -57,6 +57,7 @@ from ..hw import arith, quirks
 from .core import IRQ_REGS, Faults, R, SimParams
 from .dram import Dram, remove_span, same_bytes
 from .engine import Dv700Core
+from .irqline import IrqLine
 from .warm import warm_stream
 
 DRAM_BASE = 0x6000_0000
@@ -161,6 +162,13 @@ class SimDmaBuffer(DmaBuffer):
     def size(self) -> int:
         return int(self._mem.size)
 
+    def _range(self, offset: int, nbytes: int | None) -> tuple[int, int]:
+        size = self._mem.size  # (DmaBuffer._range, without the size property per call)
+        if nbytes is not None and offset >= 0 and nbytes >= 0 and offset + nbytes <= size \
+                and not self.freed:
+            return offset, nbytes
+        return super()._range(offset, nbytes)
+
     @property
     def raw(self) -> bool:
         """Whether the raw view was handed out (CPU stores are then also found by
@@ -208,6 +216,8 @@ class SimDmaBuffer(DmaBuffer):
         any byte changed through the raw view)."""
         end = offset + nbytes
         if not self._raw:
+            if not self.cpu_written:
+                return  # nothing stored since the last sync (the common case)
             spans = [(max(s, offset), min(e, end)) for s, e in self.cpu_written
                      if s < end and offset < e]
             if not spans:
@@ -299,7 +309,7 @@ class SimDevice(Device):
         self.coherence_errors: dict[str, list[CoherenceError]] = {u: [] for u in WINDOWS}
         self._running: str | None = None  # the unit whose kick runs now
         self._clean_in_kick: set[int] = set()  # buffers found clean since the last kick
-        self._irq = {u: threading.Event() for u in WINDOWS}
+        self._irq = {u: IrqLine() for u in WINDOWS}
         try:
             mem = Dram(self.dram, self.dram_base, on_read=self._device_read,
                        on_write=self._device_write, lazy=True)
@@ -365,21 +375,27 @@ class SimDevice(Device):
     def read32(self, unit: str, offset: int) -> int:
         # one word of the register file: atomic without the lock (a read while another
         # thread's kick runs sees the register as it is, as on hardware)
-        self._unit(unit, offset)
+        if self.closed or (unit, offset) not in self._checked:  # (_unit's fast path)
+            self._unit(unit, offset)
         return self.core.read_reg(unit, offset)
 
     def read_words(self, unit: str, offset: int, count: int) -> list[int]:
         regs = self.core.regs.get(unit)
         if regs is None or count < 1:
             return super().read_words(unit, offset, count)
-        self._unit(unit, offset)
-        self._unit(unit, offset + 4 * (count - 1))
+        checked = self._checked
+        if self.closed or (unit, offset) not in checked \
+                or (unit, offset + 4 * (count - 1)) not in checked:
+            self._unit(unit, offset)
+            self._unit(unit, offset + 4 * (count - 1))
         return regs[offset // 4 : offset // 4 + count].tolist()
 
     def write32(self, unit: str, offset: int, value: int) -> None:
-        value = self.check_value(value)  # refused, not truncated (registers hold 32 bits)
+        if type(value) is not int or not 0 <= value <= 0xFFFFFFFF:
+            value = self.check_value(value)  # refused, not truncated (32-bit registers)
         with self.lock:
-            self._unit(unit, offset)
+            if self.closed or (unit, offset) not in self._checked:  # (_unit's fast path)
+                self._unit(unit, offset)
             if self._ack.get(unit) == offset and _acks(unit, value):
                 self._irq[unit].clear()
             self._clean_in_kick.clear()  # any register write may start a unit: check afresh
@@ -420,7 +436,7 @@ class SimDevice(Device):
     def wait_irq(self, unit: str, timeout: float) -> None:
         self._unit(unit, 0)
         timeout = check_timeout(timeout)
-        if not self._irq[unit].wait(timeout):
+        if not self._irq[unit].wait(timeout):  # (.irqline: no lock when it is there)
             regs = self.snapshot(unit)
             raise DeviceTimeout(f"{unit} interrupt did not arrive within {timeout:g} s: "
                                 f"{describe_registers(unit, regs)}", registers=regs,
@@ -522,8 +538,9 @@ class SimDevice(Device):
     def _device_read(self, addr: int, n: int) -> None:
         if self.coherence == "off":
             return
-        for buf, a, b in self._buffers_in(addr, n):
-            if not buf.raw:
+        cached = self._in_cache.get((addr, n))  # (_buffers_in's cache, looked up inline)
+        for buf, a, b in self._buffers_in(addr, n) if cached is None else cached:
+            if not buf._raw:
                 # only write() can have stored: its spans say exactly what is pending
                 hit = buf.cpu_written and _span_of(buf.cpu_written, a, b)
                 if hit:
@@ -558,7 +575,8 @@ class SimDevice(Device):
             warnings.warn(msg, stacklevel=3)
 
     def _device_write(self, addr: int, n: int) -> None:
-        for buf, a, b in self._buffers_in(addr, n):
+        cached = self._in_cache.get((addr, n))
+        for buf, a, b in self._buffers_in(addr, n) if cached is None else cached:
             buf.device_dirty = _add_span(buf.device_dirty, a, b)
 
     def __repr__(self) -> str:

@@ -92,7 +92,15 @@ def _packed(values: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
     bytes ``out``: converted and moved in one compiled pass, or with numpy converted by
     ``f32_to_f16`` first (exact for such values, and faster than numpy's cast)."""
     dst = None if out is None else out.view(np.float16)
-    if native.NATIVE is not None:
+    nat = native.NATIVE
+    if nat is not None and values.ndim == 3 and values.dtype == np.float32:
+        # (layout.pack's compiled call with its arguments known good: float32 HWC values
+        # of an HWC tensor, ``out`` the tensor's bytes)
+        if dst is None:
+            dst = np.empty(values.size, np.float16)
+        nat.pack(values[None], dst, False)
+        return dst.view(np.uint8)
+    if nat is not None:
         return layout.pack(values, out=dst).view(np.uint8)
     return layout.pack(f32_to_f16(values), out=dst).view(np.uint8)
 
@@ -219,7 +227,9 @@ class Dram:
         """Store an HWC float32 tensor of binary16 values (``fp16.round_f16`` output) in
         the chunked layout at ``addr``; ``values`` must not be modified afterwards."""
         n = 2 * values.size
-        self._span(addr, n)
+        off = addr - self.base
+        if off < 0 or off + n > self.array.size:
+            self._span(addr, n)  # (its HardwareError)
         if self.flip_next_write or not self.lazy:
             flip = self.flip_next_write
             packed = _packed(values)
@@ -250,7 +260,9 @@ class Dram:
         are valid.  The result may be shared and read-only: callers must not modify it."""
         shape = tuple(shape)
         n = 2 * math.prod(shape)
-        off = self._span(addr, n)
+        off = addr - self.base
+        if n < 0 or off < 0 or off + n > self.array.size:
+            self._span(addr, n)  # (its HardwareError)
         if self.on_read:
             self.on_read(addr, n)
         t = self.tensors.get((addr, addr + n))
@@ -259,6 +271,12 @@ class Dram:
                                                            self.array[off : off + n]):
                 return t.values
         self.materialize(addr, n)
+        nat = native.NATIVE
+        if nat is not None and len(shape) == 3 and min(shape) > 0:
+            # (layout.unpack's compiled call with its arguments known good)
+            out = np.empty(shape, np.float32)
+            nat.unpack(self.array[off : off + n].view(np.float16), out[None], False)
+            return out
         return layout.unpack(self.array[off : off + n], shape)
 
     def materialize(self, addr: int, n: int, read: bool = True) -> None:
@@ -266,6 +284,9 @@ class Dram:
         (lazy mode); the simulated DMA calls it before the CPU reads DRAM.  ``read`` (a raw
         read): each whole tensor written out here is remembered, and its range packed at
         once by later stores (a runtime's CPU step reads the same tensors every run)."""
+        i = bisect_right(self._ends, addr)  # (_run: no live range there, the common case)
+        if i == len(self._starts) or self._starts[i] >= addr + n:
+            return
         for t in [t for t in self._overlapping(addr, addr + n) if t.packed is None]:
             if t.whole:  # packed in place (lazy mode: eager ones are written at once)
                 t.packed = _packed(t.values, self.array[t.addr - self.base : t.end - self.base])
@@ -422,6 +443,10 @@ class Dram:
             self._clock = clock = self._clock + 1
             off = addr - self.base
             self._line_clock[off >> LINE_SHIFT : ((off + n - 1) >> LINE_SHIFT) + 1] = clock
+            last = off + n - 1
             for shift, pages in ((PAGE_SHIFT, self._page_clock), (SUB_SHIFT, self._sub_clock)):
-                p0, p1 = off >> shift, ((off + n - 1) >> shift) + 1
-                pages[p0:p1] = [clock] * (p1 - p0)
+                p0, p1 = off >> shift, (last >> shift) + 1
+                if p1 - p0 == 1:  # (most stores: one page)
+                    pages[p0] = clock
+                else:
+                    pages[p0:p1] = [clock] * (p1 - p0)

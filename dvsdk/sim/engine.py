@@ -63,6 +63,17 @@ _UNIT_WORDS = {u: (START_REGS[u] // 4, R[u]["SIM_STATUS"] // 4, R[u]["SIM_FAULT_
                for u in START_REGS}
 
 
+_PLAIN: dict[str, dict[str, int] | None] = {}
+
+
+def _plain_counters(kick: str) -> dict[str, int] | None:
+    """``convid.counter_registers(kick)``, looked up once per kick protocol (every kick
+    asks)."""
+    if kick not in _PLAIN:
+        _PLAIN[kick] = convid.counter_registers(kick)
+    return _PLAIN[kick]
+
+
 class Dv700Core(CoreState):
     """The DV700 model: :class:`~dvsdk.sim.core.CoreState` plus what register writes start."""
 
@@ -166,7 +177,7 @@ class Dv700Core(CoreState):
         length = int(conv[_CMD_LEN]) * 8
         conv[_COUNTERS_LO : _COUNTERS_LO + 8] = 0  # counters reset per run ([INFER] §10.10)
         conv[_COUNTERS_HI : _COUNTERS_HI + 8] = 0
-        plain = convid.counter_registers(self.params.kick)
+        plain = _plain_counters(self.params.kick)
         if plain is not None:
             # a pre-R5 controller runs the ROM firmware only once the driver selected it
             # (DMP's 2019-02 kernel writes 1 at probe); the RAM holds none ([INFER])
@@ -222,7 +233,7 @@ class Dv700Core(CoreState):
         else:
             conv[_COUNTERS_LO : _COUNTERS_LO + 8] = words[:8]
             conv[_COUNTERS_HI : _COUNTERS_HI + 8] = words[8:]
-        return t.cycles + self._stream_cycles(fetched)
+        return t.cycles - (-fetched // self.params.bus_bytes_per_cycle)  # (_stream_cycles)
 
     def _decoded(self, raw: np.ndarray, addr: int) -> Decoded:
         """``decode`` of the chunk whose bytes are ``raw``, kept per address and content

@@ -67,7 +67,7 @@ class R5Firmware:
 
     def write(self, offset: int, value: int) -> None:
         """A CPU write to the IPI channel."""
-        ipi, word = self.ipi, offset // 4
+        ipi, word = self.core.regs["ipi"], offset // 4
         if word == IPI["TRIG"]:
             if value & CHANNEL:
                 ipi[IPI["OBS"]] |= CHANNEL
@@ -84,7 +84,7 @@ class R5Firmware:
     def _trigger(self) -> None:
         self.triggers += 1
         core, shm = self.core, self.core.regs["shm"]
-        self.ipi[IPI["OBS"]] &= ~CHANNEL & 0xFFFFFFFF  # the R5 took the trigger
+        core.regs["ipi"][IPI["OBS"]] &= ~CHANNEL & 0xFFFFFFFF  # the R5 took the trigger
         if shm[SHM["STREAM_START"]] != 1:
             return
         shm[SHM["STREAM_START"]] = 0
@@ -96,10 +96,10 @@ class R5Firmware:
     def conv_done(self) -> None:
         """The conv block interrupted: acknowledge it there and raise the IPI."""
         self.core.regs["conv"][CONV_IRQ] = 0
-        self.ipi[IPI["ISR"]] |= CHANNEL
+        self.core.regs["ipi"][IPI["ISR"]] |= CHANNEL
         self._deliver()
 
     def _deliver(self) -> None:
-        ipi = self.ipi
+        ipi = self.core.regs["ipi"]
         if ipi[IPI["ISR"]] & ~ipi[IPI["IMR"]] & CHANNEL and self.cpu_irq is not None:
             self.cpu_irq("ipi")
