@@ -274,7 +274,12 @@ def on_processes(jobs: int, net_bytes: bytes, url: str | None, args: tuple, work
                 if s["ready"] and s["chunk"] is None:
                     s["chunk"] = work.take(f"process {k}")   # processes are alike
                     if s["chunk"] is not None:
-                        s["conn"].send(s["chunk"])
+                        try:
+                            s["conn"].send(s["chunk"])
+                        except OSError:   # it died since "ready": its death says how
+                            s["proc"].join(1.0)
+                            failed(k, s, f"worker process {k} "
+                                         f"{_death(s['proc'].exitcode)}")
             if not live or not work.todo and all(s["chunk"] is None for _, s in live):
                 break
             waitables = {}
