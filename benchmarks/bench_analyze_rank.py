@@ -31,7 +31,7 @@ sys.path.insert(0, str(ROOT))
 import dvsdk  # noqa: E402
 from dvsdk.qa.analyze import analyze  # noqa: E402
 from tests import realistic_nets  # noqa: E402
-from tests.test_qa_analyze_rank import codebook_q8, spearman  # noqa: E402
+from tests.test_qa_analyze_rank import ground_truth, spearman  # noqa: E402
 
 
 def fold_batchnorms(model: onnx.ModelProto) -> onnx.ModelProto:
@@ -74,25 +74,6 @@ def fold_batchnorms(model: onnx.ModelProto) -> onnx.ModelProto:
     return model
 
 
-def truth(model: onnx.ModelProto, layers: list[str], feeds: dict) -> dict[str, float]:
-    import onnxruntime as ort
-
-    def run(m):
-        sess = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
-        return sess.run(None, feeds)[0]
-
-    ref, out = run(model), {}
-    for layer in layers:
-        m = onnx.ModelProto()
-        m.CopyFrom(model)
-        node = next(n for n in m.graph.node if n.name == layer)
-        init = next(t for t in m.graph.initializer if t.name == node.input[1])
-        init.CopyFrom(numpy_helper.from_array(codebook_q8(numpy_helper.to_array(init)),
-                                              init.name))
-        out[layer] = float(np.abs(run(m) - ref).max() / np.ptp(ref))
-    return out
-
-
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--nets", default="efficientnet_lite0,mobilenetv3_small")
@@ -107,7 +88,7 @@ def main() -> None:
         x = np.random.default_rng(0).uniform(0, 1, (1, 3, args.size, args.size))
         x = x.astype(np.float32)
         t0 = time.perf_counter()
-        damage = truth(model, layers, {inp: x})
+        damage = ground_truth(model, layers, {inp: x})
         t_truth = time.perf_counter() - t0
         data = model.SerializeToString()
         net = dvsdk.compile(data, quantize=True, golden=False, chain=False)

@@ -135,11 +135,15 @@ def output_error(y: np.ndarray, ref: np.ndarray) -> float:
     return float(np.abs(y - ref).max() / np.ptp(ref))
 
 
-def ground_truth(model: onnx.ModelProto, layers: list[str], x: np.ndarray
+def ground_truth(model: onnx.ModelProto, layers: list[str], x: np.ndarray | dict
                  ) -> dict[str, float]:
+    """Each layer's damage: the output error (:func:`output_error`) with that layer's
+    weights alone quantized by :func:`codebook_q8`; ``x`` the input "x", or the feeds."""
+    feeds = x if isinstance(x, dict) else {"x": x}
+
     def run(m):
         sess = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
-        return sess.run(None, {"x": x})[0]
+        return sess.run(None, feeds)[0]
 
     ref, damage = run(model), {}
     for layer in layers:

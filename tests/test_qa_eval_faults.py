@@ -100,14 +100,38 @@ def test_a_killed_process_is_replaced_and_its_chunk_resubmitted(digits):
             for child in multiprocessing.active_children():
                 if child.name.startswith("dvsdk-eval process "):   # ours, not pytest's
                     os.kill(child.pid, signal.SIGKILL)
-                    child.join(5.0)   # dead before its next chunk is sent: that send meets
-                    # a broken pipe (which once escaped evaluate as BrokenPipeError)
 
     result = evaluate(NET, ds, jobs=2, progress=progress, max_failures=10,
                       warn=warnings.append)
     assert kills[0] >= 1
     lost = [w for w in warnings if "killed by SIGKILL while scoring" in w]
     assert lost and all("resubmitted" in w for w in lost), warnings
+    assert not result.errors and result.summary["scored"] == 40
+    _same(result, ref)
+
+
+def test_a_chunk_sent_to_a_process_that_just_died_is_resubmitted(digits, monkeypatch):
+    """A process can die between saying it is ready and being sent a chunk: the send meets
+    a broken pipe (once raised out of evaluate as BrokenPipeError). The pipe's send fails
+    here as it does then (the first two chunks sent); the chunks are resubmitted and every
+    image scored."""
+    from multiprocessing.connection import Connection
+
+    root, ref = digits
+    ds = open_dataset(root / "folders", LABELS)
+    real, broken = Connection.send, [0]
+
+    def send(self, obj):
+        if isinstance(obj, list) and broken[0] < 2:   # a chunk, not the None that ends
+            broken[0] += 1
+            raise BrokenPipeError(32, "Broken pipe")
+        return real(self, obj)
+
+    monkeypatch.setattr(Connection, "send", send)
+    warnings: list[str] = []
+    result = evaluate(NET, ds, jobs=2, warn=warnings.append)
+    assert broken[0] == 2
+    assert sum("while scoring" in w and "resubmitted" in w for w in warnings) == 2, warnings
     assert not result.errors and result.summary["scored"] == 40
     _same(result, ref)
 

@@ -16,28 +16,13 @@ from dvsdk.cli.main import run as dvsdk_cli
 
 from .task_models import ctc_recognizer, yolov8_like
 from .test_qa_detection import pycoco
-from .test_tasks_nms import ref_nms
-from .test_tasks_run import ctc_ref, letterbox_ref, ort_run, photo
+from .test_tasks_run import ctc_ref, ort_run, photo, reference_detections
 
 
 def reference_boxes(model, rgb):
-    """onnxruntime on the letterboxed image, decoded and NMS'd here, in rgb's pixels."""
-    boxed, sx, sy, left, top = letterbox_ref(rgb, 32)
-    out = ort_run(model, (boxed.astype(np.float32) / 255).transpose(2, 0, 1)[None])[0]
-    boxes, scores, classes = [], [], []
-    for n in range(out.shape[1]):
-        cx, cy, w, h = (float(v) for v in out[:4, n])
-        cls = [float(v) for v in out[4:, n]]
-        boxes.append([cx - w / 2, cy - h / 2, cx + w / 2, cy + h / 2])
-        scores.append(max(cls))
-        classes.append(cls.index(max(cls)))
-    keep = ref_nms(boxes, scores, classes, 0.5, 0.3, 300)
-    hgt, wid = rgb.shape[:2]
-    return [([min(max((boxes[k][0] - left) / sx, 0), wid), min(max((boxes[k][1] - top) / sy, 0),
-                                                                hgt),
-              min(max((boxes[k][2] - left) / sx, 0), wid), min(max((boxes[k][3] - top) / sy, 0),
-                                                                hgt)],
-             scores[k], classes[k]) for k in keep]
+    """onnxruntime on the letterboxed image, decoded and NMS'd in the test, in rgb's pixels."""
+    boxes, scores, classes, _ = reference_detections(model, rgb)
+    return list(zip(boxes, scores, classes))
 
 
 def test_eval_detection_map_equals_pycocotools(tmp_path, capsys):

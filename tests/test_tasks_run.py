@@ -41,6 +41,27 @@ def letterbox_ref(rgb, size):
     return out, nw / w, nh / h, left, top
 
 
+def reference_detections(model, rgb, conf=0.3, iou=0.5):
+    """onnxruntime on the 32x32 letterboxed image, a YOLOv8 (1, 4 + C, N) head decoded and
+    NMS'd here (:func:`ref_nms`), boxes clipped in ``rgb``'s pixels: (boxes, scores,
+    classes) of the kept candidates, and every candidate's score."""
+    boxed, sx, sy, left, top = letterbox_ref(rgb, 32)
+    out = ort_run(model, (boxed.astype(np.float32) / 255).transpose(2, 0, 1)[None])[0]
+    boxes, scores, classes = [], [], []
+    for n in range(out.shape[1]):
+        cx, cy, w, h = (float(v) for v in out[:4, n])
+        cls = [float(v) for v in out[4:, n]]
+        boxes.append([cx - w / 2, cy - h / 2, cx + w / 2, cy + h / 2])
+        scores.append(max(cls))
+        classes.append(cls.index(max(cls)))
+    keep = ref_nms(boxes, scores, classes, iou, conf, 300)
+    hgt, wid = rgb.shape[:2]
+    kept = [[min(max((b[0] - left) / sx, 0), wid), min(max((b[1] - top) / sy, 0), hgt),
+             min(max((b[2] - left) / sx, 0), wid), min(max((b[3] - top) / sy, 0), hgt)]
+            for b in (boxes[k] for k in keep)]
+    return kept, [scores[k] for k in keep], [classes[k] for k in keep], scores
+
+
 def photo(h=40, w=60, seed=1):
     rng = np.random.default_rng(seed)
     return (rng.random((h, w, 3)) * 255).astype(np.uint8)
@@ -67,33 +88,19 @@ def test_dvsdk_run_json_boxes_equal_onnxruntime_decoded_here(detector, tmp_path,
     got = json.loads(capsys.readouterr().out)["results"][0]["result"]
     assert got["kind"] == "detect"
 
-    boxed, sx, sy, left, top = letterbox_ref(rgb, 32)
-    x = (boxed.astype(np.float32) / 255).transpose(2, 0, 1)[None]
-    out = ort_run(model, x)[0]                                  # (4 + 3, 64)
-    boxes, scores, classes = [], [], []
-    for n in range(out.shape[1]):
-        cx, cy, w, h = (float(v) for v in out[:4, n])
-        cls = [float(v) for v in out[4:, n]]
-        boxes.append([cx - w / 2, cy - h / 2, cx + w / 2, cy + h / 2])
-        scores.append(max(cls))
-        classes.append(cls.index(max(cls)))
+    want, kept_scores, kept_classes, scores = reference_detections(model, rgb)
     # nothing within FP16 reach of the score threshold (the test would not be decisive)
     assert min(abs(s - 0.3) for s in scores) > 0.01
-    keep = ref_nms(boxes, scores, classes, 0.5, 0.3, 300)
-    assert 3 <= len(keep) < 30 and len({classes[k] for k in keep}) >= 2
-    want = [[min(max((b[0] - left) / sx, 0), 60), min(max((b[1] - top) / sy, 0), 40),
-             min(max((b[2] - left) / sx, 0), 60), min(max((b[3] - top) / sy, 0), 40)]
-            for b in (boxes[k] for k in keep)]
+    assert 3 <= len(want) < 30 and len(set(kept_classes)) >= 2
     dets = got["detections"]
-    assert [x["class"] for x in dets] == [classes[k] for k in keep]
-    assert [x["label"] for x in dets] == [["cat", "dog", "bird"][classes[k]] for k in keep]
+    assert [x["class"] for x in dets] == kept_classes
+    assert [x["label"] for x in dets] == [["cat", "dog", "bird"][c] for c in kept_classes]
     np.testing.assert_allclose([x["box"] for x in dets], want, atol=0.25)
-    np.testing.assert_allclose([x["score"] for x in dets], [scores[k] for k in keep],
-                               atol=4e-3)
+    np.testing.assert_allclose([x["score"] for x in dets], kept_scores, atol=4e-3)
     capsys.readouterr()
     assert run_cli([str(d / "y.bin"), str(tmp_path / "photo.png")]) == 0
     human = capsys.readouterr().out.splitlines()
-    assert f"{len(keep)} detections" in human[1]
+    assert f"{len(want)} detections" in human[1]
     first = dets[0]
     assert human[2].split()[:2] == [f"{first['score']:.2f}", first["label"]]
 

@@ -52,15 +52,8 @@ class ChunkOut:
 
 # -- task kinds ------------------------------------------------------------------------
 
-class Classify:
-    """Top-k classes with their scores per image; no per-chunk sum."""
-
-    def predict(self, w: Worker, sample: Sample) -> tuple[dict[str, Any], Any]:
-        y = w.run(sample)
-        scores = np.asarray(y[w.output], np.float32).reshape(-1)
-        top = metrics.top_k(scores, w.top)
-        return {"top": [int(i) for i in top], "scores": [float(s) for s in scores[top]],
-                "device_us": w.device_us()}, None
+class NoSum:
+    """A kind scored per image on the client: nothing summed per chunk on the worker."""
 
     def zero(self, k: int) -> Any:
         return None
@@ -70,6 +63,17 @@ class Classify:
 
     def contribution(self, row: dict[str, Any], k: int) -> Any:
         return None
+
+
+class Classify(NoSum):
+    """Top-k classes with their scores per image; no per-chunk sum."""
+
+    def predict(self, w: Worker, sample: Sample) -> tuple[dict[str, Any], Any]:
+        y = w.run(sample)
+        scores = np.asarray(y[w.output], np.float32).reshape(-1)
+        top = metrics.top_k(scores, w.top)
+        return {"top": [int(i) for i in top], "scores": [float(s) for s in scores[top]],
+                "device_us": w.device_us()}, None
 
     def summarise(self, labels: np.ndarray, rows: list[dict[str, Any]], total: Any,
                   k: int, top_k: int) -> dict[str, Any]:
@@ -121,7 +125,7 @@ class Segment:
                                             else np.zeros((k, k), np.int64))
 
 
-class TaskHead:
+class TaskHead(NoSum):
     """A net compiled with ``--task detect`` or ``--task ocr``: its head's result per image
     (boxes, or text: :func:`.eval_tasks.predict_one`), scored on the client by
     :func:`.eval_tasks.summarize`; no per-chunk sum."""
@@ -131,15 +135,6 @@ class TaskHead:
 
     def predict(self, w: Worker, sample: Sample) -> tuple[dict[str, Any], Any]:
         return eval_tasks.predict_one(w.net, sample, self.kind), None
-
-    def zero(self, k: int) -> Any:
-        return None
-
-    def add(self, total: Any, part: Any) -> Any:
-        return None
-
-    def contribution(self, row: dict[str, Any], k: int) -> Any:
-        return None
 
 
 TASKS: dict[str, Any] = {CLASSIFY: Classify(), SEGMENT: Segment(),
