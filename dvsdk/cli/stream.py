@@ -178,7 +178,7 @@ def main(args: argparse.Namespace) -> int:
             if args.save_annotated:
                 print(f"annotated frames: {args.save_annotated}")
     if report.nonfinite:
-        from .run import EXIT_NONFINITE
+        from . import EXIT_NONFINITE
 
         return EXIT_NONFINITE
     return 0
@@ -186,7 +186,7 @@ def main(args: argparse.Namespace) -> int:
 
 def _warn_nonfinite(every: bool) -> Any:
     """The warning of frames with NaN/inf outputs: the first one (each one with ``-v``)."""
-    from .run import nonfinite
+    from . import nonfinite
 
     seen = [0]
 
