@@ -1,15 +1,23 @@
 """The framebuffer sink (issue 31 item 3) writing to a regular file laid out like
 /dev/fb0, with its geometry in a fake sysfs directory; the bytes are checked against a
 packing written here, pixel by pixel from the formats' definitions (RGB565, RGB888,
-XRGB8888, little-endian, drm_fourcc.h)."""
+XRGB8888, little-endian, drm_fourcc.h).  A real framebuffer's layout comes from the
+FBIOGET_VSCREENINFO ioctl: faked at the lowest level (``fcntl.ioctl`` returns a
+``struct fb_var_screeninfo`` packed here from linux/fb.h's field order, for /dev/null, a
+real character device, whose writes ``os.pwrite`` captures), and the bytes of BGR
+layouts checked against a per-pixel packing of the driver's offsets written here."""
 
 from __future__ import annotations
+
+import fcntl
+import os
+import struct
 
 import numpy as np
 import pytest
 from PIL import Image
 
-from dvsdk.apps.framebuffer import FramebufferSink, read_geometry
+from dvsdk.apps.framebuffer import FramebufferSink, parse_var_screeninfo, read_geometry
 from dvsdk.apps.sources import Frame
 from dvsdk.errors import FramebufferError
 
@@ -104,3 +112,135 @@ def test_refusals(tmp_path):
         read_geometry(sysfs)
     with pytest.raises(FramebufferError, match="no sysfs entry"):
         FramebufferSink(dev, tmp_path / "nowhere")
+
+
+def _var_screeninfo(xres, yres, bpp, red, green, blue, transp=(0, 0), grayscale=0,
+                    msb_right=0) -> bytes:
+    """struct fb_var_screeninfo (linux/fb.h): 8 __u32 (xres, yres, xres_virtual,
+    yres_virtual, xoffset, yoffset, bits_per_pixel, grayscale), 4 fb_bitfield {offset,
+    length, msb_right}, then 20 __u32 more (nonstd ... reserved), all native order."""
+    head = [xres, yres, xres, 2 * yres, 0, 0, bpp, grayscale]
+    for off, ln in (red, green, blue, transp):
+        head += [off, ln, msb_right]
+    return struct.pack("=40I", *head, *range(100, 120))
+
+
+def test_parse_var_screeninfo_reads_the_fields_in_order():
+    var = parse_var_screeninfo(_var_screeninfo(1280, 720, 32, (0, 8), (8, 8), (16, 8),
+                                               (24, 8)))
+    assert (var.xres, var.yres, var.xres_virtual, var.yres_virtual) == (1280, 720, 1280, 1440)
+    assert (var.bits_per_pixel, var.grayscale, var.msb_right) == (32, 0, (0, 0, 0, 0))
+    assert (var.layout.red, var.layout.green, var.layout.blue, var.layout.transp) == \
+        ((0, 8), (8, 8), (16, 8), (24, 8))
+    with pytest.raises(FramebufferError, match="too short"):
+        parse_var_screeninfo(b"\0" * 40)
+
+
+def _bgr_pixel(r: int, g: int, b: int, bpp: int) -> bytes:
+    """One pixel of the BGR layouts, from their definitions: BGR565 is B[15:11] G[10:5]
+    R[4:0]; BGR888 bytes R, G, B in memory; XBGR8888 bytes R, G, B, X (X = 255)."""
+    if bpp == 16:
+        return (((b >> 3) << 11) | ((g >> 2) << 5) | (r >> 3)).to_bytes(2, "little")
+    if bpp == 24:
+        return bytes([r, g, b])
+    return bytes([r, g, b, 255])
+
+
+BGR_FIELDS = {16: ((0, 5), (5, 6), (11, 5), (0, 0)), 24: ((0, 8), (8, 8), (16, 8), (0, 0)),
+              32: ((0, 8), (8, 8), (16, 8), (24, 8))}
+
+
+@pytest.fixture
+def fake_fb(monkeypatch, tmp_path):
+    """/dev/null as the framebuffer: ioctl 0x4600 answers ``var``; pwrite is captured."""
+    state: dict = {"writes": []}
+    real_ioctl, real_pwrite = fcntl.ioctl, os.pwrite
+
+    def ioctl(fd, request, arg=0, *rest):
+        if request == 0x4600 and fd == state.get("fd"):
+            assert len(arg) == 160                 # sizeof(struct fb_var_screeninfo)
+            return state["var"]
+        return real_ioctl(fd, request, arg, *rest)
+
+    def pwrite(fd, data, offset):
+        if fd == state.get("fd"):
+            state["writes"].append((bytes(data), offset))
+            return len(data)
+        return real_pwrite(fd, data, offset)
+
+    real_open = os.open
+
+    def open_(path, flags, *a):
+        fd = real_open(path, flags, *a)
+        if os.fspath(path) == os.devnull:
+            state["fd"] = fd
+        return fd
+
+    monkeypatch.setattr(fcntl, "ioctl", ioctl)
+    monkeypatch.setattr(os, "pwrite", pwrite)
+    monkeypatch.setattr(os, "open", open_)
+    return state
+
+
+@pytest.mark.parametrize("bpp", [16, 24, 32])
+def test_char_device_packs_the_drivers_bgr_layout(tmp_path, fake_fb, bpp):
+    # sysfs says a 12 x 12 virtual screen; the driver's visible mode is 12 x 6
+    width, height = 12, 6
+    stride = width * bpp // 8 + 4
+    _, sysfs = _fb(tmp_path, width, 2 * height, bpp, stride)
+    fake_fb["var"] = _var_screeninfo(width, height, bpp, *BGR_FIELDS[bpp])
+    sink = FramebufferSink(os.devnull, sysfs)
+    assert (sink.geometry.width, sink.geometry.height, sink.geometry.stride) == \
+        (width, height, stride)
+    assert sink.geometry.format == {16: "BGR565", 24: "BGR888", 32: "XBGR8888"}[bpp]
+    rgb = np.random.default_rng(bpp).integers(0, 256, (6, 4, 3), dtype=np.uint8)
+    sink.write(Frame(0, rgb, 0.0, "f"), None, None)
+    sink.close()
+    ((data, offset),) = fake_fb["writes"]
+    want = bytearray()
+    for y in range(height):
+        line = b"".join(_bgr_pixel(*(int(v) for v in rgb[y, x - 4]), bpp) if 4 <= x < 8
+                        else _bgr_pixel(0, 0, 0, bpp) for x in range(width))
+        want += line + b"\0" * (stride - len(line))
+    assert offset == 0 and data == bytes(want)
+
+
+def test_char_device_with_the_default_layout_packs_as_before(tmp_path, fake_fb):
+    _, sysfs = _fb(tmp_path, 12, 6, 16, 24)
+    fake_fb["var"] = _var_screeninfo(12, 6, 16, (11, 5), (5, 6), (0, 5))
+    sink = FramebufferSink(os.devnull, sysfs)
+    assert sink.geometry.format == "RGB565"
+    rgb = np.random.default_rng(1).integers(0, 256, (6, 4, 3), dtype=np.uint8)
+    sink.write(Frame(0, rgb, 0.0, "f"), None, None)
+    sink.close()
+    screen = np.zeros((6, 12, 3), np.uint8)
+    screen[:, 4:8] = rgb
+    assert fake_fb["writes"][0][0] == _expected(screen, 16, 24)
+
+
+def test_regular_file_takes_an_explicit_layout(tmp_path):
+    dev, sysfs = _fb(tmp_path, 4, 2, 16, 8)
+    rgb = np.random.default_rng(2).integers(0, 256, (2, 4, 3), dtype=np.uint8)
+    sink = FramebufferSink(dev, sysfs, layout="BGR565")
+    assert sink.geometry.format == "BGR565"
+    sink.write(Frame(0, rgb, 0.0, "f"), None, None)
+    sink.close()
+    assert dev.read_bytes() == b"".join(_bgr_pixel(*(int(v) for v in p), 16)
+                                        for row in rgb for p in row)
+    with pytest.raises(FramebufferError) as e:
+        FramebufferSink(dev, sysfs, layout="GRB565")
+    assert e.value.field == "layout"
+
+
+@pytest.mark.parametrize("kw, field", [({"grayscale": 1}, "grayscale"),
+                                       ({"msb_right": 1}, "msb_right"),
+                                       ({"red": (20, 12)}, "red")])
+def test_driver_layouts_that_cannot_be_packed_are_refused(tmp_path, fake_fb, kw, field):
+    _, sysfs = _fb(tmp_path, 8, 4, 32, 32)
+    fields = dict(zip(("red", "green", "blue", "transp"), BGR_FIELDS[32]))
+    fields.update({k: v for k, v in kw.items() if k in fields})
+    fake_fb["var"] = _var_screeninfo(8, 4, 32, **fields,
+                                     **{k: v for k, v in kw.items() if k not in fields})
+    with pytest.raises(FramebufferError) as e:
+        FramebufferSink(os.devnull, sysfs)
+    assert e.value.field == field and "\n" not in str(e.value)

@@ -24,6 +24,21 @@ frames per second.  On ``sim://`` the device's time is the simulator's predictio
 FPS (1 / median predicted device time) and the predicted board FPS of a sequential run
 (:mod:`dvsdk.runtime.board_model`), labelled as predictions, beside the host's measured
 ones.
+
+With ``ipu=True`` the prepare stage only works out each frame's geometry (the decoded RGB
+frame is kept), and the run stage has the device's IPU resize it and convert it to FP16
+straight into the input tensor (§9.1 of dv700-interface.md,
+:func:`dvsdk.runtime.ipu.ipu_preprocess`) before the net runs, as
+``net.run_image(frame, ipu=True)`` does, one frame at a time (the IPU's command and the
+net's share the device).  The net's recorded preprocessing must have an IPU equivalent
+(stretch resize, x/255 or x - integer mean, no std, one sample): otherwise the pipeline
+refuses before its first frame (InvalidArgument naming the field,
+:func:`dvsdk.runtime.ipu.check_ipu`).
+
+A frame whose outputs hold NaN or inf (values that overflowed FP16 on the device) is
+still finished, drawn and written, and counted (``PipelineReport.nonfinite``, the first
+such frame's name in ``first_nonfinite``); ``on_nonfinite(frame, outputs)`` is called for
+each.
 """
 
 from __future__ import annotations
@@ -146,6 +161,8 @@ class PipelineReport:
     device_us: list[float] = field(default_factory=list)
     board_us: list[float] = field(default_factory=list)
     device_predicted: bool = True
+    nonfinite: int = 0
+    first_nonfinite: str | None = None
 
     @property
     def fps(self) -> float:
@@ -153,6 +170,7 @@ class PipelineReport:
 
     def as_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {"frames": self.frames, "dropped": self.dropped,
+                             "nonfinite": self.nonfinite,
                              "wall_s": self.wall_s, "fps": self.fps,
                              "stages": {s: _ms(v) for s, v in self.stages.items() if v},
                              "latency": _ms(self.latency)}
@@ -177,6 +195,9 @@ class PipelineReport:
         for name, s in d["stages"].items():
             out.append(f"  {name:8s} {s['median_ms']:7.2f} ms {s['p99_ms']:7.2f} ms "
                        f"{s['fps']:6.1f} FPS")
+        if self.nonfinite:
+            out.append(f"  {self.nonfinite} frames with non-finite outputs (NaN/inf), the "
+                       f"first {self.first_nonfinite}")
         lat = d["latency"]
         out.append(f"  latency  {lat['median_ms']:7.2f} ms {lat['p99_ms']:7.2f} ms  "
                    "(source to sinks)")
@@ -198,12 +219,15 @@ class Pipeline:
     (``write(frame, result, annotated)``; the annotated frame is drawn only when a sink
     ``needs_annotated``).  ``head``: the task head (default :func:`dvsdk.tasks.head_for`);
     ``live``: drop stale frames (default: the source's own ``live``); ``depth``: the bound
-    of each queue; ``on_result(frame, result)``: called in the last stage, in order."""
+    of each queue; ``on_result(frame, result)``: called in the last stage, in order;
+    ``ipu``: resize and convert on the device's IPU (module docstring);
+    ``on_nonfinite(frame, outputs)``: called for a frame whose outputs hold NaN/inf."""
 
     def __init__(self, net: Any, source: Any, sinks: Iterable[Any] = (), head: Any = None,
                  timeout: float = 10.0, live: bool | None = None, depth: int = 2,
                  on_result: Callable[[Frame, Any], None] | None = None,
-                 max_frames: int | None = None) -> None:
+                 max_frames: int | None = None, ipu: bool = False,
+                 on_nonfinite: Callable[[Frame, dict], None] | None = None) -> None:
         if depth < 1:
             raise InvalidArgument("the queue depth must be at least 1", field="depth",
                                   value=depth, limit=">= 1")
@@ -211,6 +235,10 @@ class Pipeline:
         if len(shape) == 4 and shape[0] != 1:
             raise InvalidArgument("the pipeline runs one frame at a time: compile the net "
                                   "for a batch of 1", field="batch", value=shape[0], limit=1)
+        if ipu:
+            from ..runtime.ipu import check_ipu
+
+            check_ipu(net)
         if head is None:
             from ..tasks import head_for
 
@@ -222,6 +250,8 @@ class Pipeline:
         self.depth = depth
         self.on_result = on_result
         self.max_frames = max_frames
+        self.ipu = ipu
+        self.on_nonfinite = on_nonfinite
         self.report = PipelineReport(device_predicted=bool(getattr(net, "simulated", True)))
         self.stop = threading.Event()
         self.errors: list[BaseException] = []
@@ -256,7 +286,10 @@ class Pipeline:
         times = self.report.stages["prepare"]
         while (item := inbox.get(self.stop)) is not _END:
             t0 = time.perf_counter()
-            item.x, item.ctx = self.head.prepare(item.frame.rgb)
+            if self.ipu:   # the IPU prepares it in the run stage: the geometry only
+                item.ctx = self.head.geometry(*item.frame.rgb.shape[:2])
+            else:
+                item.x, item.ctx = self.head.prepare(item.frame.rgb)
             times.append(time.perf_counter() - t0)
             out.put(item, self.stop)
 
@@ -280,6 +313,9 @@ class Pipeline:
             item.x = None
             out.put(item, self.stop)
 
+        if self.ipu:
+            self._run_ipu(inbox, out)
+            return
         while True:
             item = inbox.get_nowait() if flight else inbox.get(self.stop)
             if item is _EMPTY:
@@ -295,6 +331,21 @@ class Pipeline:
         while flight and not self.stop.is_set():
             finish_oldest()
 
+    def _run_ipu(self, inbox: Any, out: Any) -> None:
+        """Each frame: the IPU's resize and conversion into the input tensor, then the net
+        (``net.run_image(rgb, ipu=True)``; the device does one at a time)."""
+        rep = self.report
+        while (item := inbox.get(self.stop)) is not _END:
+            t0 = time.perf_counter()
+            item.outputs = self.net.run_image(item.frame.rgb, self.timeout, ipu=True,
+                                              raw=True)
+            rep.stages["run"].append(time.perf_counter() - t0)
+            st = self.net.last_run
+            if st.segments:
+                rep.device_us.append(st.device_us)
+                rep.board_us.append(st.board.total_us)
+            out.put(item, self.stop)
+
     def _finish(self, inbox: Any) -> None:
         rep = self.report
         draw = any(getattr(s, "needs_annotated", False) for s in self.sinks)
@@ -306,9 +357,19 @@ class Pipeline:
 
         while (item := inbox.get(self.stop)) is not _END:
             t0 = time.perf_counter()
-            result = self.head.finish(item.outputs, item.ctx)
+            bad = not all(np.isfinite(v).all() for v in item.outputs.values()
+                          if np.asarray(v).dtype.kind in "fc")
+            with np.errstate(all="ignore"):   # NaN/inf are counted, not warned about
+                result = self.head.finish(item.outputs, item.ctx)
             t1 = time.perf_counter()
-            annotated = result.draw(item.frame.rgb) if draw else None
+            if bad:
+                rep.nonfinite += 1
+                if rep.first_nonfinite is None:
+                    rep.first_nonfinite = item.frame.name
+                if self.on_nonfinite is not None:
+                    self.on_nonfinite(item.frame, item.outputs)
+            with np.errstate(all="ignore"):
+                annotated = result.draw(item.frame.rgb) if draw else None
             t2 = time.perf_counter()
             for s in self.sinks:
                 s.write(item.frame, result, annotated)

@@ -145,3 +145,18 @@ def parse_hw(text: str) -> tuple[int, int]:
     if h < 1 or w < 1:
         raise InvalidArgument("size must be positive", field="input-size", value=text)
     return h, w
+
+
+def nonfinite(outputs: dict) -> str | None:
+    """Which outputs hold NaN or inf, as a sentence; None when all are finite (the
+    image path of ``dvsdk-run`` and its frame pipeline, exit 4)."""
+    import numpy as np
+
+    bad = [(k, int(np.count_nonzero(~np.isfinite(v))), v.size) for k, v in outputs.items()
+           if not np.isfinite(v).all()]
+    if not bad:
+        return None
+    which = ", ".join(f"{k!r} {n} of {size}" for k, n, size in bad)
+    return (f"non-finite outputs (NaN/inf): {which}; the values overflowed FP16 (+-65504) "
+            "on the device: check the input scaling the net.bin was compiled with "
+            "(--mean/--scale/--std)")

@@ -21,6 +21,7 @@ from . import (
     EXIT_NONFINITE,
     Parser,
     entry,
+    nonfinite,
     positive_float,
     positive_int,
 )
@@ -113,18 +114,6 @@ def _classification(net, outputs: dict[str, np.ndarray], k: int) -> list[dict] |
     labels = net.labels or []
     return [{"class": int(i), "label": labels[i] if i < len(labels) else str(int(i)),
              "probability": float(probs[i])} for i in top]
-
-
-def nonfinite(outputs: dict[str, np.ndarray]) -> str | None:
-    """Which outputs hold NaN or inf, as a sentence; None when all are finite."""
-    bad = [(k, int(np.count_nonzero(~np.isfinite(v))), v.size) for k, v in outputs.items()
-           if not np.isfinite(v).all()]
-    if not bad:
-        return None
-    which = ", ".join(f"{k!r} {n} of {size}" for k, n, size in bad)
-    return (f"non-finite outputs (NaN/inf): {which}; the values overflowed FP16 (+-65504) "
-            "on the device: check the input scaling the net.bin was compiled with "
-            "(--mean/--scale/--std)")
 
 
 def main(argv: list[str]) -> int:

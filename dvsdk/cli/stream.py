@@ -9,6 +9,12 @@ output of the pipeline is asked for (``--save-annotated``, ``--save-json``, ``--
 summary is printed as a table at the end (``-v``: a line a frame as well).  Ctrl-C ends a
 camera's run as its normal end: the frames so far are written (the video closed, the JSON
 lines saved) and the summary printed, exit 0.
+
+``--ipu`` has the device's IPU resize and convert each frame (:mod:`dvsdk.apps.pipeline`);
+a net whose preprocessing the IPU cannot do (letterbox, std, a batch) is refused in one
+line before any output is made.  Frames whose outputs hold NaN/inf (FP16 overflow) are
+counted: the first one is named in a warning line, the summary counts them, and the run
+exits 4 at its end, as ``dvsdk-run net.bin image.png`` does for such an image.
 """
 
 from __future__ import annotations
@@ -26,7 +32,7 @@ from . import positive_float, positive_int
 #: dvsdk-run's options that belong to single images or tensors, not to a frame stream
 _NOT_HERE = {"input": "--input", "save": "--save", "record": "--record", "bench": "--bench",
              "time": "--time", "selftest": "--selftest", "profile": "--profile",
-             "trace": "--trace", "save_mask": "--save-mask", "ipu": "--ipu"}
+             "trace": "--trace", "save_mask": "--save-mask"}
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -136,6 +142,10 @@ def main(args: argparse.Namespace) -> int:
         raise InvalidArgument("net.bin not found", field="net", value=args.net)
     cam = {k: v for k, v in (("size", args.camera_size), ("fps", args.camera_fps)) if v}
     with load(args.net, args.device) as net:
+        if args.ipu:   # refused before any source or output is opened
+            from ..runtime.ipu import check_ipu
+
+            check_ipu(net)
         source = open_source(args.images if len(args.images) > 1 else args.images[0], **cam)
         ok = False
         sinks: list[Any] = []
@@ -144,7 +154,8 @@ def main(args: argparse.Namespace) -> int:
             verbose = args.verbose and not args.json and not args.quiet
             pipe = Pipeline(net, source, sinks, timeout=args.timeout,
                             max_frames=args.max_frames,
-                            on_result=_say if verbose else None)
+                            on_result=_say if verbose else None, ipu=bool(args.ipu),
+                            on_nonfinite=None if args.quiet else _warn_nonfinite(verbose))
             try:
                 report = pipe.run()
             except KeyboardInterrupt:   # Ctrl-C: how a camera run ends; keep what was made
@@ -166,7 +177,26 @@ def main(args: argparse.Namespace) -> int:
             print("\n".join(report.lines()))
             if args.save_annotated:
                 print(f"annotated frames: {args.save_annotated}")
+    if report.nonfinite:
+        from . import EXIT_NONFINITE
+
+        return EXIT_NONFINITE
     return 0
+
+
+def _warn_nonfinite(every: bool) -> Any:
+    """The warning of frames with NaN/inf outputs: the first one (each one with ``-v``)."""
+    from . import nonfinite
+
+    seen = [0]
+
+    def warn(frame: Any, outputs: dict) -> None:
+        seen[0] += 1
+        if every or seen[0] == 1:
+            more = "" if every else " (the summary counts the frames that follow)"
+            print(f"dvsdk-run: warning: {frame.name}: {nonfinite(outputs)}{more}",
+                  file=sys.stderr, flush=True)
+    return warn
 
 
 def _say(frame: Any, result: Any) -> None:

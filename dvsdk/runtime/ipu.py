@@ -45,6 +45,31 @@ def _conversion(pre: dict[str, Any]) -> tuple[int, tuple[int, int, int]]:
                           limit="DIV_255 or SUB")
 
 
+def check_ipu(net: Any) -> None:
+    """Raise InvalidArgument (naming the field) unless :func:`ipu_preprocess` can fill
+    ``net``'s input: a device with an IPU, a single 3-channel image input of one sample
+    in the arena (``batch``), stretch resize (``resize``), and a conversion the IPU has
+    (``preprocess``: x/255, or x - integer mean; no ``std``).  What a frame pipeline
+    checks once before its first frame (:class:`dvsdk.apps.pipeline.Pipeline`)."""
+    if "ipu" not in net.device.info().units:
+        raise InvalidArgument("this device has no IPU", field="device",
+                              value=net.device.info().units, limit="ipu")
+    if len(net.inputs) != 1:
+        raise InvalidArgument("the IPU fills a single-input network", field="inputs",
+                              value=[i["name"] for i in net.inputs], limit=1)
+    spec = net.inputs[0]
+    shape = tuple(spec["shape"])
+    if len(shape) == 4 and shape[0] != 1:
+        raise InvalidArgument("the IPU fills one image; this network takes a batch",
+                              field="batch", value=shape[0], limit=1)
+    if spec.get("layout") == "NHWC" and len(shape) == 4:
+        shape = (shape[0], shape[3], shape[1], shape[2])
+    if len(shape) != 4 or shape[1] != 3 or net._dev(spec["tensor"]) is None:
+        raise InvalidArgument("the IPU fills a 3-channel image input on the device",
+                              field="input", value=shape, limit="(1, 3, H, W)")
+    _conversion(spec.get("preprocess", {}))
+
+
 def ipu_preprocess(net: Any, ctx: Any, spec: dict[str, Any], rgb: np.ndarray,
                    timeout: float) -> None:
     info = net.device.info()
