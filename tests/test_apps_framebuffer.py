@@ -114,6 +114,13 @@ def test_refusals(tmp_path):
         FramebufferSink(dev, tmp_path / "nowhere")
 
 
+def _var_screeninfo_panned(xoffset: int, yoffset: int, *args, **kw) -> bytes:
+    """:func:`_var_screeninfo` with the visible window panned to (xoffset, yoffset)."""
+    fields = list(struct.unpack("=40I", _var_screeninfo(*args, **kw)))
+    fields[4:6] = [xoffset, yoffset]
+    return struct.pack("=40I", *fields)
+
+
 def _var_screeninfo(xres, yres, bpp, red, green, blue, transp=(0, 0), grayscale=0,
                     msb_right=0) -> bytes:
     """struct fb_var_screeninfo (linux/fb.h): 8 __u32 (xres, yres, xres_virtual,
@@ -216,6 +223,31 @@ def test_char_device_with_the_default_layout_packs_as_before(tmp_path, fake_fb):
     screen = np.zeros((6, 12, 3), np.uint8)
     screen[:, 4:8] = rgb
     assert fake_fb["writes"][0][0] == _expected(screen, 16, 24)
+
+
+@pytest.mark.parametrize("xoffset, yoffset", [(0, 6), (2, 1)])
+def test_char_device_writes_where_the_driver_has_panned(tmp_path, fake_fb, xoffset, yoffset):
+    """A double-buffered console shows the buffer at (xoffset, yoffset): the frame goes
+    there, yoffset x stride + xoffset x 2 bytes into the memory, each line stride apart."""
+    width, height, stride = 12, 6, 32
+    _, sysfs = _fb(tmp_path, 16, 2 * height, 16, stride)
+    fake_fb["var"] = _var_screeninfo_panned(xoffset, yoffset, width, height, 16,
+                                            (11, 5), (5, 6), (0, 5))
+    sink = FramebufferSink(os.devnull, sysfs)
+    rgb = np.random.default_rng(3).integers(0, 256, (6, 4, 3), dtype=np.uint8)
+    sink.write(Frame(0, rgb, 0.0, "f"), None, None)
+    sink.close()
+    ((data, offset),) = fake_fb["writes"]
+    assert offset == yoffset * stride + xoffset * 2
+    screen = np.zeros((height, width, 3), np.uint8)
+    screen[:, 4:8] = rgb
+    whole = _expected(screen, 16, stride)
+    assert data == whole[: len(whole) - xoffset * 2]   # no byte past the last line
+    memory = bytearray(2 * height * stride)           # what the screen then holds
+    memory[offset:offset + len(data)] = data
+    for y in range(height):
+        row = bytes(memory[(yoffset + y) * stride + xoffset * 2:][:width * 2])
+        assert row == whole[y * stride:y * stride + width * 2], y
 
 
 def test_regular_file_takes_an_explicit_layout(tmp_path):

@@ -188,4 +188,6 @@ def test_nonfinite_frames_on_the_video_path_exit_4(tmp_path, capsys):
                       str(tmp_path / "r.jsonl")])
     out, err = capsys.readouterr()
     assert rc == 4 and "2 frames with non-finite outputs (NaN/inf), the first c.mp4#1" in out
-    assert len((tmp_path / "r.jsonl").read_text().splitlines()) == 6
+    records = [json.loads(line) for line in (tmp_path / "r.jsonl").read_text().splitlines()]
+    assert len(records) == 6
+    assert {r["frame"] for r in records if r.get("nonfinite")} == want   # flagged per frame

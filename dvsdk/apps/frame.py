@@ -27,6 +27,8 @@ class Frame:
     rgb: np.ndarray
     time: float
     name: str
+    #: set by the pipeline when the network's outputs for this frame hold NaN/inf
+    nonfinite: bool = False
 
 
 class Source:

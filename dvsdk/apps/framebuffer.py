@@ -33,8 +33,10 @@ bits:
   where a driver reads the byte as alpha).
 
 Each frame is letterboxed into the screen (aspect kept, centered, black bars; bilinear
-scaling as :func:`dvsdk.runtime.images.resize`) and written as one whole screen from
-byte 0 with ``pwrite`` (the first buffer of a panning screen).
+scaling as :func:`dvsdk.runtime.images.resize`) and written as one whole screen with one
+``pwrite`` where the visible window starts: ``yoffset x stride + xoffset x bpp/8`` (the
+driver's pan position, so a double-buffered console shows the frame; 0 for a regular
+file).
 """
 
 from __future__ import annotations
@@ -153,6 +155,7 @@ class Geometry:
     bpp: int
     stride: int
     layout: Layout | None = None     # None: the default of the depth
+    offset: int = 0                  # byte where the visible window starts (pan position)
 
     @property
     def channels(self) -> Layout:
@@ -291,8 +294,11 @@ class FramebufferSink:
         self.geometry = geo
 
     def write(self, frame, result, annotated: np.ndarray | None) -> None:
-        data = screen_bytes(annotated if annotated is not None else frame.rgb, self.geometry)
-        os.pwrite(self.fd, data.tobytes(), 0)
+        geo = self.geometry
+        data = screen_bytes(annotated if annotated is not None else frame.rgb, geo).tobytes()
+        if geo.offset % geo.stride:   # panned sideways: the last line's padding would run
+            data = data[: len(data) - geo.offset % geo.stride]   # past the screen memory
+        os.pwrite(self.fd, data, geo.offset)
 
     def close(self) -> None:
         if self.fd >= 0:
@@ -317,7 +323,8 @@ def _from_driver(var: VarScreenInfo, sysfs: Geometry) -> Geometry:
         raise FramebufferError("the stride does not hold a line of the screen",
                                field="stride", value=sysfs.stride,
                                limit=f">= {width} x {bpp // 8} bytes")
-    return Geometry(width, height, bpp, sysfs.stride, check_layout(var.layout, bpp))
+    return Geometry(width, height, bpp, sysfs.stride, check_layout(var.layout, bpp),
+                    var.yoffset * sysfs.stride + var.xoffset * bpp // 8)
 
 
 def _found() -> str:

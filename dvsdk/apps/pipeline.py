@@ -363,6 +363,7 @@ class Pipeline:
                 result = self.head.finish(item.outputs, item.ctx)
             t1 = time.perf_counter()
             if bad:
+                item.frame.nonfinite = True     # the sinks' records say so
                 rep.nonfinite += 1
                 if rep.first_nonfinite is None:
                     rep.first_nonfinite = item.frame.name

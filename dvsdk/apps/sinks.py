@@ -28,10 +28,13 @@ VIDEO_FORMATS = {".mp4": "mp4", ".m4v": "mp4", ".mov": "mov", ".mkv": "matroska"
 
 
 def record(frame: Any, result: Any) -> dict[str, Any]:
-    """The JSON-lines record of one frame: its index, time (s) and source name, then the
-    result's own keys (``Result.to_json()``)."""
+    """The JSON-lines record of one frame: its index, time (s) and source name,
+    ``"nonfinite": true`` when the network's outputs held NaN/inf, then the result's own
+    keys (``Result.to_json()``)."""
     rec: dict[str, Any] = {"frame": int(frame.index), "time": round(float(frame.time), 6),
                            "source": frame.name}
+    if getattr(frame, "nonfinite", False):
+        rec["nonfinite"] = True
     if result is not None:
         rec.update(result.to_json())
     return rec
