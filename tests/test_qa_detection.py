@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -191,3 +192,13 @@ def test_edit_distance_equals_plain_dynamic_programming():
         a = "".join(rng.choice(list("abc"), rng.integers(0, 9)))
         b = "".join(rng.choice(list("abc"), rng.integers(0, 9)))
         assert edit_distance(a, b) == ref(a, b), (a, b)
+
+
+def test_ocr_label_lines_split_at_newlines_only(tmp_path):
+    """The text is everything after the first tab: U+0085, U+2028 and a form feed are part of
+    a label (str.splitlines split there), a CRLF file reads as LF."""
+    p = tmp_path / "labels.txt"
+    p.write_bytes("a.png\tAB\x85CD\r\nb.png\tok\u2028fine\x0c\n\nc.png\t\n".encode())
+    ds = open_task_dataset(p, {"task": {"kind": "ocr", "chars": ["A", "B"]}})
+    assert [(Path(s.image).name, s.target) for s in ds.samples] == [
+        ("a.png", "AB\x85CD"), ("b.png", "ok\u2028fine\x0c"), ("c.png", "")]

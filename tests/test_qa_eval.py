@@ -105,15 +105,20 @@ def test_board_farm_of_two_agents(digits):
     assert result.workers == [a.url, b.url]
 
 
-def test_dask_cluster_on_loopback_matches_a_local_run(digits):
+@pytest.mark.parametrize("workers, threads", [(2, 1), (1, 2)])
+def test_dask_cluster_on_loopback_matches_a_local_run(digits, workers, threads):
+    """Two workers, or one worker running tasks on two threads (Dask's default is a thread
+    a core): its threads take turns on the one loaded net, so each chunk's device times
+    and a device failure are its own."""
     distributed = pytest.importorskip("distributed")
     root, ref = digits
     ds = open_dataset(root / "folders", LABELS)
-    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
-                                  host="127.0.0.1", dashboard_address=None) as cluster:
+    with distributed.LocalCluster(n_workers=workers, threads_per_worker=threads,
+                                  processes=True, host="127.0.0.1",
+                                  dashboard_address=None) as cluster:
         result = evaluate(NET, ds, scheduler=cluster.scheduler_address)
     _same(result, ref)
-    assert len(result.workers) == 2 and all("127.0.0.1" in w for w in result.workers)
+    assert len(result.workers) == workers and all("127.0.0.1" in w for w in result.workers)
 
 
 def seg_data(tmp_path: Path) -> tuple[Path, Path, np.ndarray]:

@@ -418,3 +418,23 @@ def test_help_examples_name_no_detection_net_without_its_metrics(capsys):
     out = capsys.readouterr().out
     assert "examples:" in out and "det.xml" not in out
     assert all("--expect map" in line for line in out.splitlines() if "det.bin" in line)
+
+
+def test_a_csv_log_resumes_class_names_holding_a_semicolon(tmp_path):
+    """The top-k class names and scores are JSON lists in a CSV cell: a name with ";" (or a
+    comma) reads back as written (they were joined by ";" and split apart again)."""
+    from dvsdk.qa.dataset import Dataset, Sample
+    from dvsdk.qa.evallog import PerImageLog, image_row
+
+    classes = ["cat", "dog; hound", "bird, small"]
+    ds = Dataset("classify", [Sample(str(tmp_path / f"{i}.png"), label=i) for i in range(3)],
+                 classes, str(tmp_path))
+    results = {0: {"top": [1, 0], "scores": [0.75, 0.25], "device_us": 10.0},
+               1: {"top": [2, 1], "scores": [0.5, 0.5], "device_us": 11.0},
+               2: {"top": [0, 2], "scores": [1.0, 0.0], "device_us": 12.0}}
+    for suffix in (".csv", ".jsonl"):
+        log = PerImageLog(tmp_path / f"log{suffix}")
+        for i, r in results.items():
+            log.add(image_row(ds.samples[i], r, "", classes))
+        log.close()
+        assert read_log(tmp_path / f"log{suffix}", ds, top=2) == results, suffix

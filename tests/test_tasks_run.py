@@ -317,6 +317,10 @@ def test_task_errors_are_typed_and_cli_says_one_line(tmp_path, capsys):
     with pytest.raises(TaskError) as e:
         dvsdk.compile(tmp_path / "y.onnx", task="track")
     assert e.value.field == "task.kind"
+    for bad in (float("inf"), float("nan"), 5.5):   # inf and nan raised builtin errors
+        with pytest.raises(TaskError) as e:
+            dvsdk.compile(tmp_path / "y.onnx", task={"kind": "detect", "max_det": bad})
+        assert e.value.field.endswith("max_det"), bad
 
 
 def test_reader_refuses_a_bad_task_and_loads_old_files(tmp_path):

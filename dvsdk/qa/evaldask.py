@@ -49,21 +49,27 @@ class NetUpload(WorkerPlugin):
 
 def dask_chunk(chunk: Chunk, key: str, args: tuple) -> ChunkOut:
     """A chunk on a Dask worker, with the net loaded once per process (dropped when its
-    device fails, so the next chunk opens it afresh)."""
+    device fails, so the next chunk opens it afresh).  A Dask worker runs tasks on several
+    threads; they take turns on the one net (its ``last_run`` and a device failure are one
+    chunk's), as a board is never shared."""
     name = key + "/" + "/".join(map(str, args))
     with _LOCK:
-        worker = _LOADED.get(name)
-        if worker is None:
+        loaded = _LOADED.get(name)
+        if loaded is None:
             if key not in _NETS:
                 raise InvalidArgument("this Dask worker has not received the net",
                                       field="net", value=key[:16])
             url = os.environ.get("DVSDK_DEVICE") or "sim://"
-            worker = _LOADED[name] = Worker(_NETS[key], url, *args)
-    out = worker.predict(chunk)
-    if out.stopped_at is not None:
-        with _LOCK:
-            _LOADED.pop(name, None)
-        worker.close()
+            loaded = _LOADED[name] = (Worker(_NETS[key], url, *args), threading.Lock())
+    worker, turn = loaded
+    with turn:
+        if _LOADED.get(name) is not loaded:      # closed by a thread before this one
+            return dask_chunk(chunk, key, args)
+        out = worker.predict(chunk)
+        if out.stopped_at is not None:
+            with _LOCK:
+                _LOADED.pop(name, None)
+            worker.close()
     return out
 
 

@@ -4,8 +4,8 @@ One row per image: its path, its label (or mask), then its prediction (top-k cla
 with their scores, or its pixel accuracy and the non-zero cells of its confusion matrix as
 ``true:predicted:count``; a detector's boxes as ``[x0, y0, x1, y1, score, class]`` lists,
 JSON in a CSV cell; a recognizer's text and score), its device time, or its error.
-``.jsonl`` holds one JSON object a line; ``.csv`` the columns of :data:`COLUMNS` (lists
-joined by ``;``).
+``.jsonl`` holds one JSON object a line; ``.csv`` the columns of :data:`COLUMNS` (the
+top-k names, their scores and the boxes as JSON lists, the cells as ``;``-joined triples).
 
 The log is written while the run goes: one ``write`` of a whole line per image, on a file
 opened for appending, so a run killed at any point leaves every completed image in it
@@ -74,10 +74,14 @@ def _line(row: dict[str, Any], as_csv: bool) -> str:
     buf = io.StringIO()
     cells = {"cells": ";".join(":".join(map(str, c)) for c in row.get("cells", []))}
     csv.DictWriter(buf, COLUMNS, lineterminator="\n").writerow(
-        {k: json.dumps(v) if k == "boxes" else ";".join(str(x) for x in v)
+        {k: json.dumps(v) if k in _JSON_CELLS else ";".join(str(x) for x in v)
          if isinstance(v, list) else ("" if v is None else v)
          for k, v in {**row, **cells}.items()})
     return buf.getvalue()
+
+
+#: CSV cells holding a JSON list: boxes, and the top-k class names (a name may hold ";")
+_JSON_CELLS = ("boxes", "top_k", "scores")
 
 
 def _header(as_csv: bool) -> str:
@@ -155,7 +159,11 @@ def read_log(path: str | os.PathLike, dataset: Dataset, top: int = 1
 
 def _result(row: dict[str, Any], names: dict[str, int], as_csv: bool) -> dict[str, Any]:
     def split(v: Any) -> list:
-        return (v.split(";") if v else []) if as_csv else list(v)
+        if not as_csv:
+            return list(v)
+        if v.startswith("["):      # a JSON cell (_JSON_CELLS)
+            return [str(x) for x in json.loads(v)]
+        return v.split(";") if v else []
 
     us = float(row["device_us"])
     if "boxes" in row and row["boxes"] not in (None, ""):

@@ -167,7 +167,8 @@ def _voc(root: Path, labels: list[str]) -> Dataset:
 
 def _label_file(path: Path, chars: list[str]) -> Dataset:
     samples = []
-    for n, line in enumerate(_read_text(path).splitlines(), 1):
+    for n, line in enumerate(_read_text(path).split("\n"), 1):   # not splitlines: a
+        line = line.removesuffix("\r")        # label may hold U+0085, U+2028, form feeds
         if not line.strip():
             continue
         image, sep, text = line.partition("\t")

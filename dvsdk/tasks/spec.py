@@ -128,8 +128,8 @@ class TaskSpec:
 
 
 def _int(v: Any, name: str, lo: int, hi: int) -> int:
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or v != int(v) \
-            or not lo <= int(v) <= hi:
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) \
+            or v != int(v) or not lo <= int(v) <= hi:
         raise TaskError(f"{name.split('.')[-1]} must be an integer in [{lo}, {hi}]",
                         field=name, value=v, limit=f"{lo}..{hi}")
     return int(v)
