@@ -12,11 +12,14 @@ Fixtures:
 
 Under pytest-xdist (``-n N``) it is the same: every test that uses a device runs once per
 URL and its id names the URL (every worker computes the same ids from the same options or
-ini). A board is never shared between workers: the tests of a board URL carry
-``xdist_group(URL)`` and the plugin turns xdist's default ``--dist load`` into
-``loadgroup``, so each board's tests run on one worker (its ids end in ``@URL``, xdist's
-group suffix); simulators are not grouped (each worker opens its own). Another ``--dist``
-mode with a board URL is a usage error.
+ini). A board is never shared between workers: with a board URL the plugin schedules
+xdist's default ``--dist load`` (or ``loadgroup``) itself (``pytest_xdist_make_scheduler``):
+the tests whose id names a board form one unit, run by one worker, and every other test is
+spread as ``load`` spreads them; simulators are not grouped (each worker opens its own).
+It reads the board from the id, not from xdist's ``@group`` suffix (pytest 9.2 computes
+ids from a structured form that xdist 3.8's suffix no longer changes, so ``loadgroup``
+alone would spread a board's tests). Another ``--dist`` mode with a board URL is a usage
+error.
 
 Which device ran what: the report header lists the devices, each test id names its URL,
 and every test that uses a device records it as the ``dv_device`` property (JUnit XML).
@@ -63,10 +66,6 @@ def _xdist_workers(config: pytest.Config) -> int:
     return n if isinstance(n, int) else os.cpu_count() or 1
 
 
-def _under_xdist(config: pytest.Config) -> bool:
-    return bool(_xdist_workers(config)) or hasattr(config, "workerinput")
-
-
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "dv_hardware: needs a real DV700 (skipped on "
                                        "simulated devices)")
@@ -76,15 +75,11 @@ def pytest_configure(config: pytest.Config) -> None:
     boards = [u for u in urls if not _is_simulator_url(u)]
     if len(set(boards)) != len(boards):
         raise pytest.UsageError(f"--dv-device names the same board twice: {boards}")
-    if not boards:
+    if not boards or hasattr(config, "workerinput"):
         return
-    if hasattr(config, "workerinput"):
-        config.option.loadgroup = True      # xdist suffixes grouped ids with @URL
-    elif _xdist_workers(config):
+    if _xdist_workers(config):
         dist = getattr(config.option, "dist", "load")
-        if dist == "load":
-            config.option.dist = "loadgroup"
-        elif dist != "loadgroup":
+        if dist not in ("load", "loadgroup"):
             raise pytest.UsageError(
                 f"--dist {dist} could run one board's tests on two xdist workers at once "
                 f"({', '.join(boards)}); use --dist load or loadgroup")
@@ -95,11 +90,37 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     board's tests are one group (one worker)."""
     if "dv_device_url" not in metafunc.fixturenames:
         return
-    grouped = _under_xdist(metafunc.config)
-    params = [pytest.param(u, id=u, marks=[pytest.mark.xdist_group(u)]
-                           if grouped and not _is_simulator_url(u) else [])
-              for u in _urls(metafunc.config)]
+    params = [pytest.param(u, id=u) for u in _urls(metafunc.config)]
     metafunc.parametrize("dv_device_url", params, indirect=True, scope="session")
+
+
+def board_of(nodeid: str, boards: list[str]) -> str | None:
+    """The board URL a test id names in its parameters (``test_x[socket://b1:7000-3]``),
+    or None."""
+    params = nodeid[nodeid.find("["):] if "[" in nodeid else ""
+    for url in sorted(boards, key=len, reverse=True):   # b1:70 is not b1:7000's board
+        for before in ("[", "-"):
+            at = params.find(before + url)
+            end = at + 1 + len(url)
+            if at >= 0 and (end == len(params) or params[end] in "-]"):
+                return url
+    return None
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """With a board URL: xdist's load scheduling with each board's tests one unit (one
+    worker); None (xdist's own) otherwise."""
+    boards = [u for u in _urls(config) if not _is_simulator_url(u)]
+    if not boards:
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class BoardScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return board_of(nodeid, boards) or nodeid
+
+    return BoardScheduling(config, log)
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
