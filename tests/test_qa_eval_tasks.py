@@ -14,9 +14,9 @@ import dvsdk
 from dvsdk.cli.compile import run as compile_cli
 from dvsdk.cli.main import run as dvsdk_cli
 
-from .task_models import ctc_recognizer, yolov8_like
+from .task_models import yolov8_like
 from .test_qa_detection import pycoco
-from .test_tasks_run import ctc_ref, ort_run, photo, reference_detections
+from .test_tasks_run import compiled_recognizer, ctc_ref, ort_run, photo, reference_detections
 
 
 def reference_boxes(model, rgb):
@@ -100,12 +100,7 @@ def test_eval_detection_map_equals_pycocotools(tmp_path, capsys):
 
 
 def test_eval_ocr_char_and_word_accuracy(tmp_path, capsys):
-    model = ctc_recognizer()
-    onnx.save(model, tmp_path / "c.onnx")
-    (tmp_path / "chars.txt").write_text("a\nb\nc\nd\ne\n")
-    assert compile_cli([str(tmp_path / "c.onnx"), "-o", str(tmp_path / "c.bin"), "--task",
-                        "ocr", "--chars", str(tmp_path / "chars.txt"), "--scale", "1/255",
-                        "-q"]) == 0
+    model = compiled_recognizer(tmp_path)
     lines, texts = [], []
     for seed in range(40):
         rgb = photo(8, 32, seed=seed)

@@ -200,13 +200,20 @@ def ctc_ref(steps, chars):
     return "".join(out)
 
 
-def test_ocr_text_equals_ctc_of_onnxruntime(tmp_path):
+def compiled_recognizer(tmp_path):
+    """The CTC recognizer of task_models, compiled with ``--task ocr`` and the characters
+    a..e to ``tmp_path / "c.bin"``; the ONNX model."""
     model = ctc_recognizer()
     onnx.save(model, tmp_path / "c.onnx")
     (tmp_path / "chars.txt").write_text("a\nb\nc\nd\ne\n")
     assert compile_cli([str(tmp_path / "c.onnx"), "-o", str(tmp_path / "c.bin"), "--task",
                         "ocr", "--chars", str(tmp_path / "chars.txt"), "--scale", "1/255",
                         "-q"]) == 0
+    return model
+
+
+def test_ocr_text_equals_ctc_of_onnxruntime(tmp_path):
+    model = compiled_recognizer(tmp_path)
     texts = []
     with dvsdk.load(tmp_path / "c.bin") as net:
         for seed in range(40):
