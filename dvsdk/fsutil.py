@@ -183,3 +183,27 @@ def check_outputs(outputs: Mapping[str, str | os.PathLike[str] | None],
         if opt in existing and not force:
             raise InvalidArgument("the output file already exists: not replaced", field=opt,
                                   value=str(p), hint="pass --force to replace it")
+
+
+def read_utf8(path: str | os.PathLike, name: str, field: str, not_text: str,
+              error: type[Exception] = InvalidArgument, refuse_nul: bool = False) -> str:
+    """A small user text file (labels, characters) as str: UTF-8, a BOM dropped; every
+    failure an ``error`` naming ``field`` and the file (``name`` says what it is, e.g.
+    "labels file"; ``not_text`` is the message for undecodable bytes, and for a NUL byte
+    when ``refuse_nul``)."""
+    try:
+        data = Path(path).read_bytes()
+    except FileNotFoundError:
+        raise error(f"{name} not found", field=field, value=str(path)) from None
+    except IsADirectoryError:
+        raise error(f"{name} is a directory", field=field, value=str(path)) from None
+    except OSError as e:
+        raise error(f"cannot read the {name}: {e.strerror}", field=field,
+                    value=str(path)) from None
+    try:
+        if refuse_nul and b"\0" in data:
+            raise UnicodeDecodeError("utf-8", data, data.index(b"\0"),
+                                     data.index(b"\0") + 1, "NUL byte")
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError:
+        raise error(not_text, field=field, value=str(path)) from None

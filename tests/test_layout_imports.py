@@ -22,7 +22,7 @@ ALLOWED = {
     "hw": {"errors", "native"},
     "cpu": {"errors", "hw"},
     "netprogram": {"errors", "hw"},  # the program's steps, below the container
-    "tasks": {"errors"},  # task heads: numpy post-processing on outputs, below the container
+    "tasks": {"errors", "fsutil"},  # task heads: numpy post-processing, below the container
     "netfile": {"errors", "fsutil", "hw", "driver", "netprogram", "tasks",  # META task
                 "__init__"},  # __version__
     "driver": {"errors", "hw"},

@@ -20,6 +20,7 @@ from .. import __version__
 from ..driver.commands import BufferRef
 from ..driver.device import DeviceInfo
 from ..errors import InvalidArgument, InvalidCommand, ModelError, NetFileError
+from ..fsutil import read_utf8
 from ..hw import quirks
 from ..netfile import FORMAT_VERSION, REGIONS, BlobBuilder, NetFile, decode, encode, write
 from ..runtime.records import encode_attr
@@ -344,25 +345,9 @@ def _max_kernel(program: Program) -> int:
 
 def read_labels(path: str | os.PathLike) -> list[str]:
     """One label a line (blank lines ignored); every error names the file."""
-    p = Path(path)
-    try:
-        data = p.read_bytes()
-    except FileNotFoundError:
-        raise InvalidArgument("labels file not found", field="labels", value=str(path)) from None
-    except IsADirectoryError:
-        raise InvalidArgument("labels file is a directory", field="labels",
-                              value=str(path)) from None
-    except OSError as e:
-        raise InvalidArgument(f"cannot read the labels file: {e.strerror}", field="labels",
-                              value=str(path)) from None
-    try:
-        if b"\0" in data:
-            raise UnicodeDecodeError("utf-8", data, data.index(b"\0"), data.index(b"\0") + 1,
-                                     "NUL byte")
-        text = data.decode("utf-8-sig")
-    except UnicodeDecodeError:
-        raise InvalidArgument("labels file is not a text file (UTF-8, one label a line)",
-                              field="labels", value=str(path)) from None
+    text = read_utf8(path, "labels file", "labels",
+                     "labels file is not a text file (UTF-8, one label a line)",
+                     refuse_nul=True)
     return [ln.strip() for ln in text.splitlines() if ln.strip()]
 
 

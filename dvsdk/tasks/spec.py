@@ -184,21 +184,10 @@ def read_chars(path: str) -> list[str]:
     """A character file: one character (or token) a line, for classes 1..K-1; class 0 is
     the CTC blank and is not listed.  A line holding only a space is the space character
     (only the line end is stripped)."""
-    from pathlib import Path
+    from ..fsutil import read_utf8
 
-    try:
-        text = Path(path).read_bytes().decode("utf-8-sig")
-    except FileNotFoundError:
-        raise TaskError("character file not found", field="chars", value=str(path)) from None
-    except IsADirectoryError:
-        raise TaskError("character file is a directory", field="chars",
-                        value=str(path)) from None
-    except OSError as e:
-        raise TaskError(f"cannot read the character file: {e.strerror}", field="chars",
-                        value=str(path)) from None
-    except UnicodeDecodeError:
-        raise TaskError("character file is not UTF-8 text (one character a line)",
-                        field="chars", value=str(path)) from None
+    text = read_utf8(path, "character file", "chars",
+                     "character file is not UTF-8 text (one character a line)", TaskError)
     chars = [ln.rstrip("\r") for ln in text.split("\n")]
     while chars and chars[-1] == "":
         chars.pop()
