@@ -152,8 +152,9 @@ def nonfinite(outputs: dict) -> str | None:
     image path of ``dvsdk-run`` and its frame pipeline, exit 4)."""
     import numpy as np
 
-    bad = [(k, int(np.count_nonzero(~np.isfinite(v))), v.size) for k, v in outputs.items()
-           if not np.isfinite(v).all()]
+    counts = [(k, v.size - int(np.count_nonzero(np.isfinite(v))), v.size)
+              for k, v in outputs.items()]           # one isfinite pass per output
+    bad = [(k, n, size) for k, n, size in counts if n]
     if not bad:
         return None
     which = ", ".join(f"{k!r} {n} of {size}" for k, n, size in bad)

@@ -120,6 +120,10 @@ def _rebatch_reshapes(graph: Graph, ref: Graph, batched: list[str], n: int) -> N
     """Replace the leading 1 of the constant target of every Reshape in ``graph`` whose
     input and output lead with the batch axis at batch 1 (``ref``'s shapes) by ``n``, as
     the module docstring says; in place."""
+    carried = set(batched)     # tensors whose values come from a batched input (one pass;
+    for op in graph.ops:       # Shape and Size read only a shape, as value_sources says)
+        if op.type not in ("Shape", "Size") and any(i in carried for i in op.inputs):
+            carried.update(op.outputs)
     for op in graph.ops:
         if op.type != "Reshape" or not op.outputs:
             continue
@@ -129,7 +133,7 @@ def _rebatch_reshapes(graph: Graph, ref: Graph, batched: list[str], n: int) -> N
         src, dst = ref.shape(op.input(0)), ref.shape(op.outputs[0])
         if (target is None or target.ndim != 1 or not len(target) or int(target[0]) != 1
                 or not src or not dst or src[0] != 1 or dst[0] != 1
-                or not set(graph.value_sources([op.input(0)])) & set(batched)):
+                or op.input(0) not in carried):
             continue
         rebatched = np.array(target, dtype=target.dtype)
         rebatched[0] = n
