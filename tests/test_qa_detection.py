@@ -176,6 +176,9 @@ def test_edit_distance_and_text_accuracy_by_hand():
     assert s["word_accuracy"] == pytest.approx(1 / 3)
     assert text_summary(["garbage text"], ["ab"])["char_accuracy"] == 0.0   # clipped
     assert text_summary([""], [""])["char_accuracy"] == 1.0
+    with pytest.raises(DatasetError, match="one prediction per label") as e:
+        text_summary(["a", "b"], ["a"])
+    assert (e.value.value, e.value.limit) == (2, 1)
 
 
 def test_edit_distance_equals_plain_dynamic_programming():

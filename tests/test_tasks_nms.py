@@ -224,3 +224,23 @@ def test_yolov5_and_yolov3_heads_end_to_end_from_meta():
     np.testing.assert_allclose(res.boxes, np.clip(boxes[keep], 0, 32), rtol=1e-6)
     with pytest.raises(TaskError, match="anchor set per output"):
         resolve_task({"kind": "detect", "anchors": "10,13,16,30,33,23"}, meta)
+
+
+def test_nms_refuses_operands_of_different_lengths():
+    boxes = np.array([[0, 0, 10, 10], [1, 1, 9, 9]], float)
+    with pytest.raises(TaskError, match="one box, score and class") as e:
+        nms(boxes, np.array([0.9, 0.8]), np.array([0, 1, 2]))
+    assert e.value.value == (2, 2, 3)
+    with pytest.raises(TaskError):
+        nms(boxes, np.array([0.9]))
+
+
+@pytest.mark.parametrize("sides", [(0, 160, 64, 64), (90, -1, 64, 64), (90, 160, 0, 64),
+                                   (90.5, 160, 64, 64)])
+@pytest.mark.parametrize("mode", ["stretch", "letterbox", "crop"])
+def test_geometry_refuses_sides_that_are_not_pixels(sides, mode):
+    from dvsdk.errors import ImageError
+    from dvsdk.tasks.geometry import Geometry
+
+    with pytest.raises(ImageError, match="positive whole number"):
+        Geometry.of(*sides, mode)

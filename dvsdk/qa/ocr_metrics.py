@@ -16,6 +16,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from ..errors import DatasetError
+
 
 def edit_distance(a: str, b: str) -> int:
     """Levenshtein distance.  Row by row (one row per character of ``a``), each row one
@@ -38,7 +40,8 @@ def text_summary(predictions: Sequence[str], labels: Sequence[str]) -> dict:
     """``char_accuracy``, ``cer``, ``word_accuracy``, ``samples``, ``chars`` (module
     docstring)."""
     if len(predictions) != len(labels):
-        raise ValueError("one prediction per label")
+        raise DatasetError("one prediction per label", field="predictions",
+                           value=len(predictions), limit=len(labels))
     edits = sum(edit_distance(p, t) for p, t in zip(predictions, labels))
     chars = sum(len(t) for t in labels)
     if chars:

@@ -59,6 +59,13 @@ class Geometry:
     def of(cls, height: int, width: int, in_height: int, in_width: int,
            mode: str = "stretch", crop_ratio: float | None = None) -> Geometry:
         """The geometry :func:`dvsdk.runtime.images.resize` applies (module docstring)."""
+        from ..errors import ImageError
+
+        for field, value in (("height", height), ("width", width), ("input height", in_height),
+                             ("input width", in_width)):
+            if not isinstance(value, (int, np.integer)) or value < 1:
+                raise ImageError("an image side must be a positive whole number of pixels",
+                                 field=field, value=value, limit=">= 1")
         if mode == "crop":
             nh, nw, top, left = crop_geometry(height, width, in_height, in_width,
                                               crop_ratio or CROP_RATIO)

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..errors import TaskError
+
 #: candidates considered, the highest-scored first (as detectors cap NMS's input)
 MAX_CANDIDATES = 30000
 
@@ -26,6 +28,9 @@ def nms(boxes: np.ndarray, scores: np.ndarray, classes: np.ndarray | None = None
     scores = np.asarray(scores, np.float64).reshape(-1)
     cls = np.zeros(len(scores), np.int64) if classes is None \
         else np.asarray(classes, np.int64).reshape(-1)
+    if len(boxes) != len(scores) or len(cls) != len(scores):
+        raise TaskError("one box, score and class per detection", field="boxes/scores/classes",
+                        value=(len(boxes), len(scores), len(cls)), limit="equal lengths")
     ok = np.flatnonzero((scores >= conf) & np.isfinite(scores)
                         & np.isfinite(boxes).all(axis=1))
     if not len(ok) or max_det < 1:
