@@ -93,45 +93,26 @@ def max_unpool(inputs: list, attrs: Attrs) -> list[Arr]:
 
 
 # --------------------------------------------------------------------------- RoiAlign
-def _roi_samples(roi: Arr, scale: float, half: bool, h: int, w: int, ph: int, pw: int,
-                 ratio: int) -> tuple[list, int, int]:
-    """Per bin, in grid order, the (positions, weights) of its samples (float32)."""
+def _roi_axis(start: Arr, size: Arr, n: int, g: int, limit: int
+              ) -> tuple[Arr, Arr, Arr, Arr, Arr]:
+    """One axis of the samples of ROIs whose grid has ``g`` samples a bin, each array
+    (R, n bins, g samples), float32 in the reference's order: the coordinate
+    ``start + bin * size + (k + 0.5) * size / g``, whether it lies in ``[-1, limit]``, its
+    lower and upper neighbour and its weights ``(1 - l, l)``, clamped at the last pixel."""
     f = np.float32
-    off = f(0.5) if half else f(0.0)
-    x0, y0, x1, y1 = (f(v) * f(scale) - off for v in roi)
-    rw, rh = x1 - x0, y1 - y0
-    if not half:
-        rw, rh = max(rw, f(1.0)), max(rh, f(1.0))
-    bh, bw = rh / f(ph), rw / f(pw)
-    gh = ratio if ratio > 0 else int(np.ceil(rh / f(ph)))
-    gw = ratio if ratio > 0 else int(np.ceil(rw / f(pw)))
-    bins = []
-    for i, j in itertools.product(range(ph), range(pw)):
-        samples = []
-        for iy, ix in itertools.product(range(gh), range(gw)):
-            y = y0 + f(i) * bh + f(iy + 0.5) * bh / f(gh)
-            x = x0 + f(j) * bw + f(ix + 0.5) * bw / f(gw)
-            if y < -1.0 or y > h or x < -1.0 or x > w:
-                samples.append(((0, 0, 0, 0), (f(0),) * 4))
-                continue
-            y, x = max(y, f(0)), max(x, f(0))
-            ylo, xlo = int(y), int(x)
-            if ylo >= h - 1:
-                ylo = yhi = h - 1
-                y = f(ylo)
-            else:
-                yhi = ylo + 1
-            if xlo >= w - 1:
-                xlo = xhi = w - 1
-                x = f(xlo)
-            else:
-                xhi = xlo + 1
-            ly, lx = y - f(ylo), x - f(xlo)
-            hy, hx = f(1.0) - ly, f(1.0) - lx
-            samples.append(((ylo * w + xlo, ylo * w + xhi, yhi * w + xlo, yhi * w + xhi),
-                            (hy * hx, hy * lx, ly * hx, ly * lx)))
-        bins.append(samples)
-    return bins, gh, gw
+    b = np.arange(n, dtype=f)[None, :, None]
+    k = (np.arange(g) + 0.5).astype(f)[None, None, :]
+    size = size[:, None, None]
+    c = start[:, None, None] + b * size + k * size / f(g)
+    inside = ~((c < -1.0) | (c > limit))
+    c = np.where(f(0) > c, f(0), c)                      # max(c, 0), keeping -0.0
+    lo = np.where(inside, c, f(0)).astype(np.int64)      # truncation of c >= 0
+    last = lo >= limit - 1
+    lo = np.where(last, limit - 1, lo)
+    hi = np.where(last, lo, lo + 1)
+    c = np.where(last, lo.astype(f), c)
+    low = c - lo.astype(f)
+    return inside, lo, hi, f(1.0) - low, low
 
 
 def roi_align(inputs: list, attrs: Attrs) -> list[Arr]:
@@ -150,26 +131,53 @@ def roi_align(inputs: list, attrs: Attrs) -> list[Arr]:
         raise ModelError("RoiAlign needs rois (R, 4) and R batch indices into X",
                          field="RoiAlign.rois", value=(rois.shape, bidx.shape), limit=n)
     f = np.float32
-    xf = x.astype(np.float32).reshape(n, c, h * w)
-    out = np.zeros((rois.shape[0], c, ph * pw), np.float32)
-    for r in range(rois.shape[0]):
-        bins, gh, gw = _roi_samples(rois[r], scale, ctm == "half_pixel", h, w, ph, pw, ratio)
-        img = xf[bidx[r]]                                     # (C, H*W)
-        for b, samples in enumerate(bins):
-            acc = None
-            for pos, wt in samples:
-                terms = [wt[k] * img[:, pos[k]] for k in range(4)]
-                if mode == "avg":
-                    v = terms[0] + terms[1] + terms[2] + terms[3]
-                    acc = (np.zeros(c, np.float32) if acc is None else acc) + v
-                else:
-                    v = np.maximum(np.maximum(np.maximum(terms[0], terms[1]), terms[2]),
-                                   terms[3])
-                    acc = v if acc is None else np.maximum(acc, v)
-            if acc is None:
-                continue
-            out[r, :, b] = acc / f(max(gh * gw, 1)) if mode == "avg" else acc
-    return [out.reshape(rois.shape[0], c, ph, pw).astype(x.dtype)]
+    half = ctm == "half_pixel"
+    corners = rois.astype(f) * f(scale) - (f(0.5) if half else f(0.0))
+    if not np.isfinite(corners).all():
+        raise ModelError("RoiAlign rois must be finite", field="RoiAlign.rois",
+                         value=rois[~np.isfinite(corners).all(axis=1)][:1].tolist())
+    x0, y0, x1, y1 = corners.T
+    rw, rh = x1 - x0, y1 - y0
+    if not half:
+        rw, rh = np.where(f(1.0) > rw, f(1.0), rw), np.where(f(1.0) > rh, f(1.0), rh)
+    bh, bw = rh / f(ph), rw / f(pw)
+    r_count = rois.shape[0]
+    gh = np.full(r_count, ratio) if ratio > 0 else np.ceil(rh / f(ph)).astype(np.int64)
+    gw = np.full(r_count, ratio) if ratio > 0 else np.ceil(rw / f(pw)).astype(np.int64)
+    rows = np.ascontiguousarray(x.astype(np.float32).reshape(n, c, h * w)
+                                .transpose(0, 2, 1)).reshape(n * h * w, c)  # a pixel a row
+    out = np.zeros((r_count, ph * pw, c), np.float32)
+    # ROIs with the same sample grid at once; their samples one at a time, vectorized over
+    # the ROIs, channels and bins, so each bin adds its samples in grid order
+    for g_h, g_w in {(a, b) for a, b in zip(gh.tolist(), gw.tolist()) if a > 0 and b > 0}:
+        idx = np.flatnonzero((gh == g_h) & (gw == g_w))
+        yin, ylo, yhi, yh, yl = _roi_axis(y0[idx], bh[idx], ph, g_h, h)
+        xin, xlo, xhi, xh, xl = _roi_axis(x0[idx], bw[idx], pw, g_w, w)
+        base = (bidx[idx] * (h * w))[:, None]                   # each ROI's image
+        acc = None
+        for iy, ix in itertools.product(range(g_h), range(g_w)):
+            ok = yin[:, :, None, iy] & xin[:, None, :, ix]     # (r, ph, pw)
+            pos = [ylo[:, :, None, iy] * w + xlo[:, None, :, ix],
+                   ylo[:, :, None, iy] * w + xhi[:, None, :, ix],
+                   yhi[:, :, None, iy] * w + xlo[:, None, :, ix],
+                   yhi[:, :, None, iy] * w + xhi[:, None, :, ix]]
+            wts = [yh[:, :, None, iy] * xh[:, None, :, ix],
+                   yh[:, :, None, iy] * xl[:, None, :, ix],
+                   yl[:, :, None, iy] * xh[:, None, :, ix],
+                   yl[:, :, None, iy] * xl[:, None, :, ix]]
+            vals = []
+            for p, wt in zip(pos, wts):
+                p = base + np.where(ok, p, 0).reshape(len(idx), ph * pw)
+                wt = np.where(ok, wt, f(0)).reshape(len(idx), ph * pw, 1)
+                vals.append(wt * rows[p])                       # (r, bins, C)
+            if mode == "avg":
+                v = vals[0] + vals[1] + vals[2] + vals[3]
+                acc = (np.zeros_like(v) if acc is None else acc) + v
+            else:
+                v = np.maximum(np.maximum(np.maximum(vals[0], vals[1]), vals[2]), vals[3])
+                acc = v if acc is None else np.maximum(acc, v)
+        out[idx] = acc / f(g_h * g_w) if mode == "avg" else acc
+    return [out.transpose(0, 2, 1).reshape(r_count, c, ph, pw).astype(x.dtype)]
 
 
 # --------------------------------------------------------------------------- Col2Im
