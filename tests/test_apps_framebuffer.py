@@ -45,12 +45,23 @@ def _pixel_bytes(r: int, g: int, b: int, bpp: int) -> bytes:
     return ((0xFF << 24) | (r << 16) | (g << 8) | b).to_bytes(4, "little")
 
 
-def _expected(screen_rgb: np.ndarray, bpp: int, stride: int) -> bytes:
+def _expected(screen_rgb: np.ndarray, bpp: int, stride: int, pad: bytes = b"\0") -> bytes:
+    """The screen's bytes; ``pad``: what a line's bytes past the visible width hold (the
+    sink never writes them: the previous contents, 0xaa in these tests)."""
     out = bytearray()
     for row in screen_rgb:
         line = b"".join(_pixel_bytes(int(p[0]), int(p[1]), int(p[2]), bpp) for p in row)
-        out += line + b"\0" * (stride - len(line))
+        out += line + pad * (stride - len(line))
     return bytes(out)
+
+
+def _memory(writes, size: int) -> bytes:
+    """What a screen memory of ``size`` bytes, 0xaa before, holds after ``writes``."""
+    memory = bytearray(b"\xaa" * size)
+    for data, offset in writes:
+        assert offset + len(data) <= size, "a write past the screen memory"
+        memory[offset:offset + len(data)] = data
+    return bytes(memory)
 
 
 @pytest.mark.parametrize("bpp", [16, 24, 32])
@@ -67,7 +78,7 @@ def test_exact_bytes_letterboxed_without_scaling(tmp_path, bpp):
     sink.close()
     screen = np.zeros((height, width, 3), np.uint8)
     screen[:, 4:8] = rgb
-    assert dev.read_bytes() == _expected(screen, bpp, stride)
+    assert dev.read_bytes() == _expected(screen, bpp, stride, pad=b"\xaa")
 
 
 def test_scaled_frame_matches_pillow_letterbox(tmp_path):
@@ -203,13 +214,13 @@ def test_char_device_packs_the_drivers_bgr_layout(tmp_path, fake_fb, bpp):
     rgb = np.random.default_rng(bpp).integers(0, 256, (6, 4, 3), dtype=np.uint8)
     sink.write(Frame(0, rgb, 0.0, "f"), None, None)
     sink.close()
-    ((data, offset),) = fake_fb["writes"]
     want = bytearray()
     for y in range(height):
         line = b"".join(_bgr_pixel(*(int(v) for v in rgb[y, x - 4]), bpp) if 4 <= x < 8
                         else _bgr_pixel(0, 0, 0, bpp) for x in range(width))
-        want += line + b"\0" * (stride - len(line))
-    assert offset == 0 and data == bytes(want)
+        want += line + b"\xaa" * (stride - len(line))   # the padding left as it was
+    size = 2 * height * stride
+    assert _memory(fake_fb["writes"], size) == bytes(want) + b"\xaa" * (size - len(want))
 
 
 def test_char_device_with_the_default_layout_packs_as_before(tmp_path, fake_fb):
@@ -222,13 +233,15 @@ def test_char_device_with_the_default_layout_packs_as_before(tmp_path, fake_fb):
     sink.close()
     screen = np.zeros((6, 12, 3), np.uint8)
     screen[:, 4:8] = rgb
-    assert fake_fb["writes"][0][0] == _expected(screen, 16, 24)
+    assert _memory(fake_fb["writes"], 6 * 24) == _expected(screen, 16, 24, pad=b"\xaa")
 
 
-@pytest.mark.parametrize("xoffset, yoffset", [(0, 6), (2, 1)])
+@pytest.mark.parametrize("xoffset, yoffset", [(0, 6), (2, 1), (4, 0)])
 def test_char_device_writes_where_the_driver_has_panned(tmp_path, fake_fb, xoffset, yoffset):
-    """A double-buffered console shows the buffer at (xoffset, yoffset): the frame goes
-    there, yoffset x stride + xoffset x 2 bytes into the memory, each line stride apart."""
+    """A double-buffered console shows the buffer at (xoffset, yoffset) of a 16 x 12
+    virtual screen: the frame goes there, yoffset x stride + xoffset x 2 bytes into the
+    memory, each line stride apart, and nothing else changes: not the other buffer, not the
+    off-screen columns either side of the window."""
     width, height, stride = 12, 6, 32
     _, sysfs = _fb(tmp_path, 16, 2 * height, 16, stride)
     fake_fb["var"] = _var_screeninfo_panned(xoffset, yoffset, width, height, 16,
@@ -237,17 +250,15 @@ def test_char_device_writes_where_the_driver_has_panned(tmp_path, fake_fb, xoffs
     rgb = np.random.default_rng(3).integers(0, 256, (6, 4, 3), dtype=np.uint8)
     sink.write(Frame(0, rgb, 0.0, "f"), None, None)
     sink.close()
-    ((data, offset),) = fake_fb["writes"]
-    assert offset == yoffset * stride + xoffset * 2
+    assert min(offset for _, offset in fake_fb["writes"]) == yoffset * stride + xoffset * 2
     screen = np.zeros((height, width, 3), np.uint8)
     screen[:, 4:8] = rgb
     whole = _expected(screen, 16, stride)
-    assert data == whole[: len(whole) - xoffset * 2]   # no byte past the last line
-    memory = bytearray(2 * height * stride)           # what the screen then holds
-    memory[offset:offset + len(data)] = data
+    want = bytearray(b"\xaa" * (2 * height * stride))    # the memory before, 0xaa
     for y in range(height):
-        row = bytes(memory[(yoffset + y) * stride + xoffset * 2:][:width * 2])
-        assert row == whole[y * stride:y * stride + width * 2], y
+        start = (yoffset + y) * stride + xoffset * 2
+        want[start:start + width * 2] = whole[y * stride:y * stride + width * 2]
+    assert _memory(fake_fb["writes"], len(want)) == bytes(want)
 
 
 def test_regular_file_takes_an_explicit_layout(tmp_path):

@@ -240,7 +240,8 @@ def _pack_fields(rgb: np.ndarray, bpp: int, layout: Layout) -> np.ndarray:
 
 def screen_bytes(rgb: np.ndarray, geo: Geometry) -> np.ndarray:
     """The whole screen for ``rgb``: letterboxed, packed, lines ``stride`` bytes apart
-    (padding bytes 0); (height, stride) uint8."""
+    (padding bytes 0; :meth:`FramebufferSink.write` leaves them out); (height, stride)
+    uint8."""
     from ..runtime.images import resize
 
     boxed = resize(rgb, geo.height, geo.width, "letterbox")
@@ -294,11 +295,18 @@ class FramebufferSink:
         self.geometry = geo
 
     def write(self, frame, result, annotated: np.ndarray | None) -> None:
+        """Write the visible window only: a line's bytes past the visible width belong to
+        the virtual screen's off-screen part (another buffer of a double-buffered console,
+        or, panned sideways, the next line's left part), so when lines are longer than the
+        visible width each line is written alone; otherwise the frame is one write."""
         geo = self.geometry
-        data = screen_bytes(annotated if annotated is not None else frame.rgb, geo).tobytes()
-        if geo.offset % geo.stride:   # panned sideways: the last line's padding would run
-            data = data[: len(data) - geo.offset % geo.stride]   # past the screen memory
-        os.pwrite(self.fd, data, geo.offset)
+        lines = screen_bytes(annotated if annotated is not None else frame.rgb, geo)
+        visible = geo.width * geo.bpp // 8
+        if visible == geo.stride:
+            os.pwrite(self.fd, lines.tobytes(), geo.offset)
+            return
+        for y in range(geo.height):   # one system call a line, not a Python loop a pixel
+            os.pwrite(self.fd, lines[y, :visible].tobytes(), geo.offset + y * geo.stride)
 
     def close(self) -> None:
         if self.fd >= 0:
