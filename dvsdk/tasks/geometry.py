@@ -27,18 +27,23 @@ CROP_RATIO = 0.875
 
 def crop_geometry(h: int, w: int, height: int, width: int, ratio: float = CROP_RATIO
                   ) -> tuple[int, int, int, int]:
-    """(nh, nw, top, left) of ``crop``: the image scaled by s = max(height / h, width / w) /
-    ratio to (nh, nw) = (round(h·s), round(w·s)) (a square input: the shorter side becomes
-    height / ratio, 256 for 224), then the centred (height, width) window, top =
-    round((nh − height) / 2) and left likewise (Python's round, as torchvision's
-    CenterCrop)."""
+    """(nh, nw, top, left) of ``crop``: the image scaled so that the side that binds (the
+    one with the larger input/image ratio; the shorter side for a square input) becomes
+    round(side / ratio) (256 for 224 at 0.875) and the other int(that · other / side),
+    truncated as torchvision's Resize(int) computes its longer side; then the centred
+    (height, width) window, top = round((nh − height) / 2) and left likewise (Python's
+    round, as torchvision's CenterCrop)."""
     from ..errors import ImageError
 
     if not 0 < ratio <= 1:
         raise ImageError("crop ratio out of range", field="crop_ratio", value=ratio,
                          limit="(0, 1]")
-    s = max(height / h, width / w) / ratio
-    nh, nw = max(height, round(h * s)), max(width, round(w * s))
+    if height / h >= width / w:
+        nh = max(height, round(height / ratio))
+        nw = max(width, int(nh * w / h))
+    else:
+        nw = max(width, round(width / ratio))
+        nh = max(height, int(nw * h / w))
     return nh, nw, int(round((nh - height) / 2)), int(round((nw - width) / 2))
 
 
