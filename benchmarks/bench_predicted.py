@@ -221,6 +221,12 @@ _DEVICE = {"Conv", "ConvTranspose", "Gemm", "MatMul", "BatchNormalization", "Add
            "Mul", "Div", "MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool",
            "Resize", "Upsample", "PRelu", "Elu", *_UNARY}
 
+#: ops that join a conv's run (§4.1: [conv] -> [add] -> [pool | upsample] -> [activation])
+_RUN_TAILS = _DEVICE_TAILS | {"Resize", "Upsample", "PRelu", "Elu", "Sub", "Mul", "Div"}
+
+#: element-wise ops of two tensors: the device takes the second as the addend (§4.4)
+_BINARY = {"Add", "Sub", "Mul", "Div"}
+
 #: ops that move no bytes and keep them all: a reshape is a view, a concatenation places
 #: its inputs side by side in memory
 _VIEWS = {"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Concat"}
@@ -240,17 +246,18 @@ def segment_floor(model: onnx.ModelProto, ub_size: int = 524288,
     ``max(array cycles, bytes / 16)``: its array cycles (:func:`node_array_cycles`) and
     the bytes of its weights, of each tensor it reads from the network's input or the CPU
     (once), of each tensor it writes for the CPU or as a network output (once; a CPU op is
-    sent only its costliest operand), and of its conv outputs over the unified buffer that
-    a device op reads (written and read once, as :func:`floor` says).  Every other op
+    sent only its costliest operand), and of each conv run's result (the conv's output
+    through the add, pooling, upsampling and activation of its run) over the unified buffer
+    that a device op reads (written and read once, as :func:`floor` says).  Every other op
     (slices, transposes, softmax, normalisations) joins the segments around it and costs
     nothing, and bytes are followed only through views (:data:`_VIEWS`): both only lower
     the floor.  No schedule of the modelled hardware that leaves the products of
     activations to the CPU beats the sum over segments.  ``command_overhead``: cycles
     added per command a segment needs at least (the simulator's cycle model charges each
     command ``TimingParams.command_overhead``, an [AMBIG] placeholder): one, and one more
-    for each conv output over the unified buffer that a device op reads back, since a
-    command reads one input tensor (§4.1) and the command that reads it back cannot be
-    the one that wrote it, nor the segment's first."""
+    for each such run result a device op reads back as its main input (not as an addend),
+    since a command reads one input tensor (§4.1) and the command that reads it back
+    cannot be the one that wrote it, nor the segment's first."""
     shapes = _shapes(model)
     consts = {i.name for i in model.graph.initializer}
     outputs = {v.name for v in model.graph.output}
@@ -301,6 +308,14 @@ def segment_floor(model: onnx.ModelProto, ub_size: int = 524288,
                    and any(device_reads(o) for o in by_name[u].output)
                    for u in users.get(t, []))
 
+    def command_input(t: str) -> bool:
+        """Whether a device op reads ``t`` (through views) as its main input, which a
+        command takes from its input tensor (an add may take it as its addend instead)."""
+        return any(kind(u) == "device" and by_name[u].op_type not in _BINARY
+                   or by_name[u].op_type in _VIEWS
+                   and any(command_input(o) for o in by_name[u].output)
+                   for u in users.get(t, []))
+
     parent = {name: name for name, _ in nodes if name not in cpu}
 
     def find(a: str) -> str:
@@ -327,6 +342,18 @@ def segment_floor(model: onnx.ModelProto, ub_size: int = 524288,
                  for t in by_name[name].input if t not in consts]
         if costs:
             sent |= max(costs, key=lambda ts: sum(size(t) for t in ts))
+    def run_end(t: str) -> str:
+        """The tensor a conv's run ends with: the conv's output carried through the ops
+        that join its run (§4.1: add, pooling or upsampling, activation) while each is the
+        tensor's only reader."""
+        while len(users.get(t, [])) == 1:
+            u = by_name[users[t][0]]
+            if kind(u.name or users[t][0]) != "device" or u.op_type not in _RUN_TAILS \
+                    or u.input[0] != t:
+                break
+            t = u.output[0]
+        return t
+
     cycles = node_array_cycles(model)
     seg_cycles: dict[str, float] = {}
     seg_bytes: dict[str, float] = {}
@@ -343,10 +370,12 @@ def segment_floor(model: onnx.ModelProto, ub_size: int = 524288,
         for t in node.output:
             if t in outputs or t in sent:
                 nbytes += size(t)
-            if node.op_type in ("Conv", "ConvTranspose") and size(t) > ub_size \
-                    and t not in outputs and device_reads(t):
-                nbytes += size(t) if t in sent else 2 * size(t)
-                seg_commands[root] = seg_commands.get(root, 0) + 1
+            end = run_end(t) if node.op_type in ("Conv", "ConvTranspose") else None
+            if end is not None and size(end) > ub_size and end not in outputs \
+                    and device_reads(end):
+                nbytes += size(end) if end in sent else 2 * size(end)
+                if command_input(end):
+                    seg_commands[root] = seg_commands.get(root, 0) + 1
         for t in node.input:
             for s in sources(t) if t not in consts else ():
                 if kind(made_by.get(s)) in ("input", "cpu") and (root, s) not in read:

@@ -36,6 +36,15 @@ def conv_silu_conv():
     return b.model([_io(16, 32, "x")], [y], "conv_silu_conv")
 
 
+def conv_bn_silu_conv():
+    """:func:`conv_silu_conv` with a BatchNormalization between the conv and its SiLU."""
+    b = NetBuilder(seed=3)
+    a = b.bn(b.conv("x", 16, 16, k=3), 16)
+    s = b.node("Mul", [a, b.node("Sigmoid", [a])])
+    y = b.conv(s, 16, 8, k=1)
+    return b.model([_io(16, 32, "x")], [y], "conv_bn_silu_conv")
+
+
 def conv_relu_conv():
     """x (16x32x32) -> 3x3 conv 16->16 -> ReLU -> 1x1 conv 16->8: no CPU op."""
     b = NetBuilder(seed=4)
@@ -58,6 +67,15 @@ def test_segment_floor_known_answer_with_a_cpu_product():
     assert bp.segment_floor(model, command_overhead=100) == 4386 + 3089 + 200
     # the whole-graph floors overlap the two segments' work, so they are lower
     assert bp.geometry_floor(model) < bp.segment_floor(model)
+
+
+def test_a_run_result_for_the_cpu_is_not_also_counted_as_over_the_unified_buffer():
+    # The batch norm joins the conv's run, so its result, not the conv's output, is what
+    # the run stores: sent to the CPU once, even when it is over a 1000-byte buffer.  The
+    # same two segments as above, whatever the buffer.
+    model = conv_bn_silu_conv()
+    assert bp.segment_floor(model) == 4386 + 3089
+    assert bp.segment_floor(model, ub_size=1000) == 4386 + 3089
 
 
 def test_segment_floor_known_answer_over_the_unified_buffer():
