@@ -227,6 +227,9 @@ _RUN_TAILS = _DEVICE_TAILS | {"Resize", "Upsample", "PRelu", "Elu", "Sub", "Mul"
 #: element-wise ops of two tensors: the device takes the second as the addend (§4.4)
 _BINARY = {"Add", "Sub", "Mul", "Div"}
 
+#: ops whose outputs are parts of their first input's bytes
+_SLICES = {"Split", "Slice"}
+
 #: ops that move no bytes and keep them all: a reshape is a view, a concatenation places
 #: its inputs side by side in memory
 _VIEWS = {"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Concat"}
@@ -249,10 +252,11 @@ def segment_floor(model: onnx.ModelProto, ub_size: int = 524288,
     sent only its costliest operand), and of each conv run's result (the conv's output
     through the add, pooling, upsampling and activation of its run) over the unified buffer
     that a device op reads (written and read once, as :func:`floor` says).  Every other op
-    (slices, transposes, softmax, normalisations) joins the segments around it and costs
-    nothing, and bytes are followed only through views (:data:`_VIEWS`): both only lower
-    the floor.  No schedule of the modelled hardware that leaves the products of
-    activations to the CPU beats the sum over segments.  ``command_overhead``: cycles
+    (transposes, softmax, normalisations) joins the segments around it and costs nothing,
+    and bytes are followed only through views (:data:`_VIEWS`) and slices (a part of a
+    tensor read is that part's bytes): both only lower the floor.  No schedule of the
+    modelled hardware that leaves the products of activations to the CPU beats the sum
+    over segments.  ``command_overhead``: cycles
     added per command a segment needs at least (the simulator's cycle model charges each
     command ``TimingParams.command_overhead``, an [AMBIG] placeholder): one, and one more
     for each such run result a device op reads back as its main input (not as an addend),
@@ -301,6 +305,15 @@ def segment_floor(model: onnx.ModelProto, ub_size: int = 524288,
         if src is not None and by_name[src].op_type in _VIEWS:
             return set().union(*(sources(i) for i in by_name[src].input if i not in consts))
         return {t}
+
+    def origin(s: str) -> str:
+        """:func:`kind` of what made ``s``, seen through slices: a part of a tensor from
+        the CPU or the input is such a tensor's bytes too (its own size)."""
+        src = made_by.get(s)
+        if src is not None and by_name[src].op_type in _SLICES:
+            kinds = {origin(t) for t in sources(by_name[src].input[0])}
+            return kinds.pop() if len(kinds) == 1 else "other"
+        return kind(src)
 
     def device_reads(t: str) -> bool:
         """Whether a device op reads ``t`` (through views)."""
@@ -378,7 +391,7 @@ def segment_floor(model: onnx.ModelProto, ub_size: int = 524288,
                     seg_commands[root] = seg_commands.get(root, 0) + 1
         for t in node.input:
             for s in sources(t) if t not in consts else ():
-                if kind(made_by.get(s)) in ("input", "cpu") and (root, s) not in read:
+                if origin(s) in ("input", "cpu") and (root, s) not in read:
                     read.add((root, s))
                     nbytes += size(s)
         seg_bytes[root] = seg_bytes.get(root, 0) + nbytes
