@@ -130,4 +130,48 @@ def test_dbnet_like_network_same_bits():
     a, b = _run(on, x), _run(off, x)
     assert all(np.array_equal(a[k].view(np.uint32), b[k].view(np.uint32)) for k in a)
     assert sum(k.count("deconv") for k in _kinds(off)) == 2
-    assert sum(k.count("deconv") for k in _kinds(on)) == 1  # the last one: its map leaves
+    # the last one's map leaves the device (a 1x1 conv); the first runs per output phase
+    assert sum(k.count("deconv") for k in _kinds(on)) == 0
+    assert sum(k.startswith("chain [conv 1x1 +relu -> conv 1x1 +sigmoid]")
+               for k in _kinds(on)) == 4
+
+
+def _two_deconvs(act1: str | None, act2: str | None, s1: int = 2, s2: int = 2):
+    """x -> 3x3 conv -> ReLU -> ConvTranspose s1 x s1 / s1 (16 -> 6) [-> act1] ->
+    ConvTranspose s2 x s2 / s2 (6 -> 3) [-> act2]: DBNet's probability head, widened."""
+    b = NetBuilder(8)
+    t = b.node("Relu", [b.conv("x", 8, 16)])
+    g = np.random.default_rng(9)
+    for cin, cout, s, act in ((16, 6, s1, act1), (6, 3, s2, act2)):
+        w = (g.standard_normal((cin, cout, s, s)) * 0.3).astype(np.float32)
+        t = b.node("ConvTranspose", [t, b.const(w, "W"),
+                                     b.const(g.uniform(-0.2, 0.2, cout).astype(np.float32))],
+                   kernel_shape=[s, s], strides=[s, s])
+        if act:
+            t = b.node(act, [t])
+    return b.model([("x", (1, 8, 6, 10))], [t], "two_deconvs")
+
+
+@pytest.mark.parametrize("acts,strides", [(("Relu", "Sigmoid"), (2, 2)),
+                                          ((None, "Tanh"), (2, 2)),
+                                          (("Relu", None), (3, 2)),
+                                          (("Sigmoid", "Sigmoid"), (2, 3))])
+def test_a_deconv_into_a_pixel_head_runs_per_output_phase(acts, strides):
+    """Same bits as the deconvolution and onnxruntime's answer, with s1² chains of two 1x1
+    convs on the input's pixels (the intermediate on chip) and no deconvolution."""
+    on, off = _check(_two_deconvs(*acts, *strides), _x((1, 8, 6, 10), 3))
+    assert sum("deconv" in k for k in _kinds(off)) == 1
+    kinds = _kinds(on)
+    assert not any("deconv" in k for k in kinds)
+    assert sum(k.startswith("chain [conv 1x1") for k in kinds) == strides[0] ** 2
+    steps = [s["op"] for s in on.meta["program"] if s["kind"] == "cpu"]
+    assert "Transpose" in steps and "DepthToSpace" not in steps
+
+
+def test_a_deconv_read_by_anything_else_stays():
+    # the first deconv's result also leaves as an output: it keeps its deconvolution
+    model = _two_deconvs("Relu", "Sigmoid")
+    model.graph.output.append(type(model.graph.output[0])(name=model.graph.node[3].output[0]))
+    on, off = compile(model, golden=False), _without_heads(model)
+    # (the second still becomes a pixel head: its map leaves)
+    assert [sum("deconv" in k for k in _kinds(n)) for n in (on, off)] == [1, 2]

@@ -15,16 +15,22 @@ deconv_to_pixels         ConvTranspose with kernel == stride, no padding, whose 
                          pixel takes exactly one tap, so the DV700 runs a 1x1 conv on the
                          input pixels instead of an s x s window over the zero-inserted
                          output (DBNet's probability map: 16 -> 1 channel at full size)
+deconv_to_phases         a kernel == stride ConvTranspose (+ activation) read only by such a
+                         head -> per output phase, its tap's 1x1 Conv (+ activation) and
+                         the head's conv, chained on chip over the input's pixels, the
+                         phases interleaved on the CPU (DBNet's 2x2/2 + 2x2/2 head: 4
+                         short chains instead of a deconvolution over the zero-inserted map)
 patchify_to_pixels       Conv with kernel == stride larger than the DV700's 7x7 (a vision
                          transformer's 16x16/16 patch embedding), no padding -> SpaceToDepth
                          on the CPU + a 1x1 Conv over the k·k·C channels of each patch
 =======================  ==================================================================
 
-The first two keep every bit (tests/test_compile_heads.py): a merged conv's output channel is the
-same sum as the head's own (firmware_spec/arithmetic.md sums per output channel), the
-split and the DepthToSpace only move values, and a kernel == stride deconv's sum over the
-zero-inserted window adds, besides the one live tap, only the exact zeros of inserted
-pixels (products with finite weights: the passes require finite FP16 weights).  The
+The first three keep every bit (tests/test_compile_heads.py): a merged conv's output channel is
+the same sum as the head's own (firmware_spec/arithmetic.md sums per output channel), the
+split, the DepthToSpace and the phases' interleave only move values, and a kernel ==
+stride deconv's sum over the zero-inserted window adds, besides the one live tap, only the
+exact zeros of inserted pixels (products with finite weights: the passes require finite
+FP16 weights).  The
 third moves a conv the DV700 cannot run (the kernel) from the CPU to the device: its sums
 are then the device's (firmware_spec/arithmetic.md; SpaceToDepth puts the taps in the
 device's order, row-major taps, channels ascending within each), within FP16 tolerance of
@@ -38,7 +44,7 @@ import numpy as np
 from .fold import infer_shapes
 from .ir import Graph, Op
 
-__all__ = ["merge_sibling_heads", "deconv_to_pixels", "HEAD_PASSES"]
+__all__ = ["merge_sibling_heads", "deconv_to_pixels", "deconv_to_phases", "HEAD_PASSES"]
 
 #: ops that run on the CPU whatever their input: a result read only by them (or a graph
 #: output) leaves the device anyway, so how the device lays it out is free
@@ -94,33 +100,49 @@ def merge_sibling_heads(graph: Graph) -> Graph:
     return infer_shapes(g.topo_sort())
 
 
+def _pixel_deconv(g: Graph, op: Op) -> tuple[np.ndarray, np.ndarray | None, int] | None:
+    """(weights, bias, stride) of a ConvTranspose each output pixel of which takes exactly
+    one tap (kernel == stride, square, no padding, dilation or groups; finite FP16
+    weights), else None."""
+    a = op.attrs
+    w = g.const(op.input(1))
+    b = g.const(op.input(2)) if op.input(2) else None
+    ks = [int(k) for k in a.get("kernel_shape", w.shape[2:] if w is not None else [])]
+    st = [int(s) for s in a.get("strides", [1, 1])]
+    if (w is None or w.ndim != 4 or (op.input(2) and b is None)
+            or int(a.get("group", 1)) != 1 or len(ks) != 2 or ks != st or ks[0] != ks[1]
+            or ks[0] < 2 or any(int(p) for p in a.get("pads", [0, 0, 0, 0]))
+            or any(int(p) for p in a.get("output_padding", [0, 0]))
+            or any(int(d) != 1 for d in a.get("dilations", [1, 1]))
+            or a.get("auto_pad", "NOTSET") not in ("NOTSET", "VALID")
+            or a.get("output_shape") or not _finite_fp16(w)):
+        return None
+    return np.asarray(w), b, ks[0]
+
+
+def _tail(g: Graph, y: str, cons: dict[str, list[Op]]) -> list[Op]:
+    """The element-wise activation that alone reads ``y`` (a list of 0 or 1 op)."""
+    readers = cons.get(y, [])
+    if len(readers) == 1 and y not in g.outputs and readers[0].type in _ELEMENTWISE_TAIL:
+        return readers
+    return []
+
+
 def deconv_to_pixels(graph: Graph) -> Graph:
     """Kernel == stride ConvTranspose heads -> 1x1 Conv + DepthToSpace (module docstring)."""
     g = infer_shapes(graph)
     cons = g.consumers()
     for op in [o for o in g.ops if o.type == "ConvTranspose"]:
-        a = op.attrs
-        w = g.const(op.input(1))
-        b = g.const(op.input(2)) if op.input(2) else None
-        ks = [int(k) for k in a.get("kernel_shape", w.shape[2:] if w is not None else [])]
-        st = [int(s) for s in a.get("strides", [1, 1])]
-        if (w is None or w.ndim != 4 or (op.input(2) and b is None)
-                or int(a.get("group", 1)) != 1 or len(ks) != 2 or ks != st or ks[0] != ks[1]
-                or ks[0] < 2 or any(int(p) for p in a.get("pads", [0, 0, 0, 0]))
-                or any(int(p) for p in a.get("output_padding", [0, 0]))
-                or any(int(d) != 1 for d in a.get("dilations", [1, 1]))
-                or a.get("auto_pad", "NOTSET") not in ("NOTSET", "VALID")
-                or a.get("output_shape") or not _finite_fp16(w)):
+        found = _pixel_deconv(g, op)
+        if found is None:
             continue
+        w, b, _ = found
         y = op.outputs[0]
-        tail: list[Op] = []
-        readers = cons.get(y, [])
-        if len(readers) == 1 and y not in g.outputs and readers[0].type in _ELEMENTWISE_TAIL:
-            tail = readers
+        tail = _tail(g, y, cons)
         end = tail[0].outputs[0] if tail else y
         if not _leaves(g, end, cons):
             continue
-        s = ks[0]
+        s = found[2]
         cin, m = w.shape[0], w.shape[1]
         # out[m, h*s + i, w*s + j] = sum_c x[c, h, w] W[c, m, i, j] + b[m]
         # = channel m*s*s + i*s + j of a 1x1 conv, DepthToSpace CRD puts it there
@@ -145,6 +167,98 @@ def deconv_to_pixels(graph: Graph) -> Graph:
             d2s = Op("DepthToSpace", g.unique_name(f"{op.name}_d2s"), [packed], [end],
                      {"blocksize": s, "mode": "CRD"}, op.origin)
             g.replace_op(op, [conv, d2s])
+        cons = g.consumers()
+    g.dead_code_elimination()
+    return infer_shapes(g)
+
+
+def _pointwise_conv(g: Graph, op: Op) -> bool:
+    """Whether ``op`` is a 1x1, stride-1, unpadded, ungrouped Conv of constant weights."""
+    a = op.attrs
+    w = g.const(op.input(1))
+    return (op.type == "Conv" and w is not None and w.ndim == 4 and w.shape[2:] == (1, 1)
+            and not (op.input(2) and g.const(op.input(2)) is None)
+            and int(a.get("group", 1)) == 1
+            and all(int(v) == 1 for v in a.get("strides", [1, 1]))
+            and not any(int(v) for v in a.get("pads", [0, 0, 0, 0]))
+            and a.get("auto_pad", "NOTSET") in ("NOTSET", "VALID"))
+
+
+def deconv_to_phases(graph: Graph) -> Graph:
+    """Kernel == stride ConvTranspose (+ activation) read only by a head that
+    :func:`deconv_to_pixels` made (1x1 Conv (+ activation) + DepthToSpace leaving the
+    device) -> per output phase (i, j) of the deconvolution, the 1x1 Conv of its tap
+    ``W[:, :, i, j]`` (+ activation) and the head's conv (+ activation), on the input's
+    pixels; the phases' results side by side, interleaved by the CPU (Reshape, Transpose,
+    Reshape) as the DepthToSpace did.  Each phase's sums are the deconvolution's (one live
+    tap, as :func:`deconv_to_pixels` argues) and the head's, so every bit is kept; the
+    device runs 1x1 convs on s² times fewer pixels instead of a window over the
+    zero-inserted tensor, and keeps each phase's intermediate on chip (DBNet's and
+    PP-OCR det's 2x2/2 + 2x2/2 heads)."""
+    g = infer_shapes(graph)
+    cons = g.consumers()
+    for op in [o for o in g.ops if o.type == "ConvTranspose"]:
+        found = _pixel_deconv(g, op)
+        shape = g.shape(op.inputs[0])
+        if found is None or shape is None or len(shape) != 4:
+            continue
+        w, b, s = found
+        tail1 = _tail(g, op.outputs[0], cons)
+        end1 = tail1[0].outputs[0] if tail1 else op.outputs[0]
+        head = cons.get(end1, [])
+        if end1 in g.outputs or len(head) != 1 or not _pointwise_conv(g, head[0]) \
+                or head[0].inputs[0] != end1:
+            continue
+        conv2 = head[0]
+        tail2 = _tail(g, conv2.outputs[0], cons)
+        end2 = tail2[0].outputs[0] if tail2 else conv2.outputs[0]
+        d2s = cons.get(end2, [])
+        if end2 in g.outputs or len(d2s) != 1 or d2s[0].type != "DepthToSpace" \
+                or d2s[0].attrs.get("mode", "DCR") != "CRD" or not _leaves(
+                    g, d2s[0].outputs[0], cons):
+            continue
+        n, _, h, wd = (int(v) for v in shape)
+        k, blk = int(g.const(conv2.input(1)).shape[0]), int(d2s[0].attrs["blocksize"])
+        if k % (blk * blk):
+            continue
+        bias = np.asarray(b if b is not None else np.zeros(w.shape[1], w.dtype))
+        new_ops, phases = [], []
+        for i in range(s):
+            for j in range(s):
+                tag = f"{op.name}_phase{i}{j}"
+                t = g.add_tensor(tag)
+                tap = np.ascontiguousarray(w[:, :, i, j].T[:, :, None, None])
+                new_ops.append(Op("Conv", g.unique_name(tag), [
+                    op.inputs[0], g.add_const(f"{tag}_w", tap.astype(w.dtype)),
+                    g.add_const(f"{tag}_b", bias.astype(w.dtype))], [t],
+                    {"kernel_shape": [1, 1], "strides": [1, 1], "pads": [0, 0, 0, 0],
+                     "dilations": [1, 1], "group": 1}, op.origin))
+                for act in (tail1, [conv2], tail2):
+                    if act:
+                        nxt = g.add_tensor(f"{tag}_{act[0].name}")
+                        new_ops.append(Op(act[0].type, g.unique_name(f"{tag}_{act[0].name}"),
+                                          [t, *act[0].inputs[1:]], [nxt],
+                                          dict(act[0].attrs), act[0].origin))
+                        t = nxt
+                phases.append(t)
+        m = k // (blk * blk)
+        joined, split, moved = (g.add_tensor(f"{op.name}_phases{x}") for x in ("", "_8d", "_t"))
+        origin = d2s[0].origin
+        new_ops += [
+            Op("Concat", g.unique_name(f"{op.name}_phases"), phases, [joined], {"axis": 1},
+               origin),
+            Op("Reshape", g.unique_name(f"{op.name}_phases_8d"), [joined, g.add_const(
+                f"{op.name}_phases_8d", np.array([n, s, s, m, blk, blk, h, wd], np.int64))],
+               [split], {}, origin),
+            Op("Transpose", g.unique_name(f"{op.name}_interleave"), [split], [moved],
+               {"perm": [0, 3, 6, 1, 4, 7, 2, 5]}, origin),
+            Op("Reshape", g.unique_name(f"{op.name}_interleaved"), [moved, g.add_const(
+                f"{op.name}_interleaved", np.array([n, m, h * s * blk, wd * s * blk],
+                                                   np.int64))],
+               list(d2s[0].outputs), {}, origin)]
+        for old in [*tail1, conv2, *tail2, d2s[0]]:
+            g.replace_op(old, [])
+        g.replace_op(op, new_ops)
         cons = g.consumers()
     g.dead_code_elimination()
     return infer_shapes(g)
@@ -190,4 +304,4 @@ def patchify_to_pixels(graph: Graph) -> Graph:
 
 
 #: run after the simplification passes (:data:`dvsdk.compiler.simplify.PASSES`)
-HEAD_PASSES = [merge_sibling_heads, deconv_to_pixels, patchify_to_pixels]
+HEAD_PASSES = [merge_sibling_heads, deconv_to_pixels, deconv_to_phases, patchify_to_pixels]

@@ -37,6 +37,7 @@ split_grouped_conv       Conv with 1 < group < C_in -> Split + one Conv per grou
                          (depthwise convs, group == C_in, are kept)
 merge_sibling_heads,     output heads in cheaper shapes, patch embeddings in shapes the
 deconv_to_pixels,        DV700 runs (:mod:`.heads`)
+deconv_to_phases,
 patchify_to_pixels
 =======================  ==================================================================
 """
