@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
+from .. import native
 from ..errors import ModelError
 from ..hw import arith, elementary
 from .sample import resize_cubic
@@ -473,9 +474,27 @@ def lrn(inputs: list, attrs: Attrs) -> list[Arr]:
     return [y.astype(x.dtype)]
 
 
+def in_float_type(fn: Any, x: Arr) -> Arr:
+    """``fn`` (a function of :mod:`dvsdk.hw.elementary`, float64) of float ``x``, in x's
+    type: the bits of ``fn(x).astype(x.dtype)``; for float32 in one compiled pass where the
+    module is built (each value widened to float64, computed by the same operations,
+    rounded back), without the two float64 arrays."""
+    code = elementary._NATIVE_CODES.get(getattr(fn, "__name__", ""))
+    if x.dtype == np.float32 and code is not None and native.NATIVE is not None:
+        src = np.ascontiguousarray(x)
+        out = np.empty(src.shape, np.float32)
+        try:
+            native.NATIVE.elem(code, src, out)
+        except TypeError:  # (a module built before elem took float32)
+            pass
+        else:
+            return out.reshape(np.shape(x))
+    return fn(x).astype(x.dtype)
+
+
 def _exp(x: Arr) -> Arr:
     """e**x in x's float type (:mod:`dvsdk.hw.elementary`: the same bits on every machine)."""
-    return elementary.exp(x).astype(x.dtype) if x.dtype.kind == "f" else np.exp(x)
+    return in_float_type(elementary.exp, x) if x.dtype.kind == "f" else np.exp(x)
 
 
 def _softmax_2d(x: Arr, axis: int, opset: int) -> tuple[Arr, tuple]:
@@ -492,7 +511,8 @@ def softmax(inputs: list, attrs: Attrs) -> list[Arr]:
     opset = int(attrs.get("opset", 13))
     xv, axes = _softmax_2d(x, int(attrs.get("axis", -1 if opset >= 13 else 1)), opset)
     e = _exp(xv - arith.reduce_max(xv, axis=axes, keepdims=True))
-    return [(e / e.sum(axis=axes, keepdims=True)).reshape(x.shape).astype(x.dtype)]
+    return [(e / e.sum(axis=axes, keepdims=True)).reshape(x.shape).astype(x.dtype,
+                                                                         copy=False)]
 
 
 def log_softmax(inputs: list, attrs: Attrs) -> list[Arr]:

@@ -32,7 +32,7 @@ from .indexing import INDEXING_KERNELS
 from .losses import LOSS_KERNELS
 from .ms_attention import OP as MS_ATTENTION
 from .ms_attention import ms_attention
-from .nn import NN_KERNELS
+from .nn import NN_KERNELS, in_float_type
 from .norms import NORM_KERNELS
 from .quant import QUANT_KERNELS
 from .recurrent import RECURRENT_KERNELS
@@ -111,7 +111,7 @@ def _elementary(fn: Callable[[Arr], Arr]) -> Callable[[Arr], Arr]:
     def apply(x: Arr) -> Arr:
         if x.dtype.kind != "f":
             return getattr(np, fn.__name__)(x)
-        return fn(x).astype(x.dtype)
+        return in_float_type(fn, x)
     return apply
 
 
