@@ -225,3 +225,43 @@ def test_cpu_ops_import_without_onnx():
                          timeout=60)
     assert res.returncode == 0, res.stderr
     assert res.stdout.strip() == "(1, 1, 2, 2)"
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, np.float64])
+@pytest.mark.parametrize("kernel,strides,pads,dil", [
+    ([2, 1], [2, 1], [0, 0, 0, 0], [1, 1]), ([3, 3], [2, 2], [1, 1, 1, 1], [1, 1]),
+    ([2, 2], [1, 1], [0, 1, 0, 1], [2, 2])])
+def test_max_pool_zero_signs_and_nan_against_a_window_loop(dtype, kernel, strides, pads, dil):
+    """MaxPool on inputs full of +0 and -0 (a HardSwish's zeros), with NaN and -inf: each
+    output against a plain loop over its window (padding is -inf): the largest value, a
+    zero result +0 where the window holds a +0 and -0 where it holds only -0, NaN where
+    the window holds one."""
+    from dvsdk.cpu.nn import max_pool
+
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((2, 3, 9, 10)).astype(dtype)
+    x[x < 0.4] = 0.0
+    x[(x == 0) & (rng.random(x.shape) < 0.6)] = -0.0
+    for with_nan in (False, True):
+        if with_nan:
+            x.flat[::53] = np.nan
+            x.flat[7::29] = -np.inf
+        got = max_pool([x], {"kernel_shape": kernel, "strides": strides, "pads": pads,
+                             "dilations": dil})[0]
+        ph, pw = pads[0], pads[1]
+        xp = np.full((2, 3, 9 + pads[0] + pads[2], 10 + pads[1] + pads[3]), -np.inf, dtype)
+        xp[:, :, ph:ph + 9, pw:pw + 10] = x
+        oh = (xp.shape[2] - dil[0] * (kernel[0] - 1) - 1) // strides[0] + 1
+        ow = (xp.shape[3] - dil[1] * (kernel[1] - 1) - 1) // strides[1] + 1
+        assert got.shape == (2, 3, oh, ow) and got.dtype == dtype
+        for n, c, i, j in np.ndindex(got.shape):
+            win = xp[n, c, i * strides[0]:i * strides[0] + dil[0] * (kernel[0] - 1) + 1:dil[0],
+                     j * strides[1]:j * strides[1] + dil[1] * (kernel[1] - 1) + 1:dil[1]].ravel()
+            v = got[n, c, i, j]
+            if np.isnan(win).any():
+                assert np.isnan(v)
+            elif win.max() == 0:
+                plus = any(w == 0 and not np.signbit(w) for w in win)
+                assert v == 0 and bool(np.signbit(v)) == (not plus)
+            else:
+                assert v == win.max()
