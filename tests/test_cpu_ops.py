@@ -265,3 +265,28 @@ def test_max_pool_zero_signs_and_nan_against_a_window_loop(dtype, kernel, stride
                 assert v == 0 and bool(np.signbit(v)) == (not plus)
             else:
                 assert v == win.max()
+
+
+def test_pow_by_a_one_element_integer_exponent_is_the_product():
+    """Pow(x, [2]) and Pow(x, [-3]) (LayerNorm's square, a (1,)-shaped constant) are the
+    float64 products rounded once (numpy's own x*x, 1/(x*x*x)), NaN, infinities and
+    signed zeros included, in the broadcast shape (a 0-d base to a (1,) exponent: (1,))."""
+    from dvsdk.cpu.ops import run_op
+
+    rng = np.random.default_rng(9)
+    x = np.concatenate([rng.standard_normal(500) * 50,
+                        [0.0, -0.0, np.inf, -np.inf, np.nan, 1.0, -1.0, 1e-30]]
+                       ).astype(np.float32).reshape(2, -1)
+    xd = x.astype(np.float64)
+    with np.errstate(all="ignore"):
+        for exp_dtype in (np.float32, np.int64):
+            sq = run_op("Pow", [x, np.array([2], exp_dtype)], {})[0]
+            assert sq.dtype == np.float32 and sq.shape == x.shape
+            assert np.array_equal(sq, (xd * xd).astype(np.float32), equal_nan=True)
+            inv = run_op("Pow", [x, np.array([-3], exp_dtype)], {})[0]
+            want = (1.0 / (xd * xd * xd)).astype(np.float32)
+            assert np.array_equal(inv.view(np.uint32)[~np.isnan(want)],
+                                  want.view(np.uint32)[~np.isnan(want)])
+            assert np.isnan(inv[np.isnan(want)]).all()
+    assert run_op("Pow", [np.array(3.0, np.float32), np.array([2.0], np.float32)], {}
+                  )[0].shape == (1,)

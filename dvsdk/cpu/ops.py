@@ -94,6 +94,10 @@ def _pow(a: Arr, b: Arr) -> Arr:
             small = np.where(a == 1, 1, np.where(a == -1, np.where(b % 2 == 0, 1, -1), 0))
             return np.where(neg, small, np.power(a, np.where(neg, 0, b)))
     if a.dtype.kind == "f":
+        if b.size == 1 and b.ndim <= a.ndim and b.dtype.kind in "fiu":
+            v = float(b.reshape(()))  # one integer exponent (LayerNorm's square) as a scalar:
+            if v.is_integer() and 0 < abs(v) <= 64:  # power's own path for it, the same bits
+                b = b.reshape(())  # as per element, without the exp(b log|a|) it discards
         return elementary.power(a, b).astype(a.dtype)
     return np.power(a, b)
 
