@@ -290,3 +290,25 @@ def test_pow_by_a_one_element_integer_exponent_is_the_product():
             assert np.isnan(inv[np.isnan(want)]).all()
     assert run_op("Pow", [np.array(3.0, np.float32), np.array([2.0], np.float32)], {}
                   )[0].shape == (1,)
+
+
+@pytest.mark.parametrize("mode", ["DCR", "CRD"])
+def test_depth_to_space_of_an_hwc_array_seen_as_nchw(mode):
+    """DepthToSpace of a device tensor as the runtime holds it (an (H, W, C) array seen as
+    (1, C, H, W)) moves the same elements as ONNX's definition written here with explicit
+    index arithmetic."""
+    from dvsdk.cpu.nn import depth_to_space
+
+    bs, c, h, w = 2, 12, 5, 7
+    hwc = np.random.default_rng(2).standard_normal((h, w, c)).astype(np.float32)
+    x = hwc.transpose(2, 0, 1)[None]
+    got = depth_to_space([x], {"blocksize": bs, "mode": mode})[0]
+    cout = c // (bs * bs)
+    want = np.empty((1, cout, h * bs, w * bs), np.float32)
+    for k, yy, xx in np.ndindex(cout, h * bs, w * bs):
+        i, j = yy % bs, xx % bs
+        ch = (i * bs + j) * cout + k if mode == "DCR" else k * bs * bs + i * bs + j
+        want[0, k, yy, xx] = hwc[yy // bs, xx // bs, ch]
+    assert got.shape == want.shape and np.array_equal(got, want)
+    assert np.array_equal(depth_to_space([np.ascontiguousarray(x)], {"blocksize": bs,
+                                                                     "mode": mode})[0], want)

@@ -250,7 +250,7 @@ def _step_work(net: Any, pc: int, op_type: str, attrs: dict, vals: list, results
     out_sig = _signature(results) if sig is not None else None
     if out_sig is None:
         return board_model.step_work(op_type, attrs, vals, results)
-    memo = vars(net).setdefault("_step_work_memo", {})
+    memo = net._step_work_memo
     key = (pc, sig, out_sig)
     work = memo.get(key)
     if work is None:

@@ -152,13 +152,17 @@ class Net:
         self.steps = steps
         self._segments = cpusteps.segments(self.steps)
         self._fused: dict[int, cpusteps.FusedPlan | bool] = {}  # by step (cpusteps.prepare)
-        self._arena_names = frozenset(t for t in self.tensors if self._dev(t) is not None)
+        self._step_work_memo: dict = {}  # (cpusteps._step_work)
+        #: every tensor's arena placement (META ``device``), by name
+        self._devs = {t: d["device"] for t, d in self.tensors.items()
+                      if isinstance(d, dict) and d.get("device") is not None}
+        self._arena_names = frozenset(self._devs)
         if self.cpu_steps == "device":
             cpusteps.prepare(self)
 
     # -- tensors between host and arena ---------------------------------------------------
     def _dev(self, name: str) -> dict | None:
-        return self.tensors.get(name, {}).get("device")
+        return self._devs.get(name)
 
     def _arena_tensors(self) -> frozenset[str]:
         """The tensors with an arena placement (``_dev`` not None), worked out at load."""
