@@ -544,7 +544,8 @@ def run_op(op_type: str, inputs: list, attrs: Mapping[str, Any]) -> list[Arr]:
     kernel = KERNELS.get(op_type)
     if kernel is None:
         raise ModelError("no CPU kernel for op", field="op_type", value=op_type)
-    why = refusal(op_type, [None if x is None else np.asarray(x).dtype for x in inputs], attrs)
+    why = refusal(op_type, [None if x is None else x.dtype if x.__class__ is np.ndarray
+                            else np.asarray(x).dtype for x in inputs], attrs)
     if why is not None:
         raise ModelError("the CPU kernel does not support this element type", field=op_type,
                          value=why)

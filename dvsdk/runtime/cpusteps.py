@@ -229,16 +229,17 @@ def step(net: Any, h: Any) -> None:
 
 def _signature(values: Any) -> tuple | None:
     """(type, shape, dtype) of each array operand (None for an absent one), or None when
-    one is of another kind (what :func:`board_model.step_work` reads of them)."""
-    out = []
-    for v in values:
-        if v is None:
-            out.append(None)
-        elif isinstance(v, (np.ndarray, Chunked)):
-            out.append((type(v), v.shape, v.dtype))
-        else:
-            return None
-    return tuple(out)
+    one is of another kind (what :func:`board_model.step_work` reads of them).  (One
+    comprehension: it runs twice per CPU step and run; an ndarray subclass counts as
+    another kind, worked out every time.)"""
+    sig = tuple([None if v is None else (v.__class__, v.shape, v.dtype)
+                 if v.__class__ in _ARRAYS else _OTHER for v in values])
+    return None if _OTHER in sig else sig
+
+
+#: the operand types :func:`_signature` describes, and its mark of another one
+_ARRAYS = frozenset({np.ndarray, Chunked})
+_OTHER = object()
 
 
 def _step_work(net: Any, pc: int, op_type: str, attrs: dict, vals: list, results: list
