@@ -235,7 +235,7 @@ def test_max_pool_zero_signs_and_nan_against_a_window_loop(dtype, kernel, stride
     """MaxPool on inputs full of +0 and -0 (a HardSwish's zeros), with NaN and -inf: each
     output against a plain loop over its window (padding is -inf): the largest value, a
     zero result +0 where the window holds a +0 and -0 where it holds only -0, NaN where
-    the window holds one."""
+    the window holds one; an input held in (N, H, W, C) order gives the same bits."""
     from dvsdk.cpu.nn import max_pool
 
     rng = np.random.default_rng(4)
@@ -246,8 +246,11 @@ def test_max_pool_zero_signs_and_nan_against_a_window_loop(dtype, kernel, stride
         if with_nan:
             x.flat[::53] = np.nan
             x.flat[7::29] = -np.inf
-        got = max_pool([x], {"kernel_shape": kernel, "strides": strides, "pads": pads,
-                             "dilations": dil})[0]
+        attrs = {"kernel_shape": kernel, "strides": strides, "pads": pads, "dilations": dil}
+        got = max_pool([x], attrs)[0]
+        # the same values held as a device tensor is (an (N, H, W, C) array seen as NCHW)
+        hwc_view = np.ascontiguousarray(x.transpose(0, 2, 3, 1)).transpose(0, 3, 1, 2)
+        assert got.tobytes() == max_pool([hwc_view], attrs)[0].tobytes()
         ph, pw = pads[0], pads[1]
         xp = np.full((2, 3, 9 + pads[0] + pads[2], 10 + pads[1] + pads[3]), -np.inf, dtype)
         xp[:, :, ph:ph + 9, pw:pw + 10] = x

@@ -260,7 +260,8 @@ def conv_transpose(inputs: list, attrs: Attrs) -> list[Arr]:
     return [np.ascontiguousarray(y, dtype=x.dtype)]
 
 
-def _pool_prepare(x: Arr, a: Attrs, value: float) -> tuple[Arr, tuple, list[int]]:
+def _pool_prepare(x: Arr, a: Attrs, value: float, contiguous: bool = True
+                  ) -> tuple[Arr, tuple, list[int]]:
     out_shape = pool_output_shape(x.shape, a)
     n = x.ndim - 2
     extra = []
@@ -268,8 +269,8 @@ def _pool_prepare(x: Arr, a: Attrs, value: float) -> tuple[Arr, tuple, list[int]
         need = (out_shape[2 + i] - 1) * a["strides"][i] + (a["kernel_shape"][i] - 1) * \
             a["dilations"][i] + 1
         extra.append(max(0, need - (x.shape[2 + i] + a["pads"][i] + a["pads"][n + i])))
-    xp = np.ascontiguousarray(_pad_spatial(x, a["pads"], extra, value))
-    return xp, out_shape, extra
+    xp = _pad_spatial(x, a["pads"], extra, value)
+    return (np.ascontiguousarray(xp) if contiguous else xp), out_shape, extra
 
 
 def max_pool(inputs: list, attrs: Attrs) -> list[Arr]:
@@ -277,14 +278,34 @@ def max_pool(inputs: list, attrs: Attrs) -> list[Arr]:
     x = inputs[0]
     a = resolve_pool(attrs, x.shape)
     low = -np.inf if np.issubdtype(x.dtype, np.floating) else np.iinfo(x.dtype).min
+    kw = (a["kernel_shape"], a["strides"], a["dilations"])
+    if x.dtype.kind == "f" and math.prod(a["kernel_shape"]) <= _TAPWISE_MAX:
+        nhwc = x.transpose(0, 2, 3, 1) if x.ndim == 4 else None
+        if nhwc is not None and nhwc.flags.c_contiguous and not x.flags.c_contiguous:
+            # an (N, H, W, C) array seen as NCHW (a device tensor): the taps on it as it
+            # lies, the result made NCHW once
+            xp, out_shape, _ = _pool_prepare(nhwc.transpose(0, 3, 1, 2), a, low,
+                                             contiguous=False)
+            xn = xp.transpose(0, 2, 3, 1)
+            (kh, kw_), (sh, sw), (dh, dw) = kw
+            oh, ow = out_shape[2:]
+            r = _max_by_taps([xn[:, i * dh:i * dh + sh * (oh - 1) + 1:sh,
+                                 j * dw:j * dw + sw * (ow - 1) + 1:sw]
+                              for i, j in np.ndindex(kh, kw_)])
+            if r is not None:
+                return [np.ascontiguousarray(r.transpose(0, 3, 1, 2)).astype(x.dtype,
+                                                                            copy=False)]
+        else:
+            xp, out_shape, _ = _pool_prepare(x, a, low)
+            win = _windows(xp, out_shape[2:], *kw)
+            lead = (slice(None),) * (win.ndim - len(a["kernel_shape"]))
+            r = _max_by_taps([win[lead + t] for t in np.ndindex(*a["kernel_shape"])])
+            if r is not None:
+                return [r.astype(x.dtype, copy=False)]
     xp, out_shape, _ = _pool_prepare(x, a, low)
-    win = _windows(xp, out_shape[2:], a["kernel_shape"], a["strides"], a["dilations"])
+    win = _windows(xp, out_shape[2:], *kw)
     n = x.ndim - 2
     axes = tuple(range(2 + n, 2 + 2 * n))
-    if x.dtype.kind == "f" and math.prod(a["kernel_shape"]) <= _TAPWISE_MAX:
-        r = _max_by_taps(win, a["kernel_shape"])
-        if r is not None:
-            return [r.astype(x.dtype, copy=False)]
     return [arith.reduce_max(win, axis=axes).astype(x.dtype, copy=False)]
 
 
@@ -292,14 +313,12 @@ def max_pool(inputs: list, attrs: Attrs) -> list[Arr]:
 _TAPWISE_MAX = 32
 
 
-def _max_by_taps(win: Arr, kernel: Sequence[int]) -> Arr | None:
-    """``arith.reduce_max`` of the (N, C, *out, *k) windows over k, as one ``maximum`` per
-    tap of the out-sized views (numpy's reduction over a few strided elements at a time
-    is ~10x slower): the same bits, a zero result's sign included (+0 where a tap holds
-    +0, as reduce_max has it); None where a result is NaN (whose payload the reduction
-    chooses: the caller runs it)."""
-    lead = (slice(None),) * (win.ndim - len(kernel))
-    taps = [win[lead + t] for t in np.ndindex(*kernel)]
+def _max_by_taps(taps: list[Arr]) -> Arr | None:
+    """``arith.reduce_max`` over a pooling window of every output, given as the out-sized
+    views of its taps: one ``maximum`` per tap (numpy's reduction over a few strided
+    elements at a time is ~10x slower), the same bits, a zero result's sign included (+0
+    where a tap holds +0, as reduce_max has it); None where a result is NaN (whose payload
+    the reduction chooses: the caller runs it)."""
     r = taps[0].copy()
     for t in taps[1:]:
         np.maximum(r, t, out=r)
