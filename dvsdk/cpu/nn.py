@@ -20,7 +20,6 @@ from typing import Any
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
-from .. import native
 from ..errors import ModelError
 from ..hw import arith, elementary
 from .sample import resize_cubic
@@ -528,20 +527,10 @@ def lrn(inputs: list, attrs: Attrs) -> list[Arr]:
 
 def in_float_type(fn: Any, x: Arr) -> Arr:
     """``fn`` (a function of :mod:`dvsdk.hw.elementary`, float64) of float ``x``, in x's
-    type: the bits of ``fn(x).astype(x.dtype)``; for float32 in one compiled pass where the
-    module is built (each value widened to float64, computed by the same operations,
-    rounded back), without the two float64 arrays."""
-    code = elementary._NATIVE_CODES.get(getattr(fn, "__name__", ""))
-    if x.dtype == np.float32 and code is not None and native.NATIVE is not None:
-        src = np.ascontiguousarray(x)
-        out = np.empty(src.shape, np.float32)
-        try:
-            native.NATIVE.elem(code, src, out)
-        except TypeError:  # (a module built before elem took float32)
-            pass
-        else:
-            return out.reshape(np.shape(x))
-    return fn(x).astype(x.dtype)
+    type: the bits of ``fn(x).astype(x.dtype)``, for float32 in one compiled pass where
+    the module is built (``elementary.compiled_f32``)."""
+    y = elementary.compiled_f32(fn, x) if x.dtype == np.float32 else None
+    return fn(x).astype(x.dtype) if y is None else y
 
 
 def _exp(x: Arr) -> Arr:

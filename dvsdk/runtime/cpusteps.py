@@ -211,7 +211,8 @@ def step(net: Any, h: Any) -> None:
                            field=f"program.{name}", value=op_type) from e
     finally:
         h.stats.add("cpu", f"{op_type} {name}", t, work)
-    work.update(_step_work(net, h.pc, op_type, attrs, vals, results))
+    work.update(board_model.step_work_once(net._step_work_memo, h.pc, op_type, attrs, vals,
+                                           results, _ARRAYS))  # (once per signature)
     for o, val in zip(outputs, results):
         want = net.tensors[o]["shape"] if o else None
         if want is not None and list(val.shape if isinstance(val, np.ndarray)
@@ -227,38 +228,8 @@ def step(net: Any, h: Any) -> None:
         _leave(net, h)
 
 
-def _signature(values: Any) -> tuple | None:
-    """(type, shape, dtype) of each array operand (None for an absent one), or None when
-    one is of another kind (what :func:`board_model.step_work` reads of them).  (One
-    comprehension: it runs twice per CPU step and run; an ndarray subclass counts as
-    another kind, worked out every time.)"""
-    sig = tuple([None if v is None else (v.__class__, v.shape, v.dtype)
-                 if v.__class__ in _ARRAYS else _OTHER for v in values])
-    return None if _OTHER in sig else sig
-
-
-#: the operand types :func:`_signature` describes, and its mark of another one
+#: the operand types whose signature the board model's memo takes (step)
 _ARRAYS = frozenset({np.ndarray, Chunked})
-_OTHER = object()
-
-
-def _step_work(net: Any, pc: int, op_type: str, attrs: dict, vals: list, results: list
-               ) -> dict:
-    """``board_model.step_work`` of step ``pc``, worked out once per signature of its
-    operands and results (it reads only their types, shapes and dtypes: the same every
-    run of a net); a fresh dict each time (it goes into the run's events)."""
-    sig = _signature(vals)
-    out_sig = _signature(results) if sig is not None else None
-    if out_sig is None:
-        return board_model.step_work(op_type, attrs, vals, results)
-    memo = net._step_work_memo
-    key = (pc, sig, out_sig)
-    work = memo.get(key)
-    if work is None:
-        if len(memo) > 4096:
-            memo.clear()
-        work = memo[key] = board_model.step_work(op_type, attrs, vals, results)
-    return dict(work)
 
 
 def _enter(net: Any, h: Any, seg: Segment) -> SegmentState:

@@ -152,7 +152,7 @@ class Net:
         self.steps = steps
         self._segments = cpusteps.segments(self.steps)
         self._fused: dict[int, cpusteps.FusedPlan | bool] = {}  # by step (cpusteps.prepare)
-        self._step_work_memo: dict = {}  # (cpusteps._step_work)
+        self._step_work_memo: dict = {}  # (board_model.step_work_once, by CPU step)
         #: every tensor's arena placement (META ``device``), by name
         self._devs = {t: d["device"] for t, d in self.tensors.items()
                       if isinstance(d, dict) and d.get("device") is not None}
