@@ -24,9 +24,29 @@ HOT __attribute__((optimize("no-trapping-math"))) static void elem_all(
     }
 }
 
+/* float32 in and out: each value widened to float64, f computed as above, the result
+ * rounded to float32 as numpy's cast rounds it (what elementary.f(x).astype(float32)
+ * gives, without the two float64 arrays) */
+#define EL_LOOP32(F)                                                                       \
+    for (Py_ssize_t i = 0; i < n; i++)                                                     \
+        y[i] = (float)F((double)x[i]);
+
+HOT __attribute__((optimize("no-trapping-math"))) static void elem_all32(
+    int fn, const float *restrict x, float *restrict y, Py_ssize_t n)
+{
+    switch (fn) {
+    case EL_EXP: EL_LOOP32(el_exp) break;
+    case EL_EXPM1: EL_LOOP32(el_expm1) break;
+    case EL_TANH: EL_LOOP32(el_tanh) break;
+    case EL_SIGMOID: EL_LOOP32(el_sigmoid) break;
+    default: EL_LOOP32(el_log) break;
+    }
+}
+
 const char dv_elem_doc[] =
     "elem(fn, x, y)\n\n``y`` = f(``x``), both float64 of one size: fn 0 exp, 1 expm1, 2 tanh, "
-    "3 sigmoid, 4 log, as dvsdk.hw.elementary computes them.";
+    "3 sigmoid, 4 log, as dvsdk.hw.elementary computes them; or both float32: f of each "
+    "value widened to float64, rounded to float32.";
 
 PyObject *dv_elem(PyObject *self, PyObject *args)
 {
@@ -40,9 +60,14 @@ PyObject *dv_elem(PyObject *self, PyObject *args)
         PyErr_Format(PyExc_ValueError, "elem: unknown function %d", fn);
         return NULL;
     }
-    if (get_buf(xo, &x, PyBUF_C_CONTIGUOUS, 8, "d", "x") < 0)
+    if (PyObject_GetBuffer(xo, &x, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0)
         return NULL;
-    if (get_buf(yo, &y, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE, 8, "d", "y") < 0) {
+    int f32 = x.itemsize == 4;  /* float32 (checked below), else float64 */
+    PyBuffer_Release(&x);
+    if (get_buf(xo, &x, PyBUF_C_CONTIGUOUS, f32 ? 4 : 8, f32 ? "f" : "d", "x") < 0)
+        return NULL;
+    if (get_buf(yo, &y, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE, f32 ? 4 : 8, f32 ? "f" : "d",
+                "y") < 0) {
         PyBuffer_Release(&x);
         return NULL;
     }
@@ -50,7 +75,10 @@ PyObject *dv_elem(PyObject *self, PyObject *args)
         PyErr_SetString(PyExc_ValueError, "elem: x and y sizes differ");
     } else {
         Py_BEGIN_ALLOW_THREADS
-        elem_all(fn, (const double *)x.buf, (double *)y.buf, x.len / 8);
+        if (f32)
+            elem_all32(fn, (const float *)x.buf, (float *)y.buf, x.len / 4);
+        else
+            elem_all(fn, (const double *)x.buf, (double *)y.buf, x.len / 8);
         Py_END_ALLOW_THREADS
     }
     PyBuffer_Release(&x);

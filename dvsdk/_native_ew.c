@@ -60,8 +60,11 @@ static void ew_run(int op, const uint16_t *x, uint16_t *out, const uint16_t *yh,
         Py_ssize_t cs = c - c0 < 8 ? c - c0 : 8, len = cs * wh, step = cs * (EW_BLOCK / 8);
         const uint16_t *xs = x + c0 * wh;
         uint16_t *os = out + c0 * wh;
-        for (Py_ssize_t e = 0; e < step; e++)  /* every block starts at a position */
-            b[e] = yc[c0 + e % cs];
+        /* every block starts at a position: the chunk's cs values, once per position of
+         * a block (of the chunk's, if shorter; no division per value) */
+        for (Py_ssize_t e = 0, fill = len < step ? len : step; e < fill; e += cs)
+            for (Py_ssize_t k = 0; k < cs; k++)
+                b[e + k] = yc[c0 + k];
         for (Py_ssize_t i = 0; i < len; i += step) {
             Py_ssize_t m = len - i < step ? len - i : step;
             to_f32_run(xs + i, a, m);

@@ -253,6 +253,33 @@ def test_the_compiled_elementary_functions_are_the_numpy_ones_bit_for_bit(name, 
     assert np.array_equal(fast.view(np.uint64), fn(x).view(np.uint64))
 
 
+@pytest.mark.skipif(NATIVE is None, reason="dvsdk._native not built")
+@pytest.mark.parametrize("name", ["exp", "expm1", "tanh", "sigmoid", "log"])
+def test_float32_in_one_compiled_pass_is_the_numpy_code_then_numpys_cast(name, monkeypatch):
+    """The CPU steps' float32 path (``nn.in_float_type``: ``_native.elem`` on float32, each
+    value widened, computed and rounded back in one pass) against elementary's numpy code
+    in float64 then numpy's cast to float32: float32 overflow to inf, results that round to
+    float32 subnormals or zero, NaN of both signs, strided and 0-d inputs."""
+    from dvsdk.cpu.nn import in_float_type
+
+    rng = np.random.default_rng(12)
+    x = np.concatenate([rng.standard_normal(100_000) * 30, rng.uniform(-200, 200, 20_000),
+                        np.exp(rng.uniform(-100, 88, 20_000)),
+                        [0.0, -0.0, np.inf, -np.inf, np.nan, -np.nan, 1e-45, -1e-45, 1e-40,
+                         88.72, 88.73, -103.9, -104.0, 3.4e38, 1e-7]]).astype(np.float32)
+    fn = getattr(elementary, name)
+    with np.errstate(all="ignore"):
+        for v in (x, x.reshape(-1, 5)[:, ::2], np.asarray(x[7])):
+            fast = in_float_type(fn, v)
+            ref = fn(v).astype(np.float32)
+            assert fast.shape == ref.shape and fast.dtype == np.float32
+            assert np.array_equal(fast.view(np.uint32), ref.view(np.uint32))
+    monkeypatch.setattr(native, "NATIVE", None)  # the numpy path: the same call
+    with np.errstate(all="ignore"):
+        assert np.array_equal(in_float_type(fn, x).view(np.uint32),
+                              fn(x).astype(np.float32).view(np.uint32))
+
+
 def test_a_process_that_flushes_subnormals_is_warned(monkeypatch):
     """FTZ/DAZ switched on by some library changes results: opening sim:// says so once."""
     import dvsdk

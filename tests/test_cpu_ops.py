@@ -225,3 +225,93 @@ def test_cpu_ops_import_without_onnx():
                          timeout=60)
     assert res.returncode == 0, res.stderr
     assert res.stdout.strip() == "(1, 1, 2, 2)"
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, np.float64])
+@pytest.mark.parametrize("kernel,strides,pads,dil", [
+    ([2, 1], [2, 1], [0, 0, 0, 0], [1, 1]), ([3, 3], [2, 2], [1, 1, 1, 1], [1, 1]),
+    ([2, 2], [1, 1], [0, 1, 0, 1], [2, 2])])
+def test_max_pool_zero_signs_and_nan_against_a_window_loop(dtype, kernel, strides, pads, dil):
+    """MaxPool on inputs full of +0 and -0 (a HardSwish's zeros), with NaN and -inf: each
+    output against a plain loop over its window (padding is -inf): the largest value, a
+    zero result +0 where the window holds a +0 and -0 where it holds only -0, NaN where
+    the window holds one; an input held in (N, H, W, C) order gives the same bits."""
+    from dvsdk.cpu.nn import max_pool
+
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((2, 3, 9, 10)).astype(dtype)
+    x[x < 0.4] = 0.0
+    x[(x == 0) & (rng.random(x.shape) < 0.6)] = -0.0
+    for with_nan in (False, True):
+        if with_nan:
+            x.flat[::53] = np.nan
+            x.flat[7::29] = -np.inf
+        attrs = {"kernel_shape": kernel, "strides": strides, "pads": pads, "dilations": dil}
+        got = max_pool([x], attrs)[0]
+        # the same values held as a device tensor is (an (N, H, W, C) array seen as NCHW)
+        hwc_view = np.ascontiguousarray(x.transpose(0, 2, 3, 1)).transpose(0, 3, 1, 2)
+        assert got.tobytes() == max_pool([hwc_view], attrs)[0].tobytes()
+        ph, pw = pads[0], pads[1]
+        xp = np.full((2, 3, 9 + pads[0] + pads[2], 10 + pads[1] + pads[3]), -np.inf, dtype)
+        xp[:, :, ph:ph + 9, pw:pw + 10] = x
+        oh = (xp.shape[2] - dil[0] * (kernel[0] - 1) - 1) // strides[0] + 1
+        ow = (xp.shape[3] - dil[1] * (kernel[1] - 1) - 1) // strides[1] + 1
+        assert got.shape == (2, 3, oh, ow) and got.dtype == dtype
+        for n, c, i, j in np.ndindex(got.shape):
+            win = xp[n, c, i * strides[0]:i * strides[0] + dil[0] * (kernel[0] - 1) + 1:dil[0],
+                     j * strides[1]:j * strides[1] + dil[1] * (kernel[1] - 1) + 1:dil[1]].ravel()
+            v = got[n, c, i, j]
+            if np.isnan(win).any():
+                assert np.isnan(v)
+            elif win.max() == 0:
+                plus = any(w == 0 and not np.signbit(w) for w in win)
+                assert v == 0 and bool(np.signbit(v)) == (not plus)
+            else:
+                assert v == win.max()
+
+
+def test_pow_by_a_one_element_integer_exponent_is_the_product():
+    """Pow(x, [2]) and Pow(x, [-3]) (LayerNorm's square, a (1,)-shaped constant) are the
+    float64 products rounded once (numpy's own x*x, 1/(x*x*x)), NaN, infinities and
+    signed zeros included, in the broadcast shape (a 0-d base to a (1,) exponent: (1,))."""
+    from dvsdk.cpu.ops import run_op
+
+    rng = np.random.default_rng(9)
+    x = np.concatenate([rng.standard_normal(500) * 50,
+                        [0.0, -0.0, np.inf, -np.inf, np.nan, 1.0, -1.0, 1e-30]]
+                       ).astype(np.float32).reshape(2, -1)
+    xd = x.astype(np.float64)
+    with np.errstate(all="ignore"):
+        for exp_dtype in (np.float32, np.int64):
+            sq = run_op("Pow", [x, np.array([2], exp_dtype)], {})[0]
+            assert sq.dtype == np.float32 and sq.shape == x.shape
+            assert np.array_equal(sq, (xd * xd).astype(np.float32), equal_nan=True)
+            inv = run_op("Pow", [x, np.array([-3], exp_dtype)], {})[0]
+            want = (1.0 / (xd * xd * xd)).astype(np.float32)
+            assert np.array_equal(inv.view(np.uint32)[~np.isnan(want)],
+                                  want.view(np.uint32)[~np.isnan(want)])
+            assert np.isnan(inv[np.isnan(want)]).all()
+    assert run_op("Pow", [np.array(3.0, np.float32), np.array([2.0], np.float32)], {}
+                  )[0].shape == (1,)
+
+
+@pytest.mark.parametrize("mode", ["DCR", "CRD"])
+def test_depth_to_space_of_an_hwc_array_seen_as_nchw(mode):
+    """DepthToSpace of a device tensor as the runtime holds it (an (H, W, C) array seen as
+    (1, C, H, W)) moves the same elements as ONNX's definition written here with explicit
+    index arithmetic."""
+    from dvsdk.cpu.nn import depth_to_space
+
+    bs, c, h, w = 2, 12, 5, 7
+    hwc = np.random.default_rng(2).standard_normal((h, w, c)).astype(np.float32)
+    x = hwc.transpose(2, 0, 1)[None]
+    got = depth_to_space([x], {"blocksize": bs, "mode": mode})[0]
+    cout = c // (bs * bs)
+    want = np.empty((1, cout, h * bs, w * bs), np.float32)
+    for k, yy, xx in np.ndindex(cout, h * bs, w * bs):
+        i, j = yy % bs, xx % bs
+        ch = (i * bs + j) * cout + k if mode == "DCR" else k * bs * bs + i * bs + j
+        want[0, k, yy, xx] = hwc[yy // bs, xx // bs, ch]
+    assert got.shape == want.shape and np.array_equal(got, want)
+    assert np.array_equal(depth_to_space([np.ascontiguousarray(x)], {"blocksize": bs,
+                                                                     "mode": mode})[0], want)

@@ -259,7 +259,8 @@ def conv_transpose(inputs: list, attrs: Attrs) -> list[Arr]:
     return [np.ascontiguousarray(y, dtype=x.dtype)]
 
 
-def _pool_prepare(x: Arr, a: Attrs, value: float) -> tuple[Arr, tuple, list[int]]:
+def _pool_prepare(x: Arr, a: Attrs, value: float, contiguous: bool = True
+                  ) -> tuple[Arr, tuple, list[int]]:
     out_shape = pool_output_shape(x.shape, a)
     n = x.ndim - 2
     extra = []
@@ -267,8 +268,8 @@ def _pool_prepare(x: Arr, a: Attrs, value: float) -> tuple[Arr, tuple, list[int]
         need = (out_shape[2 + i] - 1) * a["strides"][i] + (a["kernel_shape"][i] - 1) * \
             a["dilations"][i] + 1
         extra.append(max(0, need - (x.shape[2 + i] + a["pads"][i] + a["pads"][n + i])))
-    xp = np.ascontiguousarray(_pad_spatial(x, a["pads"], extra, value))
-    return xp, out_shape, extra
+    xp = _pad_spatial(x, a["pads"], extra, value)
+    return (np.ascontiguousarray(xp) if contiguous else xp), out_shape, extra
 
 
 def max_pool(inputs: list, attrs: Attrs) -> list[Arr]:
@@ -276,11 +277,62 @@ def max_pool(inputs: list, attrs: Attrs) -> list[Arr]:
     x = inputs[0]
     a = resolve_pool(attrs, x.shape)
     low = -np.inf if np.issubdtype(x.dtype, np.floating) else np.iinfo(x.dtype).min
+    kw = (a["kernel_shape"], a["strides"], a["dilations"])
+    if x.dtype.kind == "f" and math.prod(a["kernel_shape"]) <= _TAPWISE_MAX:
+        nhwc = x.transpose(0, 2, 3, 1) if x.ndim == 4 else None
+        if nhwc is not None and nhwc.flags.c_contiguous and not x.flags.c_contiguous:
+            # an (N, H, W, C) array seen as NCHW (a device tensor): the taps on it as it
+            # lies, the result made NCHW once
+            xp, out_shape, _ = _pool_prepare(nhwc.transpose(0, 3, 1, 2), a, low,
+                                             contiguous=False)
+            xn = xp.transpose(0, 2, 3, 1)
+            (kh, kw_), (sh, sw), (dh, dw) = kw
+            oh, ow = out_shape[2:]
+            r = _max_by_taps([xn[:, i * dh:i * dh + sh * (oh - 1) + 1:sh,
+                                 j * dw:j * dw + sw * (ow - 1) + 1:sw]
+                              for i, j in np.ndindex(kh, kw_)])
+            if r is not None:
+                return [np.ascontiguousarray(r.transpose(0, 3, 1, 2)).astype(x.dtype,
+                                                                            copy=False)]
+        else:
+            xp, out_shape, _ = _pool_prepare(x, a, low)
+            win = _windows(xp, out_shape[2:], *kw)
+            lead = (slice(None),) * (win.ndim - len(a["kernel_shape"]))
+            r = _max_by_taps([win[lead + t] for t in np.ndindex(*a["kernel_shape"])])
+            if r is not None:
+                return [r.astype(x.dtype, copy=False)]
     xp, out_shape, _ = _pool_prepare(x, a, low)
-    win = _windows(xp, out_shape[2:], a["kernel_shape"], a["strides"], a["dilations"])
+    win = _windows(xp, out_shape[2:], *kw)
     n = x.ndim - 2
-    return [arith.reduce_max(win, axis=tuple(range(2 + n, 2 + 2 * n))).astype(x.dtype,
-                                                                        copy=False)]
+    axes = tuple(range(2 + n, 2 + 2 * n))
+    return [arith.reduce_max(win, axis=axes).astype(x.dtype, copy=False)]
+
+
+#: kernels up to this many taps take the maximum tap by tap (:func:`_max_by_taps`)
+_TAPWISE_MAX = 32
+
+
+def _max_by_taps(taps: list[Arr]) -> Arr | None:
+    """``arith.reduce_max`` over a pooling window of every output, given as the out-sized
+    views of its taps: one ``maximum`` per tap (numpy's reduction over a few strided
+    elements at a time is ~10x slower), the same bits, a zero result's sign included (+0
+    where a tap holds +0, as reduce_max has it); None where a result is NaN (whose payload
+    the reduction chooses: the caller runs it)."""
+    r = taps[0].copy()
+    for t in taps[1:]:
+        np.maximum(r, t, out=r)
+    if np.isnan(r).any():
+        return None
+    zero = r == 0
+    if zero.any():  # (on the bits: +0 is the pattern of all zeros, -0 the sign bit alone)
+        uint = np.dtype(f"u{r.dtype.itemsize}")
+        plus = taps[0].view(uint) == 0
+        for t in taps[1:]:
+            plus |= t.view(uint) == 0
+        want = (~plus).astype(uint) << uint.type(8 * r.dtype.itemsize - 1)  # +0 or -0
+        bits = r.view(uint)
+        bits ^= (bits ^ want) * zero  # (arithmetic: a select on a mask of scattered zeros
+    return r                          # runs ~10x slower)
 
 
 def average_pool(inputs: list, attrs: Attrs) -> list[Arr]:
@@ -473,9 +525,17 @@ def lrn(inputs: list, attrs: Attrs) -> list[Arr]:
     return [y.astype(x.dtype)]
 
 
+def in_float_type(fn: Any, x: Arr) -> Arr:
+    """``fn`` (a function of :mod:`dvsdk.hw.elementary`, float64) of float ``x``, in x's
+    type: the bits of ``fn(x).astype(x.dtype)``, for float32 in one compiled pass where
+    the module is built (``elementary.compiled_f32``)."""
+    y = elementary.compiled_f32(fn, x) if x.dtype == np.float32 else None
+    return fn(x).astype(x.dtype) if y is None else y
+
+
 def _exp(x: Arr) -> Arr:
     """e**x in x's float type (:mod:`dvsdk.hw.elementary`: the same bits on every machine)."""
-    return elementary.exp(x).astype(x.dtype) if x.dtype.kind == "f" else np.exp(x)
+    return in_float_type(elementary.exp, x) if x.dtype.kind == "f" else np.exp(x)
 
 
 def _softmax_2d(x: Arr, axis: int, opset: int) -> tuple[Arr, tuple]:
@@ -492,7 +552,8 @@ def softmax(inputs: list, attrs: Attrs) -> list[Arr]:
     opset = int(attrs.get("opset", 13))
     xv, axes = _softmax_2d(x, int(attrs.get("axis", -1 if opset >= 13 else 1)), opset)
     e = _exp(xv - arith.reduce_max(xv, axis=axes, keepdims=True))
-    return [(e / e.sum(axis=axes, keepdims=True)).reshape(x.shape).astype(x.dtype)]
+    return [(e / e.sum(axis=axes, keepdims=True)).reshape(x.shape).astype(x.dtype,
+                                                                         copy=False)]
 
 
 def log_softmax(inputs: list, attrs: Attrs) -> list[Arr]:

@@ -32,7 +32,7 @@ from .indexing import INDEXING_KERNELS
 from .losses import LOSS_KERNELS
 from .ms_attention import OP as MS_ATTENTION
 from .ms_attention import ms_attention
-from .nn import NN_KERNELS
+from .nn import NN_KERNELS, in_float_type
 from .norms import NORM_KERNELS
 from .quant import QUANT_KERNELS
 from .recurrent import RECURRENT_KERNELS
@@ -94,6 +94,10 @@ def _pow(a: Arr, b: Arr) -> Arr:
             small = np.where(a == 1, 1, np.where(a == -1, np.where(b % 2 == 0, 1, -1), 0))
             return np.where(neg, small, np.power(a, np.where(neg, 0, b)))
     if a.dtype.kind == "f":
+        if b.size == 1 and b.ndim <= a.ndim and b.dtype.kind in "fiu":
+            v = float(b.reshape(()))  # one integer exponent (LayerNorm's square) as a scalar:
+            if v.is_integer() and 0 < abs(v) <= 64:  # power's own path for it, the same bits
+                b = b.reshape(())  # as per element, without the exp(b log|a|) it discards
         return elementary.power(a, b).astype(a.dtype)
     return np.power(a, b)
 
@@ -111,7 +115,7 @@ def _elementary(fn: Callable[[Arr], Arr]) -> Callable[[Arr], Arr]:
     def apply(x: Arr) -> Arr:
         if x.dtype.kind != "f":
             return getattr(np, fn.__name__)(x)
-        return fn(x).astype(x.dtype)
+        return in_float_type(fn, x)
     return apply
 
 
@@ -540,7 +544,8 @@ def run_op(op_type: str, inputs: list, attrs: Mapping[str, Any]) -> list[Arr]:
     kernel = KERNELS.get(op_type)
     if kernel is None:
         raise ModelError("no CPU kernel for op", field="op_type", value=op_type)
-    why = refusal(op_type, [None if x is None else np.asarray(x).dtype for x in inputs], attrs)
+    why = refusal(op_type, [None if x is None else x.dtype if x.__class__ is np.ndarray
+                            else np.asarray(x).dtype for x in inputs], attrs)
     if why is not None:
         raise ModelError("the CPU kernel does not support this element type", field=op_type,
                          value=why)

@@ -58,6 +58,24 @@ def _compiled(name: str, x: np.ndarray) -> np.ndarray | None:
     return out.reshape(np.shape(x))
 
 
+def compiled_f32(fn: object, x: np.ndarray) -> np.ndarray | None:
+    """``fn(x).astype(float32)`` for a float32 ``x`` and ``fn`` one of exp, expm1, tanh,
+    sigmoid, log: in one compiled pass (each value widened to float64, the same operations,
+    rounded back as numpy's cast), without the two float64 arrays; None where the module
+    is not built (or predates float32), ``fn`` has no compiled twin or ``x`` is not
+    float32."""
+    code = _NATIVE_CODES.get(getattr(fn, "__name__", ""))
+    if native.NATIVE is None or code is None or np.asarray(x).dtype != np.float32:
+        return None
+    src = np.ascontiguousarray(x)
+    out = np.empty(src.shape, np.float32)
+    try:
+        native.NATIVE.elem(code, src, out)
+    except TypeError:  # (a module built before elem took float32)
+        return None
+    return out.reshape(np.shape(x))
+
+
 def _pow2(k: np.ndarray) -> np.ndarray:
     """2**k for integer-valued float64 ``k`` in [-1022, 1023], built from its bits (exact)."""
     return ((k.astype(np.int64) + 1023) << 52).view(_F64)

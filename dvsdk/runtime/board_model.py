@@ -299,6 +299,37 @@ def step_work(op: str, attrs: Mapping[str, Any], inputs: Sequence[Any],
             "macs": _macs(op, inputs, out_elements, attrs), "fused": False}
 
 
+def signature(values: Sequence[Any], arrays: frozenset) -> tuple | None:
+    """(type, shape, dtype) of each operand (None for an absent one), or None when one is
+    not of a type in ``arrays``: all :func:`step_work` reads of them.  (One comprehension:
+    it runs twice per CPU step and run; a subclass counts as another type.)"""
+    sig = tuple([None if v is None else (v.__class__, v.shape, v.dtype)
+                 if v.__class__ in arrays else _OTHER for v in values])
+    return None if _OTHER in sig else sig
+
+
+_OTHER = object()  # (signature's mark of an operand of another type)
+
+
+def step_work_once(memo: dict, pc: int, op: str, attrs: Mapping[str, Any],
+                   inputs: Sequence[Any], outputs: Sequence[Any], arrays: frozenset
+                   ) -> dict[str, Any]:
+    """:func:`step_work` of program step ``pc``, kept in ``memo`` by the signatures of its
+    operands and results (it reads only their types, shapes and dtypes: the same every run
+    of a net); a fresh dict each time (it goes into the run's events)."""
+    sig = signature(inputs, arrays)
+    out_sig = signature(outputs, arrays) if sig is not None else None
+    if out_sig is None:
+        return step_work(op, attrs, inputs, outputs)
+    key = (pc, sig, out_sig)
+    work = memo.get(key)
+    if work is None:
+        if len(memo) > 4096:
+            memo.clear()
+        work = memo[key] = step_work(op, attrs, inputs, outputs)
+    return dict(work)
+
+
 def fused_work(op: str, elements: int, other_elements: int | None) -> dict[str, Any]:
     """What a step on the compiled FP16 path did: ``elements`` in the result and the
     full-size operand, ``other_elements`` in the second operand (None: unary)."""

@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -60,6 +61,7 @@ ELEMENTWISE = frozenset({
 TABLE = "Fp16Table"  # (dvsdk.compiler.table): the table is its second operand
 MODES = ("device", "unpack")
 _F32 = np.dtype(np.float32)
+_now = time.perf_counter
 
 
 class Chunked:
@@ -181,7 +183,9 @@ def step(net: Any, h: Any) -> None:
     """Run CPU step ``h.pc`` of ``net`` (one op), syncing on entering and leaving its
     segment; the caller advances ``h.pc``."""
     seg = net._segments[h.pc]
-    plan = fused_plan(net, h.pc)
+    plan = net._fused.get(h.pc)
+    if plan is None:
+        plan = fused_plan(net, h.pc)
     if plan and (native.NATIVE is not None or plan.table is not None) \
             and plan.x not in h.host and plan.y not in h.host:
         _run_fused(net, h, seg, plan)  # (an operand the host holds unrounded: general path)
@@ -192,20 +196,23 @@ def step(net: Any, h: Any) -> None:
     out = outputs[0] if len(outputs) == 1 else None
     args = _chunked_args(net, h, op_type, inputs, out) if out else None
     work: dict = {}
-    with h.stats.stage("cpu", f"{op_type} {name}", work):
-        try:
-            if args is not None:
-                vals = [v for _, v in args[0]]
-                results = [_run_chunked(op_type, attrs, *args)]
-            else:
-                vals = [_nchw(net, h, i) if i else None for i in inputs]
-                results = cpu_ops.run_op(op_type, vals, attrs)
-        except DeviceError:
-            raise
-        except Exception as e:  # noqa: BLE001 - a damaged record must not escape raw
-            raise NetFileError(f"CPU op {op_type} {name} cannot run: {e}",
-                               field=f"program.{name}", value=op_type) from e
-    work.update(_step_work(net, h.pc, op_type, attrs, vals, results))
+    t = _now()
+    try:
+        if args is not None:
+            vals = [v for _, v in args[0]]
+            results = [_run_chunked(op_type, attrs, *args)]
+        else:
+            vals = [_nchw(net, h, i) if i else None for i in inputs]
+            results = cpu_ops.run_op(op_type, vals, attrs)
+    except DeviceError:
+        raise
+    except Exception as e:  # noqa: BLE001 - a damaged record must not escape raw
+        raise NetFileError(f"CPU op {op_type} {name} cannot run: {e}",
+                           field=f"program.{name}", value=op_type) from e
+    finally:
+        h.stats.add("cpu", f"{op_type} {name}", t, work)
+    work.update(board_model.step_work_once(net._step_work_memo, h.pc, op_type, attrs, vals,
+                                           results, _ARRAYS))  # (once per signature)
     for o, val in zip(outputs, results):
         want = net.tensors[o]["shape"] if o else None
         if want is not None and list(val.shape if isinstance(val, np.ndarray)
@@ -221,37 +228,8 @@ def step(net: Any, h: Any) -> None:
         _leave(net, h)
 
 
-def _signature(values: Any) -> tuple | None:
-    """(type, shape, dtype) of each array operand (None for an absent one), or None when
-    one is of another kind (what :func:`board_model.step_work` reads of them)."""
-    out = []
-    for v in values:
-        if v is None:
-            out.append(None)
-        elif isinstance(v, (np.ndarray, Chunked)):
-            out.append((type(v), v.shape, v.dtype))
-        else:
-            return None
-    return tuple(out)
-
-
-def _step_work(net: Any, pc: int, op_type: str, attrs: dict, vals: list, results: list
-               ) -> dict:
-    """``board_model.step_work`` of step ``pc``, worked out once per signature of its
-    operands and results (it reads only their types, shapes and dtypes: the same every
-    run of a net); a fresh dict each time (it goes into the run's events)."""
-    sig = _signature(vals)
-    out_sig = _signature(results) if sig is not None else None
-    if out_sig is None:
-        return board_model.step_work(op_type, attrs, vals, results)
-    memo = vars(net).setdefault("_step_work_memo", {})
-    key = (pc, sig, out_sig)
-    work = memo.get(key)
-    if work is None:
-        if len(memo) > 4096:
-            memo.clear()
-        work = memo[key] = board_model.step_work(op_type, attrs, vals, results)
-    return dict(work)
+#: the operand types whose signature the board model's memo takes (step)
+_ARRAYS = frozenset({np.ndarray, Chunked})
 
 
 def _enter(net: Any, h: Any, seg: Segment) -> SegmentState:
@@ -272,9 +250,13 @@ def _read_spans(net: Any, names: list[str]) -> list[tuple[int, int, str]]:
 
 
 def _sync_spans_for_cpu(h: Any, spans: list[tuple[int, int, str]]) -> None:
+    st, arena = h.stats, h.ctx.arena
     for a, b, names in spans:
-        with h.stats.stage("sync", names, {"bytes": b - a}):
-            h.ctx.arena.sync_for_cpu(a, b - a)
+        t = _now()
+        try:
+            arena.sync_for_cpu(a, b - a)
+        finally:
+            st.add("sync", names, t, {"bytes": b - a})
 
 
 def _leave(net: Any, h: Any) -> None:
@@ -287,7 +269,8 @@ def _leave(net: Any, h: Any) -> None:
         v = h.host[name]
         chunked = isinstance(v, Chunked) and v.key == (hwc, tr, n)
         nbytes = 2 * v.flat.size if chunked else device_nbytes(d)
-        with h.stats.stage("pack", name, {"bytes": nbytes}):
+        t = _now()
+        try:
             if chunked:  # rounded into the arena
                 h.ctx.arena.write_with(d["offset"], nbytes,
                                        lambda view, v=v: to_f16(v.flat, view.view(np.float16)))
@@ -295,10 +278,15 @@ def _leave(net: Any, h: Any) -> None:
                 x = to_hwc(np.asarray(v, np.float32), device_shape(d))
                 h.ctx.arena.write_with(d["offset"], nbytes, lambda view, x=x, tr=tr: layout.pack(
                     x, transpose=tr, out=view.view(np.float16)))
+        finally:
+            h.stats.add("pack", name, t, {"bytes": nbytes})
         items.append((d["offset"], d["offset"] + nbytes, name))
     for a, b, names in _spans(items):
-        with h.stats.stage("sync", names, {"bytes": b - a}):
+        t = _now()
+        try:
             h.ctx.arena.sync_for_device(a, b - a)
+        finally:
+            h.stats.add("sync", names, t, {"bytes": b - a})
     h.segment = None
 
 
@@ -324,7 +312,8 @@ def _nchw(net: Any, h: Any, name: str) -> np.ndarray:
     v = h.host.get(name)
     if v is None:
         raw, d = _device_bytes(net, h, name)
-        with h.stats.stage("unpack", name, {"bytes": raw.nbytes}):
+        t = _now()
+        try:
             shape = device_shape(d)
             hwc = layout.unpack(raw, shape, transpose=bool(d.get("transpose")))
             if len(net.tensors[name]["shape"]) != 4:
@@ -332,6 +321,8 @@ def _nchw(net: Any, h: Any, name: str) -> np.ndarray:
             else:
                 v = hwc.transpose(2, 0, 1)[None] if len(shape) == 3 else hwc.transpose(0, 3, 1, 2)
             h.host[name] = v
+        finally:
+            h.stats.add("unpack", name, t, {"bytes": raw.nbytes})
     return v.nchw() if isinstance(v, Chunked) else v
 
 
@@ -410,9 +401,12 @@ def _chunked_args(net: Any, h: Any, op: str, inputs: list[str], out: str
     for kind, v in ops:
         if isinstance(v, str):  # read from the arena: FP16 -> float32, no element moves
             raw, d = _device_bytes(net, h, v)
-            with h.stats.stage("unpack", v, {"bytes": raw.nbytes}):
+            t = _now()
+            try:
                 got = Chunked(to_f32(raw.view(np.float16)), tuple(d["hwc"]),
                               bool(d.get("transpose")), int(d.get("batch", 1)))
+            finally:
+                h.stats.add("unpack", v, t, {"bytes": raw.nbytes})
             h.host[v] = got
             v = got.flat.reshape(got.n, c) if kind == CHANNEL else got
         elif kind == FULL and isinstance(v, np.ndarray):  # an HWC array: reorder it
@@ -499,9 +493,20 @@ class FusedPlan:
 TABLE_CODE = -1
 
 
+def prepare(net: Any) -> None:
+    """Make every CPU step's :class:`FusedPlan` when the net is loaded (what a first run
+    made on its way: the plans depend on the file alone).  A step whose record is damaged
+    is left to be planned by its run, which reports the damage as before."""
+    for index in net._segments:
+        try:
+            fused_plan(net, index)
+        except Exception:  # noqa: BLE001 - (reported by the run that reaches the step)
+            net._fused.pop(index, None)
+
+
 def fused_plan(net: Any, index: int) -> FusedPlan | bool:
-    """The :class:`FusedPlan` of CPU step ``index`` of ``net`` (made on first use), or
-    False where the general path runs it."""
+    """The :class:`FusedPlan` of CPU step ``index`` of ``net`` (made by :func:`prepare`, or
+    on first use), or False where the general path runs it."""
     plan = net._fused.get(index)
     if plan is None:
         plan = _fused_plan(net, net._segments[index])
@@ -551,7 +556,10 @@ def _fused_plan(net: Any, seg: Segment) -> FusedPlan | bool:
         syncs = tuple(_read_spans(net, seg.reads))
         a = d_out["offset"]
         b = a + 2 * hh * ww * c
-        bits = to_f16(np.asarray(table, np.float32).reshape(-1)).view(np.uint16)
+        tables = vars(net).setdefault("_table_bits", {})  # (one table serves many steps)
+        bits = tables.get(t)
+        if bits is None:
+            bits = tables[t] = to_f16(np.asarray(table, np.float32).reshape(-1)).view(np.uint16)
         return FusedPlan(TABLE_CODE, x, None, False, False, out, key[0], syncs,
                          f"{op_type} {net.steps[seg.start][1][4]}",
                          not any(s < b and a < e for s, e, _ in syncs), bits)
@@ -582,10 +590,11 @@ def _fused_plan(net: Any, seg: Segment) -> FusedPlan | bool:
 def _run_fused(net: Any, h: Any, seg: Segment, plan: FusedPlan) -> None:
     _sync_spans_for_cpu(h, plan.syncs)  # (its operands are not held by the host: step())
     hh, ww, c = plan.hwc
-    arena = h.ctx.arena
+    arena, st = h.ctx.arena, h.stats
     (x_off, x_n), y_range, (out_off, _) = plan.ranges
     n = hh * ww * c
-    with h.stats.stage("cpu", plan.label, dict(plan.work)):
+    t = _now()
+    try:
         # views (synced above; converted at once): the arena's bytes, no copy
         x = arena.read(x_off, x_n, copy=False)
         y = None if y_range is None else arena.read(y_range[0], y_range[1], copy=False)
@@ -611,5 +620,10 @@ def _run_fused(net: Any, h: Any, seg: Segment, plan: FusedPlan) -> None:
             op_type, name = plan.label.split(" ", 1)
             raise NetFileError(f"CPU op {plan.label} cannot run: {e}",
                                field=f"program.{name}", value=op_type) from e
-    with h.stats.stage("sync", plan.out, {"bytes": 2 * n}):
+    finally:
+        st.add("cpu", plan.label, t, dict(plan.work))
+    t = _now()
+    try:
         arena.sync_for_device(out_off, 2 * n)
+    finally:
+        st.add("sync", plan.out, t, {"bytes": 2 * n})

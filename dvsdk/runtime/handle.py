@@ -89,6 +89,18 @@ class RunStats:
         may be filled in after the block."""
         return _Stage(self, kind, name, {} if work is None else work)
 
+    def add(self, kind: str, name: str, start: float, work: dict) -> None:
+        """Record what a :meth:`stage` block records, for a block that began at ``start``
+        (``time.perf_counter()``) and ends now: the runtime's per-step paths time their
+        blocks with this (a ``try``/``finally`` around them), one call where a ``with``
+        block costs five."""
+        end = _now()
+        dur = (end - start) * 1e6
+        fields = self.__dict__  # (RunStats' <kind>_us field, without getattr/setattr calls)
+        attr = _US[kind] if kind in _US else f"{kind}_us"
+        fields[attr] = fields[attr] + dur
+        self.events.append((kind, name, (start - self.t0) * 1e6, dur, work))
+
     @property
     def device_us(self) -> float:
         return sum(s.device_us for s in self.segments)
@@ -117,16 +129,12 @@ class _Stage:
         self.start = time.perf_counter()
 
     def __exit__(self, *exc: object) -> None:
-        st, start = self.stats, self.start
-        dur = (time.perf_counter() - start) * 1e6
-        fields = st.__dict__  # (RunStats' <kind>_us field, without getattr/setattr calls)
-        attr = _US[self.kind] if self.kind in _US else f"{self.kind}_us"
-        fields[attr] = fields[attr] + dur
-        st.events.append((self.kind, self.name, (start - st.t0) * 1e6, dur, self.work))
+        self.stats.add(self.kind, self.name, self.start, self.work)
 
 
 #: the RunStats field each stage kind adds its time to
 _US = {kind: f"{kind}_us" for kind in ("cpu", "pack", "sync", "unpack")}
+_now = time.perf_counter
 
 
 @dataclass
@@ -153,8 +161,10 @@ class Run:
         self.result: dict[str, np.ndarray] | None = None
 
     def advance(self, block: bool) -> None:
-        while self.pc < len(self.net.steps):
-            if not self.net._step(self, block):
+        net = self.net
+        step, n = net._step, len(net.steps)
+        while self.pc < n:
+            if not step(self, block):
                 return
 
     def done(self) -> bool:

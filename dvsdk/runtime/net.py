@@ -45,6 +45,8 @@ from .handle import (
 )
 from .records import decode_attr, relocate, verify
 
+_now = time.perf_counter
+
 
 class Net:
     """A compiled network loaded on a device."""
@@ -112,66 +114,93 @@ class Net:
         records = self._commands
         commands = [relocate(cmd, arena, self.weights) for cmd in records]
         ctx = RunContext(arena, commands)
-        self.steps: list[tuple[str, Any]] = []
-        for step in self.meta["program"]:
-            if step["kind"] == "hw":
-                start, count = step["commands"]
-                if start < 0 or count < 1 or start + count > len(records):
-                    raise NetFileError("program refers to missing commands", field="commands",
-                                       value=(start, count), limit=len(records))
+        if not hasattr(self, "steps"):
+            self._program(len(records))
+        for kind, payload in self.steps:
+            if kind == "hw":
+                start, count = payload[2]["commands"]
                 cl = CommandList(self.device)
-                cl.label = f"{self.name} segment {step.get('name', len(ctx.lists) + 1)!r}"
+                cl.label = f"{self.name} segment {payload[2].get('name', len(ctx.lists) + 1)!r}"
                 self._lists.append(cl)
                 for cmd in commands[start : start + count]:
                     cl.add(cmd)
                 cl.commit()
                 ctx.lists.append(cl)
-                self.steps.append(("hw", (step.get("name", f"segment{len(ctx.lists)}"),
-                                          len(ctx.lists) - 1, step)))
+        return ctx
+
+    def _program(self, n_commands: int) -> None:
+        """The program's steps, their CPU segments and what their runs reuse, worked out
+        once per loaded net (every arena's runs share them): a CPU step's compiled plan,
+        its lookup table as binary16 (:func:`cpusteps.prepare`), the arena's tensors."""
+        steps: list[tuple[str, Any]] = []
+        lists = 0
+        for step in self.meta["program"]:
+            if step["kind"] == "hw":
+                start, count = step["commands"]
+                if start < 0 or count < 1 or start + count > n_commands:
+                    raise NetFileError("program refers to missing commands", field="commands",
+                                       value=(start, count), limit=n_commands)
+                lists += 1
+                steps.append(("hw", (step.get("name", f"segment{lists}"), lists - 1, step)))
             elif step["kind"] == "cpu":
                 attrs = {k: decode_attr(v) for k, v in step.get("attrs", {}).items()}
-                self.steps.append(("cpu", (step["op"], attrs, step["inputs"], step["outputs"],
-                                           step.get("name", step["op"]))))
+                steps.append(("cpu", (step["op"], attrs, step["inputs"], step["outputs"],
+                                      step.get("name", step["op"]))))
             else:
                 raise NetFileError("unknown program step", field="kind", value=step["kind"],
                                    limit=("hw", "cpu"))
+        self.steps = steps
         self._segments = cpusteps.segments(self.steps)
-        self._fused: dict[int, cpusteps.FusedPlan | bool] = {}  # by step, on first use
-        return ctx
+        self._fused: dict[int, cpusteps.FusedPlan | bool] = {}  # by step (cpusteps.prepare)
+        self._step_work_memo: dict = {}  # (board_model.step_work_once, by CPU step)
+        #: every tensor's arena placement (META ``device``), by name
+        self._devs = {t: d["device"] for t, d in self.tensors.items()
+                      if isinstance(d, dict) and d.get("device") is not None}
+        self._arena_names = frozenset(self._devs)
+        if self.cpu_steps == "device":
+            cpusteps.prepare(self)
 
     # -- tensors between host and arena ---------------------------------------------------
     def _dev(self, name: str) -> dict | None:
-        return self.tensors.get(name, {}).get("device")
+        return self._devs.get(name)
 
     def _arena_tensors(self) -> frozenset[str]:
-        """The tensors with an arena placement (``_dev`` not None), worked out once."""
-        names = self.__dict__.get("_arena_names")
-        if names is None:
-            names = self._arena_names = frozenset(
-                t for t in self.tensors if self._dev(t) is not None)
-        return names
+        """The tensors with an arena placement (``_dev`` not None), worked out at load."""
+        return self._arena_names
 
     def _upload(self, ctx: RunContext, name: str, value: np.ndarray, st: RunStats) -> None:
         d = self._dev(name)
         shape = cpusteps.device_shape(d)
         nbytes = 2 * math.prod(shape)
-        with st.stage("pack", name, {"bytes": nbytes}):  # straight into the arena
+        t = _now()
+        try:  # straight into the arena
             hwc = cpusteps.to_hwc(value, shape)
             ctx.arena.write_with(d["offset"], nbytes, lambda view: layout.pack(
                 hwc, transpose=bool(d.get("transpose")), out=view.view(np.float16)))
-        with st.stage("sync", name, {"bytes": nbytes}):
+        finally:
+            st.add("pack", name, t, {"bytes": nbytes})
+        t = _now()
+        try:
             ctx.arena.sync_for_device(d["offset"], nbytes)
+        finally:
+            st.add("sync", name, t, {"bytes": nbytes})
 
     def _download(self, ctx: RunContext, name: str, st: RunStats) -> np.ndarray:
         d = self._dev(name)
         shape = cpusteps.device_shape(d)
         n = 2 * math.prod(shape)
-        with st.stage("sync", name, {"bytes": n}):
+        t = _now()
+        try:
             ctx.arena.sync_for_cpu(d["offset"], n)
-        with st.stage("unpack", name, {"bytes": n}):
+        finally:
+            st.add("sync", name, t, {"bytes": n})
+        t = _now()
+        try:
             hwc = layout.unpack(ctx.arena.read(d["offset"], n, copy=False), shape,
                                 transpose=bool(d.get("transpose")))
             return _from_hwc(hwc, tuple(self.tensors[name]["shape"]))
+        finally:
+            st.add("unpack", name, t, {"bytes": n})
 
     def _value(self, h: Run, name: str) -> np.ndarray:
         if name in self.constants:
@@ -262,7 +291,7 @@ class Net:
             name, index, _ = payload
             cl = h.ctx.lists[index]
             if h.exec_id is None:
-                t_kick = time.perf_counter()
+                t_kick = _now()
                 if not block:  # kick only if the unit is free (another net may hold it)
                     h.exec_id = cl.try_exec()
                     if h.exec_id is not None:
@@ -271,14 +300,14 @@ class Net:
                 h.exec_id = cl.exec(h.timeout)
                 h.t_kick = t_kick
             us = cl.wait(h.exec_id, h.timeout)
-            wall = (time.perf_counter() - h.t_kick) * 1e6
+            wall = (_now() - h.t_kick) * 1e6
             h.exec_id = None
-            h.stats.segments.append(SegmentStats(name, us, cl.last.cycles, wall,
-                                                 len(cl.commands)))
-            h.stats.events.append(("device", name, (h.t_kick - h.stats.t0) * 1e6, wall,
-                                   {"predicted_us": us, "cycles": cl.last.cycles}))
+            st, cycles = h.stats, cl.last.cycles
+            st.segments.append(SegmentStats(name, us, cycles, wall, len(cl.commands)))
+            st.events.append(("device", name, (h.t_kick - st.t0) * 1e6, wall,
+                              {"predicted_us": us, "cycles": cycles}))
             if h.host:
-                arena = self._arena_tensors()  # the device may have rewritten any of them
+                arena = self._arena_names  # the device may have rewritten any of them
                 for t in [t for t in h.host if t in arena]:
                     del h.host[t]
         elif self.cpu_steps == "device":
