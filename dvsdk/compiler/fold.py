@@ -26,12 +26,12 @@ from ..cpu.nn import (
     conv_output_shape,
     conv_transpose_output_shape,
     pool_output_shape,
-    resize_output_shape,
     resolve_conv,
     resolve_conv_transpose,
     resolve_pool,
 )
 from ..cpu.ops import KERNELS, full_pads, run_op, slice_index, split_sizes
+from ..cpu.resize import resize_output_shape
 from ..errors import ModelError
 from .fold_checks import check_dtypes as _check_dtypes
 from .fold_checks import not_constant

@@ -2,7 +2,7 @@
 
 Cubic Resize: separable over the resized axes; each output coordinate maps back to ``x``
 by the coordinate transformation mode (the float32 formulas of the nearest/linear modes,
-:func:`dvsdk.cpu.nn.source_coords`), and the four taps ``floor(x) - 1 .. floor(x) + 2``
+:func:`dvsdk.cpu.resize._source_coords`), and the four taps ``floor(x) - 1 .. floor(x) + 2``
 (clamped to the edge) are weighted by Keys' cubic kernel with ``cubic_coeff_a`` (default
 -0.75) at distances ``t + 1, t, 1 - t, 2 - t`` (``t = x - floor(x)``); with
 ``exclude_outside`` the taps outside the input get weight 0 and the rest are divided by
