@@ -68,7 +68,7 @@ op's cycles per element (:data:`OPS`) + MACs x ``mac_cycles``; memory = the byte
 step reads and writes x the op's sweeps / ``stream_gbps``.  Sweeps are the passes the
 kernel of :mod:`dvsdk.cpu.ops` makes over a tensor (each numpy temporary one, a boolean
 mask counted as a full pass).  A step on the compiled FP16 path (one element-wise op
-between two hardware segments: ``cpusteps.FusedPlan``) makes one sweep over FP16 bytes
+between two hardware segments: ``fused.FusedPlan``) makes one sweep over FP16 bytes
 and pays 0.5 cycle per element for each FP16<->float32 conversion.  A pack or unpack
 converts float32 <-> FP16 in one compiled sweep (6 bytes per element).  A sync costs its
 bytecodes + ``line_cycles`` per line.  A hardware segment costs its bytecodes +
