@@ -243,19 +243,21 @@ def _check_ubuf(core: CoreState, hdr: dict, runs: list[dict]) -> None:
 
 def _execute(core: CoreState, plan: ConvPlan, table_word: int) -> None:
     runs = plan.runs
-    weights = [_load_weights(core, run, key) if key[1] else None
-               for run, key in zip(runs, plan.weight_keys)]
-    mode = native.NATIVE is not None
-    steps = plan.steps.get(mode)
+    steps = plan.steps.get(native.NATIVE is not None)
     if steps is None:
-        steps = plan.steps[mode] = [kernels.make_step(run, _run) for run in runs]
+        steps = plan.steps[native.NATIVE is not None] = [kernels.make_step(run, _run)
+                                                         for run in runs]
     if plan.single and table_word == NO_BUFFER:  # _samples' loop for one run and sample
+        key = plan.weight_keys[0]
+        wb = _load_weights(core, runs[0], key) if key[1] else None
         hdr, mem = plan.hdr, core.mem
         x = mem.read_tensor(hdr["input_base_addr"], plan.hwc)
         addend = (None if plan.elt_shape is None
                   else mem.read_tensor(hdr["eltwise_base_addr"], plan.elt_shape))
-        mem.write_tensor(hdr["output_base_addr"], steps[0](x, weights[0], addend))
+        mem.write_tensor(hdr["output_base_addr"], steps[0](x, wb, addend))
     else:
+        weights = [_load_weights(core, run, key) if key[1] else None
+                   for run, key in zip(runs, plan.weight_keys)]
         _samples(core, plan, table_word, weights, steps)
     one, totals, batch = plan.one, core.totals, plan.batch
     totals.cycles += core.params.timing.command_overhead + batch * one.cycles

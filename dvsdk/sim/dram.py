@@ -181,7 +181,9 @@ class Dram:
     def check_read(self, addr: int, n: int) -> None:
         """What a read of ``[addr, addr+n)`` checks (range, coherence), without the bytes:
         for a reader that knows they did not change since it last read them."""
-        self._span(addr, n)
+        off = addr - self.base
+        if n < 0 or off < 0 or off + n > self.array.size:
+            self._span(addr, n)  # (its HardwareError)
         if self.on_read:
             self.on_read(addr, n)
 
@@ -237,17 +239,21 @@ class Dram:
             if not flip:
                 self._keep(StoredTensor(addr, addr + n, values, packed, [(addr, addr + n)]))
             return
-        t = StoredTensor(addr, addr + n, values, self._pack_if_read(addr, n, values),
-                         [(addr, addr + n)])
-        i, j = self._run(addr, addr + n)
+        end = addr + n
+        # (_pack_if_read and _run inline: one call per command)
+        t = StoredTensor(addr, end, values, _packed(values, self.array[off : off + n])
+                         if (addr, end) in self._read_raw else None, [(addr, end)])
+        i = bisect_right(self._ends, addr)
+        j = bisect_left(self._starts, end, i)
         old = self._owners[i] if j == i + 1 else None
-        if (old is not None and old.whole and old.addr == addr and old.end == addr + n
+        if (old is not None and old.whole and old.addr == addr and old.end == end
                 and self._kept_bytes - old.values.nbytes + values.nbytes
                 <= self.tensor_limit):
             # the common store: over the tensor of the same range and nothing else (the
             # same layer's output, run after run): swapped in place
-            self._kept_bytes -= old.values.nbytes
-            self._owners[i] = self._register(t)
+            values.setflags(write=False)  # (_register inline)
+            self.tensors[(addr, end)] = self._owners[i] = t
+            self._kept_bytes += values.nbytes - old.values.nbytes
         else:
             self._clip(addr, addr + n)
             self._keep(t)
@@ -366,7 +372,7 @@ class Dram:
     def _register(self, t: StoredTensor) -> StoredTensor:
         """``t`` registered by its range, its values made read-only (its live range is
         placed by the caller)."""
-        t.values.flags.writeable = False
+        t.values.setflags(write=False)  # (cheaper than the flags object's setter)
         self.tensors[(t.addr, t.end)] = t
         self._kept_bytes += t.values.nbytes
         return t
@@ -442,11 +448,16 @@ class Dram:
         if self.lazy and n:
             self._clock = clock = self._clock + 1
             off = addr - self.base
-            self._line_clock[off >> LINE_SHIFT : ((off + n - 1) >> LINE_SHIFT) + 1] = clock
             last = off + n - 1
-            for shift, pages in ((PAGE_SHIFT, self._page_clock), (SUB_SHIFT, self._sub_clock)):
-                p0, p1 = off >> shift, (last >> shift) + 1
-                if p1 - p0 == 1:  # (most stores: one page)
-                    pages[p0] = clock
-                else:
-                    pages[p0:p1] = [clock] * (p1 - p0)
+            self._line_clock[off >> LINE_SHIFT : (last >> LINE_SHIFT) + 1] = clock
+            # (the two page clocks unrolled: most stores touch one page of each)
+            p0, p1 = off >> PAGE_SHIFT, last >> PAGE_SHIFT
+            if p0 == p1:
+                self._page_clock[p0] = clock
+            else:
+                self._page_clock[p0 : p1 + 1] = [clock] * (p1 + 1 - p0)
+            p0, p1 = off >> SUB_SHIFT, last >> SUB_SHIFT
+            if p0 == p1:
+                self._sub_clock[p0] = clock
+            else:
+                self._sub_clock[p0 : p1 + 1] = [clock] * (p1 + 1 - p0)
