@@ -217,9 +217,16 @@ class SimDmaBuffer(DmaBuffer):
         any byte changed through the raw view)."""
         end = offset + nbytes
         if not self._raw:
-            if not self.cpu_written:
+            written = self.cpu_written
+            if not written:
                 return  # nothing stored since the last sync (the common case)
-            spans = [(max(s, offset), min(e, end)) for s, e in self.cpu_written
+            if len(written) == 1 and offset <= written[0][0] and written[0][1] <= end:
+                s, e = written[0]  # one span, all of it in the range (a CPU step's output)
+                self.cpu_written = []
+                self.sim.core.mem.release(self.phys + s, e - s, whole=True)
+                self.sim.dram[self.dram_off + s : self.dram_off + e] = self._mem[s:e]
+                return
+            spans = [(max(s, offset), min(e, end)) for s, e in written
                      if s < end and offset < e]
             if not spans:
                 return
@@ -251,7 +258,7 @@ class SimDmaBuffer(DmaBuffer):
         with self.sim.lock:
             self._clean(offset, nbytes)
             self.sim.core.mem.materialize(self.phys + offset, nbytes)
-            fresh = self._dram(offset, nbytes)
+            fresh = self.sim.dram[self.dram_off + offset : self.dram_off + offset + nbytes]
             self._mem[offset : offset + nbytes] = fresh
             if self.snapshot is not None:
                 self.snapshot[offset : offset + nbytes] = fresh
