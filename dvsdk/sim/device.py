@@ -327,7 +327,8 @@ class SimDevice(Device):
             self.dram = np.zeros(0, np.uint8)
             raise _no_host_memory(self.dram_size, "the simulator's DRAM bookkeeping",
                                   field="dram_mb", value=dram_mb) from None
-        self._ack = _ACK[self.params.kick]
+        #: the (unit, offset) of each acknowledge register of this kick protocol
+        self._ack = frozenset(_ACK[self.params.kick].items())
         self.closed = False
         protocol(self.params.kick).on_open(self)  # the driver's probe-time writes
 
@@ -401,10 +402,11 @@ class SimDevice(Device):
     def write32(self, unit: str, offset: int, value: int) -> None:
         if type(value) is not int or not 0 <= value <= 0xFFFFFFFF:
             value = self.check_value(value)  # refused, not truncated (32-bit registers)
+        key = (unit, offset)
         with self.lock:
-            if self.closed or (unit, offset) not in self._checked:  # (_unit's fast path)
+            if self.closed or key not in self._checked:  # (_unit's fast path)
                 self._unit(unit, offset)
-            if self._ack.get(unit) == offset and _acks(unit, value):
+            if key in self._ack and _acks(unit, value):
                 self._irq[unit].clear()
             self._clean_in_kick.clear()  # any register write may start a unit: check afresh
             self._running = unit  # whose kick a coherence problem belongs to

@@ -158,6 +158,10 @@ class Dram:
         # (lists: a few entries are read per version(), where numpy's call costs more)
         nlines = (array.size >> LINE_SHIFT) + 1 if lazy else 0
         self._line_clock = np.zeros(nlines, np.uint64)
+        #: stores not yet applied to ``_line_clock``: the latest clock per line range,
+        #: applied when :meth:`version` needs the lines (most stores repeat a range run
+        #: after run, and most version() calls are answered by the page clocks)
+        self._line_stamps: dict[tuple[int, int], int] = {}
         self._page_clock = [0] * ((array.size >> PAGE_SHIFT) + 1) if lazy else []
         self._sub_clock = [0] * ((array.size >> SUB_SHIFT) + 1) if lazy else []
         self._versions: dict[tuple[int, int], tuple] = {}  # version() memo
@@ -345,6 +349,8 @@ class Dram:
         if sub is not None and seen is not None and seen[1] == sub:
             fine = seen[2]  # the stores were elsewhere in those pages
         else:
+            if self._line_stamps:
+                self._apply_line_stamps()
             lines = self._line_clock[off >> LINE_SHIFT : ((off + n - 1) >> LINE_SHIFT) + 1]
             fine = int(np.maximum.reduce(lines))  # (no _amax wrapper)
         if len(self._versions) > 4096:
@@ -364,6 +370,7 @@ class Dram:
         self._starts, self._ends, self._owners = [], [], []
         self._kept_bytes = 0
         self._line_clock = np.zeros(0, np.uint64)
+        self._line_stamps.clear()
         self._page_clock, self._sub_clock = [], []
         self._versions.clear()
         self._read_raw.clear()
@@ -444,12 +451,25 @@ class Dram:
             if not t.live:
                 self._forget(t)
 
+    def _apply_line_stamps(self) -> None:
+        """The pending stores into the line clocks.  Clocks only grow, so each range takes
+        the larger of its clock and the lines' (the order of the pending ranges, which
+        may overlap, does not matter)."""
+        lines = self._line_clock
+        for (l0, l1), clock in self._line_stamps.items():
+            part = lines[l0:l1]
+            np.maximum(part, clock, out=part)
+        self._line_stamps.clear()
+
     def _stamp(self, addr: int, n: int) -> None:
         if self.lazy and n:
             self._clock = clock = self._clock + 1
             off = addr - self.base
             last = off + n - 1
-            self._line_clock[off >> LINE_SHIFT : (last >> LINE_SHIFT) + 1] = clock
+            stamps = self._line_stamps
+            stamps[(off >> LINE_SHIFT, (last >> LINE_SHIFT) + 1)] = clock
+            if len(stamps) > 1024:
+                self._apply_line_stamps()
             # (the two page clocks unrolled: most stores touch one page of each)
             p0, p1 = off >> PAGE_SHIFT, last >> PAGE_SHIFT
             if p0 == p1:
