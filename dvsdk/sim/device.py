@@ -267,7 +267,10 @@ class SimDmaBuffer(DmaBuffer):
 
     def _check_cpu_read(self, offset: int, nbytes: int) -> None:
         # device_dirty is replaced whole (never mutated), so reading it needs no lock
-        hit = _intervals_overlap(self.device_dirty, offset, offset + nbytes)
+        dirty = self.device_dirty
+        if not dirty:
+            return  # (every device output synced: the common case)
+        hit = _intervals_overlap(dirty, offset, offset + nbytes)
         if hit:
             self.sim.coherence_problem(
                 f"CPU read of bytes {hit[0]}..{hit[1]} of {self.name}, written by the device "
