@@ -218,6 +218,25 @@ def test_version_memo_sees_stores_through_each_of_its_clocks():
     assert mem.version(*big) != v
 
 
+def test_version_after_repeated_and_overlapping_stores_asked_late():
+    """Stores of one range run after run and of an overlapping one, the version asked only
+    after several of them (the line clocks take pending stores when version() needs them):
+    a range's version changes exactly when a store since the last ask touched it."""
+    mem = Dram(np.zeros(1 << 16, np.uint8), BASE, lazy=True)
+    a, b = (BASE + 256, 512), (BASE + 512, 512)  # overlapping in [BASE+512, BASE+768)
+    ranges = {"a only": (BASE + 300, 8), "both": (BASE + 700, 8), "b only": (BASE + 900, 8),
+              "neither": (BASE + 2048, 8)}
+    touched_by = {"a only": "a", "both": "ab", "b only": "b", "neither": ""}
+    for stores in ["aba", "b", "a", "ab", "bb", ""]:
+        before = {k: mem.version(*r) for k, r in ranges.items()}
+        for which in stores:
+            start, n = a if which == "a" else b
+            mem.write(start, np.full(n, len(stores), np.uint8))
+        for k, r in ranges.items():
+            changed = mem.version(*r) != before[k]
+            assert changed == any(w in stores for w in touched_by[k]), (stores, k)
+
+
 def test_injected_bit_flip_is_written_at_once_and_misses_the_values():
     mem = Dram(np.zeros(4096, np.uint8), 0, lazy=True)
     y = np.arange(2 * 3 * 16, dtype=np.float32).reshape(2, 3, 16)

@@ -40,7 +40,7 @@ from .commands import (
     ConvRun,
     FcCommand,
 )
-from .device import Device, check_timeout
+from .device import MAX_TIMEOUT, Device, check_timeout
 from .stream import CHUNK_BYTES
 from .submit import ExecStats, RegisterSubmission
 from .validate import validate
@@ -157,7 +157,8 @@ class CommandList:
     def exec(self, timeout: float = 2.0) -> int:
         """Start the list; returns its exec id for :meth:`wait`.  Waits up to ``timeout``
         s for the unit while another list's exec holds it (see the module docstring)."""
-        timeout = check_timeout(timeout)
+        if type(timeout) is not float or not 0.0 <= timeout <= MAX_TIMEOUT:
+            timeout = check_timeout(timeout)  # (its fast path inline: two calls per kick)
         with self._lock:
             exec_id = self._exec(timeout, block=True)
         assert exec_id is not None
@@ -199,7 +200,8 @@ class CommandList:
         """Wait for ``exec_id``; returns the execution time in µs (simulator: from cycles).
         ``timeout`` applies to each interrupt (IPU / maximizer lists wait one per command).
         DeviceTimeout and DeviceFault carry the unit's key registers in their message."""
-        timeout = check_timeout(timeout)
+        if type(timeout) is not float or not 0.0 <= timeout <= MAX_TIMEOUT:
+            timeout = check_timeout(timeout)
         with self._lock:
             return self._wait(exec_id, timeout)
 

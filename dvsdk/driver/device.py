@@ -109,7 +109,7 @@ def copy_or_view(view: np.ndarray, copy: bool) -> np.ndarray:
     if copy:
         return view.copy()
     out = view.view()
-    out.flags.writeable = False
+    out.setflags(write=False)
     return out
 
 

@@ -129,15 +129,19 @@ class RegisterSubmission:
         """Wait for the completion (``timeout`` per interrupt; an IPU / maximizer list
         waits one per command, starting the next after each)."""
         unit = self.unit
-        cycles = 0
-        for i in range(len(self.reg_writes) if unit != "conv" else 1):
-            if i:
-                self._start_unit(i)
-            cycles += self._wait_one(timeout)
-        stats = ExecStats(exec_time_us=(time.perf_counter() - self._started_at) * 1e6)
-        if self.info.simulated:
-            stats.cycles = cycles
-            stats.exec_time_us = cycles / (self.info.conv_freq or 300)
+        if unit == "conv":  # (one interrupt)
+            cycles = self._wait_one(timeout)
+        else:
+            cycles = 0
+            for i in range(len(self.reg_writes)):
+                if i:
+                    self._start_unit(i)
+                cycles += self._wait_one(timeout)
+        info = self.info
+        if info.simulated:
+            stats = ExecStats(cycles / (info.conv_freq or 300), cycles)
+        else:
+            stats = ExecStats((time.perf_counter() - self._started_at) * 1e6)
         if unit == "conv":
             self._read_counters(stats)
         return stats

@@ -31,6 +31,7 @@ CONFIG = SPEC.struct("conv_config")
 CONFIG_RUN = SPEC.struct("conv_config_run")
 CFG_ADDR = int(SPEC.stream["cfg_image_address"])
 _TOPO = CFG_ADDR + CONFIG.offset("topo")  # the header's u32 run mask
+_RUNS_ADDR, _RUN_SIZE = CFG_ADDR + CONFIG.size, CONFIG_RUN.size  # where the run records are
 POOL = SPEC.enum("pool_enable")
 NO_BUFFER = 0xDEADBEEF
 #: per-command work limit of the simulator (a 300 MHz ZIA-C2 does ~1.7e11 MAC/s; this is
@@ -77,9 +78,9 @@ def plan_of(core: CoreState, cfg_mem: np.ndarray, table_word: int) -> ConvPlan:
     """The :class:`ConvPlan` of the image at ``CFG_ADDR`` of controller memory ``cfg_mem``
     (``table_word``: the u8 table register), worked out once per image; HardwareError
     (or a decoding error) where the hardware cannot run it."""
-    topo = int(cfg_mem[_TOPO : _TOPO + 4].view("<u4")[0])
+    topo = int.from_bytes(cfg_mem[_TOPO : _TOPO + 4], "little")
     nruns = topo.bit_length()
-    end = CFG_ADDR + CONFIG.size + nruns * CONFIG_RUN.size
+    end = _RUNS_ADDR + nruns * _RUN_SIZE
     if nruns == 0 or end > cfg_mem.size:
         raise HardwareError("bad_config", CFG_ADDR, f"topo {topo:#x} selects no runs")
     key = (cfg_mem[CFG_ADDR:end].tobytes(), table_word != NO_BUFFER)
@@ -243,19 +244,21 @@ def _check_ubuf(core: CoreState, hdr: dict, runs: list[dict]) -> None:
 
 def _execute(core: CoreState, plan: ConvPlan, table_word: int) -> None:
     runs = plan.runs
-    weights = [_load_weights(core, run, key) if key[1] else None
-               for run, key in zip(runs, plan.weight_keys)]
-    mode = native.NATIVE is not None
-    steps = plan.steps.get(mode)
+    steps = plan.steps.get(native.NATIVE is not None)
     if steps is None:
-        steps = plan.steps[mode] = [kernels.make_step(run, _run) for run in runs]
+        steps = plan.steps[native.NATIVE is not None] = [kernels.make_step(run, _run)
+                                                         for run in runs]
     if plan.single and table_word == NO_BUFFER:  # _samples' loop for one run and sample
+        key = plan.weight_keys[0]
+        wb = _load_weights(core, runs[0], key) if key[1] else None
         hdr, mem = plan.hdr, core.mem
         x = mem.read_tensor(hdr["input_base_addr"], plan.hwc)
         addend = (None if plan.elt_shape is None
                   else mem.read_tensor(hdr["eltwise_base_addr"], plan.elt_shape))
-        mem.write_tensor(hdr["output_base_addr"], steps[0](x, weights[0], addend))
+        mem.write_tensor(hdr["output_base_addr"], steps[0](x, wb, addend))
     else:
+        weights = [_load_weights(core, run, key) if key[1] else None
+                   for run, key in zip(runs, plan.weight_keys)]
         _samples(core, plan, table_word, weights, steps)
     one, totals, batch = plan.one, core.totals, plan.batch
     totals.cycles += core.params.timing.command_overhead + batch * one.cycles

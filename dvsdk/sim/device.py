@@ -34,6 +34,7 @@ import numpy as np
 from .. import native
 from ..driver.allocator import RegionAllocator
 from ..driver.device import (
+    MAX_TIMEOUT,
     UNITS,
     WINDOWS,
     Device,
@@ -216,9 +217,16 @@ class SimDmaBuffer(DmaBuffer):
         any byte changed through the raw view)."""
         end = offset + nbytes
         if not self._raw:
-            if not self.cpu_written:
+            written = self.cpu_written
+            if not written:
                 return  # nothing stored since the last sync (the common case)
-            spans = [(max(s, offset), min(e, end)) for s, e in self.cpu_written
+            if len(written) == 1 and offset <= written[0][0] and written[0][1] <= end:
+                s, e = written[0]  # one span, all of it in the range (a CPU step's output)
+                self.cpu_written = []
+                self.sim.core.mem.release(self.phys + s, e - s, whole=True)
+                self.sim.dram[self.dram_off + s : self.dram_off + e] = self._mem[s:e]
+                return
+            spans = [(max(s, offset), min(e, end)) for s, e in written
                      if s < end and offset < e]
             if not spans:
                 return
@@ -250,7 +258,7 @@ class SimDmaBuffer(DmaBuffer):
         with self.sim.lock:
             self._clean(offset, nbytes)
             self.sim.core.mem.materialize(self.phys + offset, nbytes)
-            fresh = self._dram(offset, nbytes)
+            fresh = self.sim.dram[self.dram_off + offset : self.dram_off + offset + nbytes]
             self._mem[offset : offset + nbytes] = fresh
             if self.snapshot is not None:
                 self.snapshot[offset : offset + nbytes] = fresh
@@ -259,7 +267,10 @@ class SimDmaBuffer(DmaBuffer):
 
     def _check_cpu_read(self, offset: int, nbytes: int) -> None:
         # device_dirty is replaced whole (never mutated), so reading it needs no lock
-        hit = _intervals_overlap(self.device_dirty, offset, offset + nbytes)
+        dirty = self.device_dirty
+        if not dirty:
+            return  # (every device output synced: the common case)
+        hit = _intervals_overlap(dirty, offset, offset + nbytes)
         if hit:
             self.sim.coherence_problem(
                 f"CPU read of bytes {hit[0]}..{hit[1]} of {self.name}, written by the device "
@@ -319,7 +330,8 @@ class SimDevice(Device):
             self.dram = np.zeros(0, np.uint8)
             raise _no_host_memory(self.dram_size, "the simulator's DRAM bookkeeping",
                                   field="dram_mb", value=dram_mb) from None
-        self._ack = _ACK[self.params.kick]
+        #: the (unit, offset) of each acknowledge register of this kick protocol
+        self._ack = frozenset(_ACK[self.params.kick].items())
         self.closed = False
         protocol(self.params.kick).on_open(self)  # the driver's probe-time writes
 
@@ -377,7 +389,7 @@ class SimDevice(Device):
         # thread's kick runs sees the register as it is, as on hardware)
         if self.closed or (unit, offset) not in self._checked:  # (_unit's fast path)
             self._unit(unit, offset)
-        return self.core.read_reg(unit, offset)
+        return int(self.core.regs[unit][offset >> 2])  # (core.read_reg inline)
 
     def read_words(self, unit: str, offset: int, count: int) -> list[int]:
         regs = self.core.regs.get(unit)
@@ -393,10 +405,11 @@ class SimDevice(Device):
     def write32(self, unit: str, offset: int, value: int) -> None:
         if type(value) is not int or not 0 <= value <= 0xFFFFFFFF:
             value = self.check_value(value)  # refused, not truncated (32-bit registers)
+        key = (unit, offset)
         with self.lock:
-            if self.closed or (unit, offset) not in self._checked:  # (_unit's fast path)
+            if self.closed or key not in self._checked:  # (_unit's fast path)
                 self._unit(unit, offset)
-            if self._ack.get(unit) == offset and _acks(unit, value):
+            if key in self._ack and _acks(unit, value):
                 self._irq[unit].clear()
             self._clean_in_kick.clear()  # any register write may start a unit: check afresh
             self._running = unit  # whose kick a coherence problem belongs to
@@ -434,13 +447,17 @@ class SimDevice(Device):
             self.allocator.free(buf.dram_off)
 
     def wait_irq(self, unit: str, timeout: float) -> None:
-        self._unit(unit, 0)
-        timeout = check_timeout(timeout)
+        if self.closed or (unit, 0) not in self._checked:  # (_unit's fast path)
+            self._unit(unit, 0)
+        if type(timeout) is not float or not 0.0 <= timeout <= MAX_TIMEOUT:
+            timeout = check_timeout(timeout)
         if not self._irq[unit].wait(timeout):  # (.irqline: no lock when it is there)
             regs = self.snapshot(unit)
             raise DeviceTimeout(f"{unit} interrupt did not arrive within {timeout:g} s: "
                                 f"{describe_registers(unit, regs)}", registers=regs,
                                 field="timeout", value=timeout)
+        if not self.coherence_errors[unit]:
+            return  # (the kick appended its errors before it raised the line: no lock)
         with self.lock:
             errors = self.coherence_errors[unit]
             if errors and self.coherence == "error":

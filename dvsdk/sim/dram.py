@@ -158,6 +158,10 @@ class Dram:
         # (lists: a few entries are read per version(), where numpy's call costs more)
         nlines = (array.size >> LINE_SHIFT) + 1 if lazy else 0
         self._line_clock = np.zeros(nlines, np.uint64)
+        #: stores not yet applied to ``_line_clock``: the latest clock per line range,
+        #: applied when :meth:`version` needs the lines (most stores repeat a range run
+        #: after run, and most version() calls are answered by the page clocks)
+        self._line_stamps: dict[tuple[int, int], int] = {}
         self._page_clock = [0] * ((array.size >> PAGE_SHIFT) + 1) if lazy else []
         self._sub_clock = [0] * ((array.size >> SUB_SHIFT) + 1) if lazy else []
         self._versions: dict[tuple[int, int], tuple] = {}  # version() memo
@@ -181,7 +185,9 @@ class Dram:
     def check_read(self, addr: int, n: int) -> None:
         """What a read of ``[addr, addr+n)`` checks (range, coherence), without the bytes:
         for a reader that knows they did not change since it last read them."""
-        self._span(addr, n)
+        off = addr - self.base
+        if n < 0 or off < 0 or off + n > self.array.size:
+            self._span(addr, n)  # (its HardwareError)
         if self.on_read:
             self.on_read(addr, n)
 
@@ -237,17 +243,21 @@ class Dram:
             if not flip:
                 self._keep(StoredTensor(addr, addr + n, values, packed, [(addr, addr + n)]))
             return
-        t = StoredTensor(addr, addr + n, values, self._pack_if_read(addr, n, values),
-                         [(addr, addr + n)])
-        i, j = self._run(addr, addr + n)
+        end = addr + n
+        # (_pack_if_read and _run inline: one call per command)
+        t = StoredTensor(addr, end, values, _packed(values, self.array[off : off + n])
+                         if (addr, end) in self._read_raw else None, [(addr, end)])
+        i = bisect_right(self._ends, addr)
+        j = bisect_left(self._starts, end, i)
         old = self._owners[i] if j == i + 1 else None
-        if (old is not None and old.whole and old.addr == addr and old.end == addr + n
+        if (old is not None and old.whole and old.addr == addr and old.end == end
                 and self._kept_bytes - old.values.nbytes + values.nbytes
                 <= self.tensor_limit):
             # the common store: over the tensor of the same range and nothing else (the
             # same layer's output, run after run): swapped in place
-            self._kept_bytes -= old.values.nbytes
-            self._owners[i] = self._register(t)
+            values.setflags(write=False)  # (_register inline)
+            self.tensors[(addr, end)] = self._owners[i] = t
+            self._kept_bytes += values.nbytes - old.values.nbytes
         else:
             self._clip(addr, addr + n)
             self._keep(t)
@@ -339,6 +349,8 @@ class Dram:
         if sub is not None and seen is not None and seen[1] == sub:
             fine = seen[2]  # the stores were elsewhere in those pages
         else:
+            if self._line_stamps:
+                self._apply_line_stamps()
             lines = self._line_clock[off >> LINE_SHIFT : ((off + n - 1) >> LINE_SHIFT) + 1]
             fine = int(np.maximum.reduce(lines))  # (no _amax wrapper)
         if len(self._versions) > 4096:
@@ -358,6 +370,7 @@ class Dram:
         self._starts, self._ends, self._owners = [], [], []
         self._kept_bytes = 0
         self._line_clock = np.zeros(0, np.uint64)
+        self._line_stamps.clear()
         self._page_clock, self._sub_clock = [], []
         self._versions.clear()
         self._read_raw.clear()
@@ -366,7 +379,7 @@ class Dram:
     def _register(self, t: StoredTensor) -> StoredTensor:
         """``t`` registered by its range, its values made read-only (its live range is
         placed by the caller)."""
-        t.values.flags.writeable = False
+        t.values.setflags(write=False)  # (cheaper than the flags object's setter)
         self.tensors[(t.addr, t.end)] = t
         self._kept_bytes += t.values.nbytes
         return t
@@ -438,15 +451,33 @@ class Dram:
             if not t.live:
                 self._forget(t)
 
+    def _apply_line_stamps(self) -> None:
+        """The pending stores into the line clocks.  Clocks only grow, so each range takes
+        the larger of its clock and the lines' (the order of the pending ranges, which
+        may overlap, does not matter)."""
+        lines = self._line_clock
+        for (l0, l1), clock in self._line_stamps.items():
+            part = lines[l0:l1]
+            np.maximum(part, clock, out=part)
+        self._line_stamps.clear()
+
     def _stamp(self, addr: int, n: int) -> None:
         if self.lazy and n:
             self._clock = clock = self._clock + 1
             off = addr - self.base
-            self._line_clock[off >> LINE_SHIFT : ((off + n - 1) >> LINE_SHIFT) + 1] = clock
             last = off + n - 1
-            for shift, pages in ((PAGE_SHIFT, self._page_clock), (SUB_SHIFT, self._sub_clock)):
-                p0, p1 = off >> shift, (last >> shift) + 1
-                if p1 - p0 == 1:  # (most stores: one page)
-                    pages[p0] = clock
-                else:
-                    pages[p0:p1] = [clock] * (p1 - p0)
+            stamps = self._line_stamps
+            stamps[(off >> LINE_SHIFT, (last >> LINE_SHIFT) + 1)] = clock
+            if len(stamps) > 1024:
+                self._apply_line_stamps()
+            # (the two page clocks unrolled: most stores touch one page of each)
+            p0, p1 = off >> PAGE_SHIFT, last >> PAGE_SHIFT
+            if p0 == p1:
+                self._page_clock[p0] = clock
+            else:
+                self._page_clock[p0 : p1 + 1] = [clock] * (p1 + 1 - p0)
+            p0, p1 = off >> SUB_SHIFT, last >> SUB_SHIFT
+            if p0 == p1:
+                self._sub_clock[p0] = clock
+            else:
+                self._sub_clock[p0 : p1 + 1] = [clock] * (p1 + 1 - p0)

@@ -45,7 +45,6 @@ from .timing import (
     COUNTER_SLOT_INPUT,
     COUNTER_SLOT_OUTPUT,
     COUNTER_SLOT_WEIGHTS,
-    byte_counter_values,
 )
 from .units import run_ipu, run_maximizer
 
@@ -64,6 +63,37 @@ _UNIT_WORDS = {u: (START_REGS[u] // 4, R[u]["SIM_STATUS"] // 4, R[u]["SIM_FAULT_
 
 
 _PLAIN: dict[str, dict[str, int] | None] = {}
+
+try:  # numpy's error state as ``np.errstate(all="ignore")`` sets it (below)
+    from numpy._core._ufunc_config import _extobj_contextvar, _make_extobj
+except ImportError:  # (another numpy: its public context manager per kick)
+    _extobj_contextvar = None
+#: (the error state it was made from, that state with every error ignored)
+_IGNORING: tuple = (None, None)
+
+
+def _ignore_fp_errors() -> object:
+    """What ``np.errstate(all="ignore").__enter__`` does, returning the token that
+    :func:`_restore_fp_errors` takes: the ignoring state is made once per state it
+    derives from (buffer size, error callback), not per kick (entering the context
+    manager took ~2 us of each kick)."""
+    global _IGNORING
+    if _extobj_contextvar is None:
+        state = np.errstate(all="ignore")
+        state.__enter__()
+        return state
+    current = _extobj_contextvar.get()
+    made = _IGNORING
+    if made[0] is not current:
+        _IGNORING = made = (current, _make_extobj(all="ignore"))
+    return _extobj_contextvar.set(made[1])
+
+
+def _restore_fp_errors(token: object) -> None:
+    if _extobj_contextvar is None:
+        token.__exit__(None, None, None)  # type: ignore[attr-defined]
+    else:
+        _extobj_contextvar.reset(token)  # type: ignore[arg-type]
 
 
 def _plain_counters(kick: str) -> dict[str, int] | None:
@@ -121,8 +151,11 @@ class Dv700Core(CoreState):
             if unit == "conv":
                 # once per kick, not per command: inf and NaN are values to the
                 # hardware, not errors
-                with np.errstate(all="ignore"):
+                token = _ignore_fp_errors()
+                try:
                     cycles = self._run_stream()
+                finally:
+                    _restore_fp_errors(token)
             else:
                 cycles = self._run_unit(unit)
         except HardwareError as e:
@@ -209,7 +242,10 @@ class Dv700Core(CoreState):
             for op in dec.ops:
                 kind = op[0]
                 if kind == REG:
-                    irq_seen |= self._stream_write(op[1], op[2], op[3])
+                    if op[1] == _CFG_ADDR:  # (_stream_write's most common case, inline)
+                        conv[_CFG_ADDR] = op[2]
+                    else:
+                        irq_seen |= self._stream_write(op[1], op[2], op[3])
                 elif kind == CFG:
                     self._cfg_data(op[1], op[2])  # a configuration image
                 elif kind == JUMP:
@@ -224,8 +260,11 @@ class Dv700Core(CoreState):
         if not irq_seen:  # (at the last chunk's address)
             raise HardwareError("stream_overrun", here, "stream ended without interrupt write")
         t = self.totals
-        counters = byte_counter_values(t.in_bytes + fetched, t.weight_bytes, t.out_bytes)
-        words = [v & 0xFFFFFFFF for v in counters]
+        # (timing.byte_counter_values, its sums known non-negative)
+        words = [0] * 16
+        words[COUNTER_SLOT_INPUT] = -(-(t.in_bytes + fetched) // 16) & 0xFFFFFFFF
+        words[COUNTER_SLOT_WEIGHTS] = -(-t.weight_bytes // 16) & 0xFFFFFFFF
+        words[COUNTER_SLOT_OUTPUT] = -(-t.out_bytes // 16) & 0xFFFFFFFF
         if plain is not None:  # pre-R5: three beat registers (driver.convid)
             for k, slot in (("input", COUNTER_SLOT_INPUT), ("weights", COUNTER_SLOT_WEIGHTS),
                             ("output", COUNTER_SLOT_OUTPUT)):
@@ -253,23 +292,31 @@ class Dv700Core(CoreState):
         """A chunk of the stream's bytes (a view: decoded or copied at once): DRAM range
         first, then the watchdog's word and cycle budgets, then the read (its size is
         bounded by then)."""
-        self.mem.check_range(addr, nbytes)
+        mem = self.mem
+        if addr < mem.base or addr - mem.base + nbytes > mem.array.size or nbytes < 0:
+            mem.check_range(addr, nbytes)  # (its HardwareError)
         wd = self.params.watchdog
         if (fetched + nbytes) // 4 > wd.stream_words:
             raise Hang(addr, f"watchdog: more than {wd.stream_words} stream words fetched")
-        if self.totals.cycles + self._stream_cycles(fetched + nbytes) > self.kick_cycle_limit:
+        if self.totals.cycles - (-(fetched + nbytes) // self.params.bus_bytes_per_cycle) \
+                > self.kick_cycle_limit:  # (_stream_cycles)
             raise Hang(addr, f"watchdog: the kick passed {self.kick_cycle_limit} cycles")
-        return self.mem.read(addr, nbytes)
+        return mem.read(addr, nbytes)
 
     def _cfg_data(self, data: np.ndarray, where: int) -> None:
         """CFG_DATA writes of ``data`` (words as little-endian bytes): each stores a word at
         the controller address CFG_ADDR, which then advances by 4 (§10.3); an address
         outside controller memory stops it."""
-        ptr = int(self.regs["conv"][_CFG_ADDR])
-        nwords = data.size // 4
+        conv = self.regs["conv"]
+        ptr = int(conv[_CFG_ADDR])
+        nwords = data.size >> 2
+        if not ptr & 3 and not data.size & 3 and ptr + 4 * nwords <= CFG_MEM_BYTES:  # (fits)
+            self.cfg_mem[ptr : ptr + 4 * nwords] = data
+            conv[_CFG_ADDR] = ptr + 4 * nwords
+            return
         fit = 0 if ptr % 4 else max(0, min(nwords, (CFG_MEM_BYTES - ptr) // 4))
         self.cfg_mem[ptr : ptr + 4 * fit] = data[: 4 * fit]
-        self.regs["conv"][_CFG_ADDR] = ptr + 4 * fit
+        conv[_CFG_ADDR] = ptr + 4 * fit
         if fit < nwords:
             raise HardwareError("bad_config", where,
                                 f"controller address {ptr + 4 * fit:#x} invalid")

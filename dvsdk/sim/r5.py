@@ -34,6 +34,10 @@ CONV_CMD_ADDR = SPEC.reg("conv", "CMD_ADDR") // 4
 CONV_CMD_LEN = SPEC.reg("conv", "CMD_LEN") // 4
 CONV_IRQ = SPEC.reg("conv", "IRQ") // 4
 #: words of each window the simulator keeps (the SHM window is 16 MiB; the kick uses 12 B)
+_TRIG, _ISR, _IER, _IDR = IPI["TRIG"], IPI["ISR"], IPI["IER"], IPI["IDR"]
+_IMR, _OBS = IPI["IMR"], IPI["OBS"]
+_STREAM_START, _STREAM_ADDR = SHM["STREAM_START"], SHM["STREAM_ADDR"]
+_STREAM_LEN8 = SHM["STREAM_LEN8"]
 WINDOW_WORDS = {"ipi": int(SPEC.unit("ipi")["size"]) // 4,
                 "shm": int(SPEC.unit("shm")["map_bytes"]) // 4}
 
@@ -67,39 +71,44 @@ class R5Firmware:
 
     def write(self, offset: int, value: int) -> None:
         """A CPU write to the IPI channel."""
-        ipi, word = self.core.regs["ipi"], offset // 4
-        if word == IPI["TRIG"]:
+        ipi, word = self.core.regs["ipi"], offset >> 2
+        if word == _TRIG:
             if value & CHANNEL:
-                ipi[IPI["OBS"]] |= CHANNEL
+                ipi[_OBS] |= CHANNEL
                 self._trigger()
-        elif word == IPI["ISR"]:
+        elif word == _ISR:
             ipi[word] &= ~value & 0xFFFFFFFF  # write 1 to clear
-        elif word == IPI["IER"]:
-            ipi[IPI["IMR"]] &= ~value & 0xFFFFFFFF
+        elif word == _IER:
+            ipi[_IMR] &= ~value & 0xFFFFFFFF
             self._deliver()
-        elif word == IPI["IDR"]:
-            ipi[IPI["IMR"]] |= value
+        elif word == _IDR:
+            ipi[_IMR] |= value
         # OBS and IMR are read-only; other offsets of the channel hold nothing
 
     def _trigger(self) -> None:
         self.triggers += 1
-        core, shm = self.core, self.core.regs["shm"]
-        core.regs["ipi"][IPI["OBS"]] &= ~CHANNEL & 0xFFFFFFFF  # the R5 took the trigger
-        if shm[SHM["STREAM_START"]] != 1:
+        core = self.core
+        regs = core.regs
+        shm = regs["shm"]
+        regs["ipi"][_OBS] &= ~CHANNEL & 0xFFFFFFFF  # the R5 took the trigger
+        if shm[_STREAM_START] != 1:
             return
-        shm[SHM["STREAM_START"]] = 0
-        conv = core.regs["conv"]
-        conv[CONV_CMD_ADDR] = shm[SHM["STREAM_ADDR"]]
-        conv[CONV_CMD_LEN] = shm[SHM["STREAM_LEN8"]]
+        shm[_STREAM_START] = 0
+        conv = regs["conv"]
+        conv[CONV_CMD_ADDR] = shm[_STREAM_ADDR]
+        conv[CONV_CMD_LEN] = shm[_STREAM_LEN8]
         core.start("conv")
 
     def conv_done(self) -> None:
         """The conv block interrupted: acknowledge it there and raise the IPI."""
-        self.core.regs["conv"][CONV_IRQ] = 0
-        self.core.regs["ipi"][IPI["ISR"]] |= CHANNEL
-        self._deliver()
+        regs = self.core.regs
+        regs["conv"][CONV_IRQ] = 0
+        ipi = regs["ipi"]
+        ipi[_ISR] |= CHANNEL
+        if ipi[_ISR] & ~ipi[_IMR] & CHANNEL and self.cpu_irq is not None:  # (_deliver)
+            self.cpu_irq("ipi")
 
     def _deliver(self) -> None:
         ipi = self.core.regs["ipi"]
-        if ipi[IPI["ISR"]] & ~ipi[IPI["IMR"]] & CHANNEL and self.cpu_irq is not None:
+        if ipi[_ISR] & ~ipi[_IMR] & CHANNEL and self.cpu_irq is not None:
             self.cpu_irq("ipi")
