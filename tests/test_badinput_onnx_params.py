@@ -56,6 +56,16 @@ CASES = {
     "BatchNormalization 3 values for 1 channel": (
         _model(helper.make_node("BatchNormalization", ["x", "s", "b", "m", "v"], ["y"]),
                [(k, np.ones(3, np.float32)) for k in "sbmv"]), "s", (3,)),
+    "Conv SAME_UPPER with 1 stride for 2 axes": (
+        _model(helper.make_node("Conv", ["x", "w"], ["y"], strides=[2], auto_pad="SAME_UPPER"),
+               [("w", np.ones((2, 1, 3, 3), np.float32))]), "strides", [2]),
+    "ConvTranspose with 3 pads": (
+        _model(helper.make_node("ConvTranspose", ["x", "w"], ["y"], pads=[1, 1, 1]),
+               [("w", np.ones((1, 2, 3, 3), np.float32))]), "pads", [1, 1, 1]),
+    "MaxPool SAME_LOWER with 3 dilations": (
+        _model(helper.make_node("MaxPool", ["x"], ["y"], kernel_shape=[2, 2],
+                                dilations=[1, 1, 1], auto_pad="SAME_LOWER")),
+        "dilations", [1, 1, 1]),
     "InstanceNormalization 3 values for 1 channel": (
         _model(helper.make_node("InstanceNormalization", ["x", "s", "b"], ["y"]),
                [(k, np.ones(3, np.float32)) for k in "sb"]), "s", (3,)),

@@ -5,7 +5,8 @@ otherwise surface as a ``KeyError``, ``ZeroDivisionError``, ``IndexError`` or
 ``ValueError`` deep in the shape rules or the lowering.  Each refusal is a
 :class:`~dvsdk.errors.ModelError` naming the op and attribute (or input), the value and the
 limit.  The rules are ONNX's operator definitions (``onnx/docs/Operators.md``: Pad, Slice,
-Resize, DepthToSpace, SpaceToDepth, BatchNormalization, InstanceNormalization, the pools).
+Resize, DepthToSpace, SpaceToDepth, BatchNormalization, InstanceNormalization, Conv,
+ConvTranspose, the pools).
 """
 
 from __future__ import annotations
@@ -37,10 +38,23 @@ def _axes(op: Op, what: str, axes: list[int], rank: int) -> None:
         raise _fail(op, what, "axis out of range", axes, f"{-rank}..{rank - 1}")
 
 
+def _window(g: Graph, op: Op) -> None:
+    """Conv, ConvTranspose and the pools: each window list as long as the input has
+    spatial axes (``pads`` twice that), before the auto-pad rules index them."""
+    n = len(g.shape(op.input(0))) - 2
+    for key, want in (("kernel_shape", n), ("strides", n), ("dilations", n), ("pads", 2 * n),
+                      ("output_padding", n), ("output_shape", n)):
+        v = op.attrs.get(key)
+        if v is not None and not isinstance(v, (int, np.integer)) and len(v) != want:
+            raise _fail(op, key, f"{key} needs {want} values for {n} spatial axes",
+                        [int(x) for x in v], f"{want} values")
+
+
 def _pool(g: Graph, op: Op) -> None:
     if op.attrs.get("kernel_shape") is None:
         raise _fail(op, "kernel_shape", f"{op.type} needs kernel_shape", None,
                     "one value per spatial axis")
+    _window(g, op)
 
 
 def _block(g: Graph, op: Op) -> None:
@@ -120,6 +134,7 @@ def _per_channel(first: int) -> Callable[[Graph, Op], None]:
 
 _CHECKS: dict[str, Callable[[Graph, Op], None]] = {
     "MaxPool": _pool, "AveragePool": _pool, "LpPool": _pool,
+    "Conv": _window, "ConvTranspose": _window,
     "DepthToSpace": _block, "SpaceToDepth": _block,
     "Pad": _pad, "Slice": _slice, "Resize": _resize,
     "BatchNormalization": _per_channel(1), "InstanceNormalization": _per_channel(1),
