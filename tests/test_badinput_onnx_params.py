@@ -14,12 +14,12 @@ import dvsdk
 from dvsdk.errors import ModelError
 
 
-def _model(node, inits=(), outputs=("y",)):
+def _model(node, inits=(), outputs=("y",), opset=13):
     g = helper.make_graph(
         [node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1, 8, 8])],
         [helper.make_tensor_value_info(o, TensorProto.FLOAT, None) for o in outputs],
         [numpy_helper.from_array(np.asarray(v), k) for k, v in inits])
-    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
 
 
 def _i64(*v):
@@ -62,10 +62,16 @@ CASES = {
     "ConvTranspose with 3 pads": (
         _model(helper.make_node("ConvTranspose", ["x", "w"], ["y"], pads=[1, 1, 1]),
                [("w", np.ones((1, 2, 3, 3), np.float32))]), "pads", [1, 1, 1]),
+    "ConvTranspose with a negative pad": (
+        _model(helper.make_node("ConvTranspose", ["x", "w"], ["y"], pads=[1, 1, -3, 1]),
+               [("w", np.ones((1, 2, 3, 3), np.float32))]), "pads", [1, 1, -3, 1]),
     "MaxPool SAME_LOWER with 3 dilations": (
         _model(helper.make_node("MaxPool", ["x"], ["y"], kernel_shape=[2, 2],
                                 dilations=[1, 1, 1], auto_pad="SAME_LOWER")),
         "dilations", [1, 1, 1]),
+    "Split num_outputs 0": (
+        _model(helper.make_node("Split", ["x"], ["a", "b"], axis=2, num_outputs=0),
+               outputs=("a", "b"), opset=18), "num_outputs", 0),
     "InstanceNormalization 3 values for 1 channel": (
         _model(helper.make_node("InstanceNormalization", ["x", "s", "b"], ["y"]),
                [(k, np.ones(3, np.float32)) for k in "sb"]), "s", (3,)),

@@ -5,7 +5,7 @@ otherwise surface as a ``KeyError``, ``ZeroDivisionError``, ``IndexError`` or
 ``ValueError`` deep in the shape rules or the lowering.  Each refusal is a
 :class:`~dvsdk.errors.ModelError` naming the op and attribute (or input), the value and the
 limit.  The rules are ONNX's operator definitions (``onnx/docs/Operators.md``: Pad, Slice,
-Resize, DepthToSpace, SpaceToDepth, BatchNormalization, InstanceNormalization, Conv,
+Resize, Split, DepthToSpace, SpaceToDepth, BatchNormalization, InstanceNormalization, Conv,
 ConvTranspose, the pools).
 """
 
@@ -48,6 +48,12 @@ def _window(g: Graph, op: Op) -> None:
         if v is not None and not isinstance(v, (int, np.integer)) and len(v) != want:
             raise _fail(op, key, f"{key} needs {want} values for {n} spatial axes",
                         [int(x) for x in v], f"{want} values")
+    pads = op.attrs.get("pads")
+    if op.type == "ConvTranspose" and pads is not None and min(int(p) for p in pads) < 0:
+        # a Conv's negative pads crop and are checked once resolved; a ConvTranspose's
+        # stated ones are not (only those derived from output_shape may be negative)
+        raise _fail(op, "pads", "ConvTranspose pads must be >= 0", [int(p) for p in pads],
+                    ">= 0")
 
 
 def _pool(g: Graph, op: Op) -> None:
@@ -113,6 +119,13 @@ def _resize(g: Graph, op: Op) -> None:
         raise _fail(op, "sizes", "sizes needs one value per axis", sizes, f"{n} values")
 
 
+def _split(g: Graph, op: Op) -> None:
+    n = op.attrs.get("num_outputs")
+    if n is not None and (isinstance(n, bool) or int(n) != len(op.outputs)):
+        raise _fail(op, "num_outputs", "Split num_outputs differs from its outputs", n,
+                    f"{len(op.outputs)} (the outputs)")
+
+
 def _per_channel(first: int) -> Callable[[Graph, Op], None]:
     """BatchNormalization (scale, B, mean, var) and InstanceNormalization (scale, B): one
     value per channel of the input (axis 1)."""
@@ -136,7 +149,7 @@ _CHECKS: dict[str, Callable[[Graph, Op], None]] = {
     "MaxPool": _pool, "AveragePool": _pool, "LpPool": _pool,
     "Conv": _window, "ConvTranspose": _window,
     "DepthToSpace": _block, "SpaceToDepth": _block,
-    "Pad": _pad, "Slice": _slice, "Resize": _resize,
+    "Pad": _pad, "Slice": _slice, "Resize": _resize, "Split": _split,
     "BatchNormalization": _per_channel(1), "InstanceNormalization": _per_channel(1),
 }
 
