@@ -13,7 +13,8 @@ path the caller asked for as its ``filename``.
 
 :func:`check_outputs` is what every writer (a CLI's output flags, ``dvsdk.compile``) asks
 before it starts: an output path must not be one of the command's own inputs (the same file
-by ``os.stat``, so a symlink or a hard link to an input counts), nor a directory, nor name
+by ``os.stat``, so a symlink or a hard link to an input counts), nor a directory, nor in
+a folder that is missing or not writable, nor name
 the same file as another output, nor an existing file unless the user said ``--force``.
 """
 
@@ -149,6 +150,22 @@ def _identity(path: str | os.PathLike[str]) -> tuple[int, int] | None:
     return st.st_dev, st.st_ino
 
 
+def _check_folder(opt: str, path: Path) -> None:
+    """The folder an output goes into must exist, be a folder and be writable: refused
+    before any work (not as an ``OSError`` once the result is ready to be written)."""
+    parent = path.parent if str(path.parent) else Path(".")
+    if not parent.exists():
+        raise InvalidArgument(f"{opt}: its folder does not exist", field=opt, value=str(path),
+                              limit="a file in an existing folder",
+                              hint=f"create {parent} first")
+    if not parent.is_dir():
+        raise InvalidArgument(f"{opt}: {parent} is not a folder", field=opt, value=str(path),
+                              limit="a file in an existing folder")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise InvalidArgument(f"{opt}: its folder is not writable", field=opt,
+                              value=str(path), limit="a file in a writable folder")
+
+
 def check_outputs(outputs: Mapping[str, str | os.PathLike[str] | None],
                   inputs: Iterable[Input], *, force: bool) -> None:
     """Refuse, before any work, an output that would destroy a file.
@@ -158,7 +175,8 @@ def check_outputs(outputs: Mapping[str, str | os.PathLike[str] | None],
     an output already exists (so a dataset's many files cost nothing otherwise).  Raises
     :class:`~dvsdk.errors.InvalidArgument` naming the option and the path for an output
     that is one of the inputs (same device and inode: symlinks and hard links count), a
-    directory, the same file as another output, or an existing file without ``force``.
+    directory, in a folder that is missing or not writable, the same file as another output,
+    or an existing file without ``force``.
     """
     named = [(opt, Path(p)) for opt, p in outputs.items() if p is not None and str(p) != ""]
     existing = {opt: _identity(p) for opt, p in named if os.path.lexists(p)}
@@ -175,6 +193,7 @@ def check_outputs(outputs: Mapping[str, str | os.PathLike[str] | None],
         if p.is_dir():
             raise InvalidArgument(f"{opt} is a directory; name a file", field=opt,
                                   value=str(p))
+        _check_folder(opt, p)
         key = existing.get(opt) or os.path.abspath(p)
         if key in seen:
             raise InvalidArgument(f"{opt} and {seen[key]} name the same file", field=opt,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 import time
 from collections.abc import Callable
@@ -246,9 +247,13 @@ def _expectation(text: str) -> tuple[str, str, float]:
         name, sep, value = text.partition(op)
         if sep:
             try:
-                return name.strip(), op, float(value)
+                number = float(value)
             except ValueError:
                 break
+            if not math.isfinite(number):   # nan: every comparison fails; inf: meaningless
+                raise argparse.ArgumentTypeError(f"{text!r}: the value must be a finite "
+                                                 "number")
+            return name.strip(), op, number
     raise argparse.ArgumentTypeError(f"{text!r} is not METRIC>=VALUE or METRIC<=VALUE")
 
 

@@ -40,7 +40,9 @@ def main(argv: list[str]) -> int:
         print(json.dumps({"recorded_on": info, "identical": same,
                           "execs": [r.as_dict() for r in results]}, indent=1))
         return 0 if same else EXIT_DIFFERS
-    where = info.get("backend", "?") + (" (simulated)" if info.get("simulated") else "")
+    # the recording's own words about its device, shown as they are (not trusted as str)
+    where = str(info.get("backend", "?")) + (" (simulated)" if info.get("simulated") is True
+                                             else "")
     print(f"recorded on {where}; {len(results)} execs replayed on {args.device or 'sim://'}")
     print(f"{'#':>4s} {'unit':9s} {'cmds':>4s} {'result':10s} {'recorded us':>12s} "
           f"{'replayed us':>12s}")

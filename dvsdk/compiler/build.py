@@ -106,16 +106,55 @@ class Options:
                              limit=RESIZE_MODES)
         if isinstance(self.quantize_skip, str):
             self.quantize_skip = tuple(n for n in self.quantize_skip.split(",") if n)
-        self.quantize_skip = tuple(self.quantize_skip)
+        self.quantize_skip = _names(self.quantize_skip, "quantize_skip")
+        self.input_size = _input_size(self.input_size)
+        if isinstance(self.ub_size, bool) or not isinstance(self.ub_size, (int, np.integer)) \
+                or self.ub_size < 1:
+            raise ModelError("ub_size must be a whole number of bytes >= 1", field="ub_size",
+                             value=self.ub_size, limit=">= 1")
         if self.quantize_skip and not self.quantize:
             raise ModelError("quantize_skip needs quantize", field="quantize_skip",
                              value=list(self.quantize_skip))
         if self.labels is not None:
-            if isinstance(self.labels, (str, bytes)) or not all(
+            if isinstance(self.labels, (str, bytes)) or not _iterable(self.labels) or not all(
                     isinstance(x, str) and x.strip() for x in self.labels):
                 raise ModelError("labels must be a list of non-empty names (or a file)",
                                  field="labels", value=str(self.labels)[:80])
             self.labels = [x.strip() for x in self.labels]
+
+
+def _iterable(v: Any) -> bool:
+    try:
+        iter(v)
+    except TypeError:
+        return False
+    return True
+
+
+def _names(values: Any, name: str) -> tuple[str, ...]:
+    """A list of layer names (ModelError naming ``name`` for anything else)."""
+    names = tuple(values) if _iterable(values) else None
+    if names is None or not all(isinstance(v, str) for v in names):
+        raise ModelError(f"{name} must be layer names", field=name, value=values,
+                         limit="a list of names or NAME,NAME,...")
+    return names
+
+
+def _input_size(size: Any) -> tuple[int, int] | None:
+    """``input_size`` as ``(H, W)`` of whole numbers >= 1; ``"HxW"`` as dvsdk-compile's
+    ``--input-size`` takes it."""
+    if size is None:
+        return None
+    try:
+        vals = size.lower().split("x") if isinstance(size, str) else list(size)
+        h, w = (int(v) for v in vals)
+        ok = all(float(v) == int(v) for v in vals) and h >= 1 and w >= 1
+    except (TypeError, ValueError, AttributeError, OverflowError):
+        ok = False
+    if not ok:
+        raise ModelError("input_size must be two positive whole numbers (H, W) or \"HxW\"",
+                         field="input_size", value=size, limit="(H, W) >= 1")
+    return h, w
 
 
 def _per_channel(values: tuple[float, ...], name: str) -> tuple[float, ...]:

@@ -37,6 +37,7 @@ from .fold_checks import check_dtypes as _check_dtypes
 from .fold_checks import not_constant
 from .fold_ops import MORE_RULES
 from .fold_ops_b import RULES_B
+from .fold_params import check_params
 from .ir import Graph, Op
 from .limits import check_split, check_tensor, check_window, check_window_attrs, range_length
 
@@ -120,7 +121,7 @@ def _conv(c: _Ctx) -> Result:
                      value=(x[1], tuple(w), a["group"]))
     c.op.attrs = a
     out = conv_output_shape(x, w, a)
-    if min(out[2:]) <= 0:
+    if min(out[1:]) <= 0:                    # no channels (0 filters) or no pixels
         raise c.fail("Conv output would be empty", value=out)
     return [(out, c.dtype(0))]
 
@@ -506,6 +507,7 @@ def _infer_in_place(g: Graph, strict: bool) -> bool:
         rule = SHAPE_RULES.get(op.type)
         if rule is None:
             raise ModelError("no shape rule for op", field=f"{op.type} {op.name}")
+        check_params(g, op)                      # stated parameters, before the rule uses them
         target = op.attrs.get("dvsdk_target")   # the lowering's placement hook survives
         res = rule(_Ctx(g, op))                  # rules that rewrite attrs explicitly
         if target is not None:

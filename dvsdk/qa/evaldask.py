@@ -81,6 +81,9 @@ def on_dask(scheduler: str, net_bytes: bytes, args: tuple, items: list,
     except (OSError, TimeoutError) as e:
         raise InvalidArgument(f"cannot reach the Dask scheduler: {e}", field="scheduler",
                               value=scheduler) from None
+    except ValueError as e:          # distributed's address parser: "bogus", "tcp://[::1"
+        raise InvalidArgument(f"not a Dask scheduler address: {e}", field="scheduler",
+                              value=scheduler, limit="tcp://HOST:PORT") from None
     seen: set[str] = set()
     key = hashlib.sha256(net_bytes).hexdigest()
     with client:

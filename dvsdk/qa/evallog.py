@@ -113,6 +113,27 @@ class PerImageLog:
             self.fd = -1
 
 
+def _check_is_log(path: Path, text: str, rows: list[Any], as_csv: bool) -> None:
+    """A file given to ``--resume`` must be a per-image log (or empty): the log is
+    rewritten at the end, so another file (the dataset's CSV, a typo) would be replaced.
+    A CSV log starts with a header naming ``path`` and ``error`` among :data:`COLUMNS`;
+    every JSON line is an object with a ``path``."""
+    if as_csv:
+        header = next(csv.reader(io.StringIO(text)), None) if text.strip() else None
+        if header is not None and not {"path", "error"} <= set(header) <= set(COLUMNS):
+            raise DatasetError("not a per-image log: its CSV header is not the log's",
+                               field="resume", value=f"{path}: {','.join(header)[:60]}",
+                               limit=",".join(COLUMNS), hint="--resume only takes a log "
+                               "that --per-image wrote (it is rewritten)")
+        return
+    for n, row in enumerate(rows, 1):
+        if not isinstance(row, dict) or "path" not in row:
+            raise DatasetError("not a per-image log: a line is not an object with a path",
+                               field=f"{path}:{n}", value=str(row)[:60],
+                               hint="--resume only takes a log that --per-image wrote "
+                                    "(it is rewritten)")
+
+
 def read_log(path: str | os.PathLike, dataset: Dataset, top: int = 1
              ) -> dict[int, dict[str, Any]]:
     """The scored images of a per-image log, as results by dataset index (failed images
@@ -137,6 +158,7 @@ def read_log(path: str | os.PathLike, dataset: Dataset, top: int = 1
             except ValueError:
                 raise DatasetError("a log line is not JSON", field=f"{path}:{n}",
                                    value=line[:60]) from None
+    _check_is_log(path, text, rows, as_csv)
     where = {(s.image, s.mask or None): i for i, s in enumerate(dataset.samples)}
     names = {c: i for i, c in enumerate(dataset.classes)}
     done: dict[int, dict[str, Any]] = {}

@@ -40,6 +40,9 @@ MAX_FAILURES = 3
 WORKER_TIMEOUT = 120.0
 TOP = 5          # the default k of top-k accuracy
 TOP_MAX = 1000
+#: the most --jobs processes: each is a simulator with the net loaded (a process per
+#: chunk at most; far more than a machine has cores only thrashes)
+MAX_JOBS = 256
 
 
 @dataclass
@@ -85,8 +88,9 @@ def evaluate(net_source: str | os.PathLike | bytes, dataset: Dataset, *,
         raise InvalidArgument("worker_timeout must be positive", field="worker_timeout",
                               value=worker_timeout, limit="> 0")
     net_bytes = net_source if isinstance(net_source, bytes) else _read(net_source)
-    if jobs < 1:
-        raise InvalidArgument("jobs must be at least 1", field="jobs", value=jobs, limit=">= 1")
+    if isinstance(jobs, bool) or not isinstance(jobs, int) or not 1 <= jobs <= MAX_JOBS:
+        raise InvalidArgument("jobs out of range", field="jobs", value=jobs,
+                              limit=f"1..{MAX_JOBS}")
     if sum(bool(x) for x in (len(devices) > 1, jobs > 1, scheduler)) > 1:
         raise InvalidArgument("choose one of several devices, --jobs or --scheduler",
                               field="workers", value={"devices": list(devices), "jobs": jobs,
@@ -145,9 +149,10 @@ def evaluate(net_source: str | os.PathLike | bytes, dataset: Dataset, *,
             workers = _dask(scheduler)(scheduler, net_bytes, args, items, work_for,
                                        worker_timeout)
         elif jobs > 1:
-            workers = evalpools.on_processes(
-                jobs, net_bytes, devices[0] if devices else None, args,
-                work_for(evalpools.split(items, jobs)), max_failures)
+            chunks = evalpools.split(items, jobs)
+            workers = evalpools.on_processes(    # no more processes than chunks to run
+                min(jobs, len(chunks)), net_bytes, devices[0] if devices else None, args,
+                work_for(chunks), max_failures)
         else:
             urls = list(devices) or [None]
             workers = evalpools.on_devices(urls, net_bytes, args,

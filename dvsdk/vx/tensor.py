@@ -23,6 +23,7 @@ as a static parameter (weights, biases) marks that graph unverified.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -67,6 +68,24 @@ def _dims(dims: Any, what: str, allow_undefined: bool) -> tuple[int, ...] | None
     return out
 
 
+def _allocate(dims: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+    """The host array of a tensor: no larger than a compiled program's largest tensor
+    (:data:`dvsdk.compiler.limits.MAX_TENSOR_BYTES`; a bigger one could never be processed),
+    else ``VX_ERROR_NO_MEMORY`` naming the dimensions, not numpy's ValueError or
+    MemoryError."""
+    from ..compiler.limits import MAX_TENSOR_BYTES
+
+    size = math.prod(dims) * dtype.itemsize          # exact: no int64 wrap
+    if size > MAX_TENSOR_BYTES:
+        raise VxError(Status.ERROR_NO_MEMORY, f"dims: the tensor would need {size:,} bytes",
+                      field="dims", value=dims, limit=f"{MAX_TENSOR_BYTES:,} bytes")
+    try:
+        return np.zeros(dims[::-1], dtype)
+    except MemoryError:
+        raise VxError(Status.ERROR_NO_MEMORY, f"dims: cannot allocate {size:,} bytes",
+                      field="dims", value=dims) from None
+
+
 class Tensor(Reference):
     """``vx_tensor``.  ``Tensor(ctx, dims, data_type, fixed_point_position=0)``."""
 
@@ -108,7 +127,7 @@ class Tensor(Reference):
         if _parent is not None:
             _parent._hold()
         elif not virtual:
-            self._data = np.zeros(self._dims[::-1], DTYPES[dt])
+            self._data = _allocate(self._dims, DTYPES[dt])
 
     def _prefix(self) -> str:
         return "view" if self._parent is not None else (

@@ -235,7 +235,9 @@ def _node_refs(node: Any, where: str) -> list[tuple[str, int, int]]:
 
         def walk(v: Any) -> None:
             if isinstance(v, dict) and v.get("class_name") == "__keras_tensor__":
-                refs.append(_ref((v.get("config") or {}).get("keras_history"), where))
+                cfg = v.get("config")            # a dict, unless the file is damaged
+                refs.append(_ref((cfg if isinstance(cfg, dict) else {}).get("keras_history"),
+                                 where))
             elif isinstance(v, list):
                 for i in v:
                     walk(i)

@@ -22,6 +22,7 @@ Numerical meanings follow the Keras 2 (tf-keras) and Keras 3 layer definitions:
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -151,7 +152,8 @@ def ints(v: Any, n: int, what: str, layer: Layer) -> tuple[int, ...]:
     if isinstance(v, (int, float)) and not isinstance(v, bool):
         v = [v] * n
     if not isinstance(v, (list, tuple)) or len(v) != n or not all(
-            isinstance(i, (int, float)) and not isinstance(i, bool) and int(i) == i for i in v):
+            isinstance(i, (int, float)) and not isinstance(i, bool)
+            and (isinstance(i, int) or math.isfinite(i)) and int(i) == i for i in v):
         raise layer.err(f"{what} must be {n} integers", value=v)
     return tuple(int(i) for i in v)
 

@@ -49,7 +49,8 @@ def is_operation(ly: dict) -> bool:
 
 def _constant(layer: Layer, v: Any) -> np.ndarray:
     if isinstance(v, dict) and v.get("class_name") == "__numpy__":
-        v = (v.get("config") or {}).get("value")
+        cfg = v.get("config")
+        v = cfg.get("value") if isinstance(cfg, dict) else None
     try:
         arr = np.asarray(v, dtype=np.float64)
     except (TypeError, ValueError):

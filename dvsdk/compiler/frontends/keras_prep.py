@@ -47,7 +47,8 @@ EPSILON = 1e-7
 
 def _number_array(layer: Layer, v: Any, what: str) -> np.ndarray:
     if isinstance(v, dict) and v.get("class_name") == "__numpy__":
-        v = (v.get("config") or {}).get("value")
+        cfg = v.get("config")
+        v = cfg.get("value") if isinstance(cfg, dict) else None
     try:
         arr = np.asarray(v, dtype=np.float64)
     except (TypeError, ValueError):

@@ -110,7 +110,7 @@ class Layer:
             return list(default)
         try:
             return [int(float(v)) for v in _split_list(self.data[key])]
-        except ValueError:
+        except (ValueError, OverflowError):     # "x", "nan"; "1e309" (int(inf))
             raise ModelError("attribute is not a list of integers", field=self.where(key),
                              value=self.data[key]) from None
 

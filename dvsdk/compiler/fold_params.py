@@ -1,0 +1,162 @@
+"""Parameters a model states for an op, checked before shape inference uses them (split
+from :mod:`.fold`): a model file is untrusted input (:mod:`.limits`), and a missing
+attribute, a 0 block size or step, a list of the wrong length or a non-finite scale would
+otherwise surface as a ``KeyError``, ``ZeroDivisionError``, ``IndexError`` or
+``ValueError`` deep in the shape rules or the lowering.  Each refusal is a
+:class:`~dvsdk.errors.ModelError` naming the op and attribute (or input), the value and the
+limit.  The rules are ONNX's operator definitions (``onnx/docs/Operators.md``: Pad, Slice,
+Resize, Split, DepthToSpace, SpaceToDepth, BatchNormalization, InstanceNormalization, Conv,
+ConvTranspose, the pools).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from ..errors import ModelError
+from .ir import Graph, Op
+
+__all__ = ["check_params"]
+
+
+def _fail(op: Op, what: str, message: str, value: object, limit: object) -> ModelError:
+    return ModelError(message, field=f"{op.type} {op.name}.{what}", value=value, limit=limit)
+
+
+def _ints(g: Graph, op: Op, i: int) -> list[int] | None:
+    """Input ``i`` as a list of integers; None where it is absent or not (yet) constant."""
+    n = op.input(i)
+    v = g.const(n) if n else None
+    return None if v is None else [int(x) for x in np.asarray(v).reshape(-1)]
+
+
+def _axes(op: Op, what: str, axes: list[int], rank: int) -> None:
+    bad = [a for a in axes if not -rank <= a < rank]
+    if bad:
+        raise _fail(op, what, "axis out of range", axes, f"{-rank}..{rank - 1}")
+
+
+def _window(g: Graph, op: Op) -> None:
+    """Conv, ConvTranspose and the pools: each window list as long as the input has
+    spatial axes (``pads`` twice that), before the auto-pad rules index them."""
+    n = len(g.shape(op.input(0))) - 2
+    for key, want in (("kernel_shape", n), ("strides", n), ("dilations", n), ("pads", 2 * n),
+                      ("output_padding", n), ("output_shape", n)):
+        v = op.attrs.get(key)
+        if v is not None and not isinstance(v, (int, np.integer)) and len(v) != want:
+            raise _fail(op, key, f"{key} needs {want} values for {n} spatial axes",
+                        [int(x) for x in v], f"{want} values")
+    pads = op.attrs.get("pads")
+    if op.type == "ConvTranspose" and pads is not None and min(int(p) for p in pads) < 0:
+        # a Conv's negative pads crop and are checked once resolved; a ConvTranspose's
+        # stated ones are not (only those derived from output_shape may be negative)
+        raise _fail(op, "pads", "ConvTranspose pads must be >= 0", [int(p) for p in pads],
+                    ">= 0")
+
+
+def _pool(g: Graph, op: Op) -> None:
+    if op.attrs.get("kernel_shape") is None:
+        raise _fail(op, "kernel_shape", f"{op.type} needs kernel_shape", None,
+                    "one value per spatial axis")
+    _window(g, op)
+
+
+def _block(g: Graph, op: Op) -> None:
+    b = op.attrs.get("blocksize")
+    if not isinstance(b, (int, np.integer)) or b < 1:
+        raise _fail(op, "blocksize", "blocksize out of range", b, ">= 1")
+
+
+def _pad(g: Graph, op: Op) -> None:
+    rank = len(g.shape(op.input(0)))
+    pads, axes = _ints(g, op, 1), _ints(g, op, 3)
+    if axes is not None:
+        _axes(op, "axes", axes, rank)
+    n = rank if axes is None else len(axes)
+    if pads is not None and len(pads) != 2 * n:
+        raise _fail(op, "pads", "pads needs a begin and an end per axis", pads,
+                    f"{2 * n} values")
+
+
+def _slice(g: Graph, op: Op) -> None:
+    rank = len(g.shape(op.input(0)))
+    starts, ends, axes, steps = (_ints(g, op, i) for i in range(1, 5))
+    if starts is None or ends is None:
+        return
+    for what, vals in (("ends", ends), ("axes", axes), ("steps", steps)):
+        if vals is not None and len(vals) != len(starts):
+            raise _fail(op, what, f"Slice {what} and starts differ in length", vals,
+                        f"{len(starts)} values, as starts")
+    if axes is not None:
+        _axes(op, "axes", axes, rank)
+        if len({a % rank for a in axes}) != len(axes):
+            raise _fail(op, "axes", "Slice axes repeat an axis", axes, "distinct axes")
+    elif len(starts) > rank:
+        raise _fail(op, "starts", "Slice has more starts than the input has axes", starts,
+                    f"at most {rank} values")
+    if steps is not None and 0 in steps:
+        raise _fail(op, "steps", "Slice step is 0", steps, "non-zero steps")
+
+
+def _resize(g: Graph, op: Op) -> None:
+    rank = len(g.shape(op.input(0)))
+    axes = op.attrs.get("axes")
+    n = len(axes) if axes else rank
+    if axes:
+        _axes(op, "axes", [int(a) for a in axes], rank)
+    scales = g.const(op.input(2))          # the frontends give Resize opset 11's inputs
+    if scales is not None and np.asarray(scales).size:
+        s = np.asarray(scales, np.float64).reshape(-1)
+        if s.size != n:
+            raise _fail(op, "scales", "scales needs one value per axis", s.tolist(),
+                        f"{n} values")
+        if not (np.isfinite(s).all() and (s > 0).all()):
+            raise _fail(op, "scales", "scales must be finite and > 0", s.tolist(), "> 0")
+    sizes = _ints(g, op, 3)
+    if sizes and len(sizes) != n:
+        raise _fail(op, "sizes", "sizes needs one value per axis", sizes, f"{n} values")
+
+
+def _split(g: Graph, op: Op) -> None:
+    n = op.attrs.get("num_outputs")
+    if n is not None and (isinstance(n, bool) or int(n) != len(op.outputs)):
+        raise _fail(op, "num_outputs", "Split num_outputs differs from its outputs", n,
+                    f"{len(op.outputs)} (the outputs)")
+
+
+def _per_channel(first: int) -> Callable[[Graph, Op], None]:
+    """BatchNormalization (scale, B, mean, var) and InstanceNormalization (scale, B): one
+    value per channel of the input (axis 1)."""
+
+    def check(g: Graph, op: Op) -> None:
+        x = g.shape(op.input(0))
+        if len(x) < 2:
+            raise _fail(op, "X", f"{op.type} needs an input with a channel axis", x,
+                        "rank >= 2")
+        for i in range(first, len(op.inputs)):
+            n = op.input(i)
+            shape = g.shape(n) if n else None
+            if shape is not None and int(np.prod(shape)) != x[1]:
+                raise _fail(op, n, f"{op.type} parameter needs one value per channel",
+                            tuple(shape), f"({x[1]},)")
+
+    return check
+
+
+_CHECKS: dict[str, Callable[[Graph, Op], None]] = {
+    "MaxPool": _pool, "AveragePool": _pool, "LpPool": _pool,
+    "Conv": _window, "ConvTranspose": _window,
+    "DepthToSpace": _block, "SpaceToDepth": _block,
+    "Pad": _pad, "Slice": _slice, "Resize": _resize, "Split": _split,
+    "BatchNormalization": _per_channel(1), "InstanceNormalization": _per_channel(1),
+}
+
+
+def check_params(g: Graph, op: Op) -> None:
+    """Refuse ``op``'s stated parameters where they break its operator definition (its
+    inputs' shapes are known); ops without a check pass."""
+    check = _CHECKS.get(op.type)
+    if check is not None:
+        check(g, op)
