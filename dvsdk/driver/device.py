@@ -418,7 +418,10 @@ def parse_url(url: str) -> DeviceURL:
         raise InvalidURL(
             "device URL must look like scheme://...", field="url", value=url, limit=sorted(BACKENDS)
         )
-    parts = urlsplit(url)
+    try:
+        parts = urlsplit(url)
+    except ValueError as e:   # an unclosed IPv6 bracket, a port out of range
+        raise InvalidURL(f"malformed device URL: {e}", field="url", value=url) from None
     scheme = parts.scheme.lower()
     if scheme not in BACKENDS:
         raise InvalidURL("unknown device URL scheme", field="scheme", value=scheme,

@@ -293,7 +293,7 @@ def step_work(op: str, attrs: Mapping[str, Any], inputs: Sequence[Any],
         # written and read once
         out, w = _shape(outputs[0]), _shape(inputs[1])
         if len(out) > 2 and len(w) > 1:
-            pixels = math.prod(out) // out[1]
+            pixels = math.prod(out) // out[1] if out[1] else 0
             nbytes += 8 * pixels * math.prod(w[1:]) * int(attrs.get("group", 1))
     return {"op": op, "elements": elements, "bytes": nbytes,
             "macs": _macs(op, inputs, out_elements, attrs), "fused": False}

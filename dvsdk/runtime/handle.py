@@ -36,7 +36,11 @@ def feed_array(spec: dict, value: Any, *, device: bool) -> np.ndarray:
     look like an FP16 overflow.  An input only CPU steps read keeps ONNX's meaning of NaN
     and infinity (an attention mask of -inf, a Cast of NaN)."""
     name = spec.get("name")
-    arr = np.asarray(value)
+    try:
+        arr = np.asarray(value)
+    except (ValueError, TypeError) as e:   # a ragged nested list, an object numpy refuses
+        raise InvalidArgument(f"input {name!r} is not an array: {e}", field=name,
+                              value=type(value).__name__, limit="an array") from None
     if arr.dtype.kind not in "buif":
         what = "complex numbers" if arr.dtype.kind == "c" else f"{arr.dtype} values"
         raise InvalidArgument(f"input {name!r} holds {what}, not real numbers", field=name,

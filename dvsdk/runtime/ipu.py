@@ -113,6 +113,9 @@ def class_map(net: Any, output: str | None = None) -> np.ndarray:
     if outs is None:
         raise InvalidArgument("run the network first", field="class_map")
     names = [o["name"] for o in net.outputs]
+    if output is not None and not isinstance(output, str):
+        raise InvalidArgument("an output is named by a string", field="output",
+                              value=type(output).__name__, limit=names)
     name = output or names[0]
     if name not in outs:
         raise InvalidArgument("no such output", field="output", value=name, limit=names)

@@ -60,6 +60,9 @@ class Net:
         if self.cpu_steps not in cpusteps.MODES:
             raise InvalidArgument("unknown way to run CPU steps", field="cpu_steps",
                                   value=self.cpu_steps, limit=cpusteps.MODES)
+        if not isinstance(source, (NetFile, str, os.PathLike)):
+            raise InvalidArgument("a net is a net.bin path or a NetFile", field="net",
+                                  value=type(source).__name__, limit="str, os.PathLike, NetFile")
         self.file = source if isinstance(source, NetFile) else read(source)
         #: how messages name this net (a DeviceBusy of another net waiting for its unit)
         self.name = "net " + (repr(os.path.basename(os.fspath(source)))
