@@ -36,7 +36,6 @@ matrix products) receive the very arrays the reference gives them.
 
 from __future__ import annotations
 
-import math
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -50,6 +49,13 @@ from ..hw import layout
 from ..hw.fp16 import to_f16, to_f32
 from . import board_model
 from .fused import FUSED, TABLE, FusedPlan, fused_plan, plan_work, prepare, run_fused  # noqa: F401
+from .spans import (  # noqa: F401 - device_shape: net.py reads it here
+    device_nbytes,
+    device_shape,
+    merge_spans,
+    read_spans,
+    sync_spans_for_cpu,
+)
 
 #: ops whose kernels compute each output element from the same element of each operand
 ELEMENTWISE = frozenset({
@@ -110,19 +116,6 @@ def hwc_ordered(v: np.ndarray) -> bool:
     return all(s == t or k == 1 for s, t, k in zip(v.strides, want, (n, c, h, w)))
 
 
-def device_shape(d: dict) -> tuple[int, ...]:
-    """The layout shape of a META device placement: (H, W, C), or (N, H, W, C) for N > 1
-    samples back to back."""
-    n = int(d.get("batch", 1))
-    h, w, c = d["hwc"]
-    return (h, w, c) if n == 1 else (n, h, w, c)
-
-
-def device_nbytes(d: dict) -> int:
-    """Bytes of a META device placement in the arena."""
-    return 2 * int(d.get("batch", 1)) * math.prod(d["hwc"])
-
-
 @dataclass
 class Segment:
     """Consecutive CPU steps ``[start, end)`` of a program and the tensors they read that
@@ -164,18 +157,6 @@ class SegmentState:
 
     segment: Segment
     pending: list[str] = field(default_factory=list)
-
-
-def _spans(items: list[tuple[int, int, str]]) -> list[tuple[int, int, str]]:
-    """Byte ranges merged where they touch or overlap, with the tensors they hold."""
-    out: list[list] = []
-    for a, b, name in sorted(items):
-        if out and a <= out[-1][1]:
-            out[-1][1] = max(out[-1][1], b)
-            out[-1][2] += f"+{name}"
-        else:
-            out.append([a, b, name])
-    return [tuple(s) for s in out]
 
 
 def step(net: Any, h: Any) -> None:
@@ -233,29 +214,8 @@ _ARRAYS = frozenset({np.ndarray, Chunked})
 
 def _enter(net: Any, h: Any, seg: Segment) -> SegmentState:
     """One sync_for_cpu per contiguous range of the device tensors the segment reads."""
-    _sync_spans_for_cpu(h, _read_spans(net, [t for t in seg.reads if t not in h.host]))
+    sync_spans_for_cpu(h, read_spans(net, [t for t in seg.reads if t not in h.host]))
     return SegmentState(seg)
-
-
-def _read_spans(net: Any, names: list[str]) -> list[tuple[int, int, str]]:
-    """The merged arena ranges of the device tensors among ``names``."""
-    items = []
-    for t in names:
-        d = net._dev(t)
-        if t in net.constants or d is None:
-            continue
-        items.append((d["offset"], d["offset"] + device_nbytes(d), t))
-    return _spans(items)
-
-
-def _sync_spans_for_cpu(h: Any, spans: list[tuple[int, int, str]]) -> None:
-    st, arena = h.stats, h.ctx.arena
-    for a, b, names in spans:
-        t = _now()
-        try:
-            arena.sync_for_cpu(a, b - a)
-        finally:
-            st.add("sync", names, t, {"bytes": b - a})
 
 
 def _leave(net: Any, h: Any) -> None:
@@ -280,7 +240,7 @@ def _leave(net: Any, h: Any) -> None:
         finally:
             h.stats.add("pack", name, t, {"bytes": nbytes})
         items.append((d["offset"], d["offset"] + nbytes, name))
-    for a, b, names in _spans(items):
+    for a, b, names in merge_spans(items):
         t = _now()
         try:
             h.ctx.arena.sync_for_device(a, b - a)

@@ -18,6 +18,7 @@ from .. import native
 from ..errors import NetFileError
 from ..hw.fp16 import lookup, to_f16, to_f32
 from . import board_model
+from .spans import device_nbytes, read_spans, sync_spans_for_cpu
 
 TABLE = "Fp16Table"  # (dvsdk.compiler.table): the table is its second operand
 _now = time.perf_counter
@@ -91,7 +92,6 @@ def fused_plan(net: Any, index: int) -> FusedPlan | bool:
 
 def _arena_range(net: Any, name: str) -> tuple[int, int]:
     """(offset, bytes) of a device tensor in the arena (NetFileError if it has none)."""
-    from .cpusteps import device_nbytes
     d = net._dev(name)
     if d is None:
         raise NetFileError("tensor has no value at this point", field="tensor", value=name)
@@ -107,7 +107,6 @@ def plan_work(plan: FusedPlan) -> dict:
 def _fused_plan(net: Any, seg: Any) -> FusedPlan | bool:
     """The step's :class:`FusedPlan`, or False where the general path must run it
     (``seg``: a :class:`.cpusteps.Segment`)."""
-    from .cpusteps import _read_spans
     op_type, _, inputs, outputs, _ = net.steps[seg.start][1]
     if (seg.end - seg.start != 1 or seg.end >= len(net.steps)
             or (op_type not in FUSED and op_type != TABLE) or len(outputs) != 1
@@ -127,7 +126,7 @@ def _fused_plan(net: Any, seg: Any) -> FusedPlan | bool:
         if d is None or x in net.constants or table is None or \
                 (tuple(d["hwc"]), bool(d.get("transpose"))) != key or table.size != 1 << 16:
             return False
-        syncs = tuple(_read_spans(net, seg.reads))
+        syncs = tuple(read_spans(net, seg.reads))
         a = d_out["offset"]
         b = a + 2 * hh * ww * c
         tables = vars(net).setdefault("_table_bits", {})  # (one table serves many steps)
@@ -153,7 +152,7 @@ def _fused_plan(net: Any, seg: Any) -> FusedPlan | bool:
         return False
     x = full[0]
     y = None if arity == 1 else (full + channel)[1]
-    syncs = tuple(_read_spans(net, seg.reads))
+    syncs = tuple(read_spans(net, seg.reads))
     a = d_out["offset"]
     b = a + 2 * hh * ww * c
     return FusedPlan(FUSED[op_type], x, y, bool(channel), y is not None and inputs[0] != x,
@@ -164,9 +163,7 @@ def _fused_plan(net: Any, seg: Any) -> FusedPlan | bool:
 def run_fused(net: Any, h: Any, plan: FusedPlan) -> None:
     """Run CPU step ``h.pc`` of ``net`` by ``plan``: its operands synced, the result written
     into the arena and synced for the device, the events in ``h.stats``."""
-    from .cpusteps import _sync_spans_for_cpu
-
-    _sync_spans_for_cpu(h, plan.syncs)  # (its operands are not held by the host: step())
+    sync_spans_for_cpu(h, plan.syncs)  # (its operands are not held by the host: step())
     hh, ww, c = plan.hwc
     arena, st = h.ctx.arena, h.stats
     (x_off, x_n), y_range, (out_off, _) = plan.ranges
