@@ -367,3 +367,31 @@ def test_reduce_mean_is_numpys_mean_bit_for_bit(dtype):
                     assert got.dtype == dtype and got.shape == want.shape
                     assert np.array_equal(np.ravel(got).view(f"u{got.itemsize}"),
                                           np.ravel(want).view(f"u{want.itemsize}"))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_max_pool_few_zero_results_take_the_sign_of_their_windows(dtype):
+    """MaxPool where only a few windows have a zero maximum (most values positive, a few
+    windows all zeros of mixed signs): each such output +0 where its window holds a +0
+    and -0 where it holds only -0, every other output its window's largest value, by a
+    plain loop over the windows; both memory orders of the input."""
+    from dvsdk.cpu.nn import max_pool
+
+    rng = np.random.default_rng(8)
+    x = rng.uniform(0.5, 2.0, (1, 16, 12, 20)).astype(dtype)
+    x[0, :, 0:2, 0:1] = [[0.0], [-0.0]]   # windows (row pairs) of zeros: +0 and -0
+    x[0, 3, 4:6, 7] = -0.0                # all -0
+    x[0, 5, 8:10, 9] = [-0.0, 0.0]
+    x[0, 7, 2:4, 3] = [-0.0, -1.0]        # -0 and a negative
+    attrs = {"kernel_shape": [2, 1], "strides": [2, 1]}
+    for view in (x, np.ascontiguousarray(x.transpose(0, 2, 3, 1)).transpose(0, 3, 1, 2)):
+        got = max_pool([view], attrs)[0]
+        assert got.shape == (1, 16, 6, 20) and got.dtype == dtype
+        for c, i, j in np.ndindex(16, 6, 20):
+            win = x[0, c, 2 * i:2 * i + 2, j]
+            v = got[0, c, i, j]
+            if win.max() == 0:
+                plus = any(w == 0 and not np.signbit(w) for w in win)
+                assert v == 0 and bool(np.signbit(v)) == (not plus), (c, i, j)
+            else:
+                assert v == win.max()
