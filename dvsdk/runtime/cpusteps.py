@@ -297,8 +297,10 @@ def _chunked_args(net: Any, h: Any, op: str, inputs: list[str], out: str
     must run on NCHW (another op, other shapes or types, or operands the reference holds
     in another memory order).  A per-channel operand is an (m, C) array, m 1 (every sample)
     or N (one vector a sample)."""
+    if op not in ELEMENTWISE:
+        return None
     shape = net.tensors[out]["shape"]
-    if op not in ELEMENTWISE or len(shape) != 4:
+    if len(shape) != 4:
         return None
     n, c, hh, ww = shape
     hwc = (hh, ww, c)
