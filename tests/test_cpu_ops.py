@@ -315,3 +315,83 @@ def test_depth_to_space_of_an_hwc_array_seen_as_nchw(mode):
     assert got.shape == want.shape and np.array_equal(got, want)
     assert np.array_equal(depth_to_space([np.ascontiguousarray(x)], {"blocksize": bs,
                                                                      "mode": mode})[0], want)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_pow_by_two_is_the_rounded_float64_square_bit_for_bit(dtype):
+    """Pow(x, 2) (LayerNorm's square) of float32 and float64 is the float64 square rounded
+    once to x's type, bit for bit: NaN payloads, subnormal results, overflow to inf and
+    signed zeros included, for a C-ordered base and for a transposed view of one."""
+    from dvsdk.cpu.ops import run_op
+
+    rng = np.random.default_rng(21)
+    bits = rng.integers(0, 2**32, 4000, dtype=np.uint64).astype(np.uint32)
+    x32 = np.concatenate([bits.view(np.float32),
+                          np.array([0.0, -0.0, np.inf, -np.inf, 1e-23, -3e-23, 1.9e19, 1.0, -1.0],
+                                   np.float32),
+                          np.array([0x7FC12345, 0xFFA00001], np.uint32).view(np.float32)])
+    with np.errstate(all="ignore"):
+        x = x32.astype(dtype) if dtype == np.float32 else np.concatenate(
+            [x32.astype(np.float64), rng.standard_normal(500) * 1e160, [1e-170, -2e-162]])
+        x = x[: x.size // 2 * 2].reshape(2, -1)
+        xd = x.astype(np.float64)  # (float32 -> float64 keeps every payload)
+        want = (xd * xd).astype(dtype)
+        for base, ref in ((x, want), (x.T, want.T)):
+            for exponent in (np.array([2.0], np.float32), np.array([2], np.int64),
+                             np.array(2.0, dtype)):
+                got = run_op("Pow", [base, exponent], {})[0]
+                assert got.dtype == dtype and got.shape == base.shape
+                assert np.array_equal(got.view(f"u{got.itemsize}"), ref.view(f"u{ref.itemsize}"))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_reduce_mean_is_numpys_mean_bit_for_bit(dtype):
+    """ReduceMean is numpy's mean (its pairwise sum over the reduced axes in the array's
+    memory order, divided by the count), bit for bit, for every axis set of C-ordered,
+    Fortran-ordered and transposed float arrays, keepdims 0 and 1, in the result's
+    shape and type."""
+    import itertools
+
+    from dvsdk.cpu.ops import run_op
+
+    rng = np.random.default_rng(5)
+    base = (rng.standard_normal((3, 5, 129)) * 10.0 ** rng.integers(-20, 20, (3, 5, 129))
+            ).astype(dtype)
+    for x in (base, np.asfortranarray(base), base.transpose(2, 0, 1)):
+        for r in range(1, 4):
+            for axes in itertools.combinations(range(3), r):
+                for keep in (0, 1):
+                    got = run_op("ReduceMean", [x, np.array(axes, np.int64)],
+                                 {"keepdims": keep})[0]
+                    want = np.asarray(np.mean(x, axis=axes, keepdims=bool(keep)))
+                    assert got.dtype == dtype and got.shape == want.shape
+                    assert np.array_equal(np.ravel(got).view(f"u{got.itemsize}"),
+                                          np.ravel(want).view(f"u{want.itemsize}"))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_max_pool_few_zero_results_take_the_sign_of_their_windows(dtype):
+    """MaxPool where only a few windows have a zero maximum (most values positive, a few
+    windows all zeros of mixed signs): each such output +0 where its window holds a +0
+    and -0 where it holds only -0, every other output its window's largest value, by a
+    plain loop over the windows; both memory orders of the input."""
+    from dvsdk.cpu.nn import max_pool
+
+    rng = np.random.default_rng(8)
+    x = rng.uniform(0.5, 2.0, (1, 16, 12, 20)).astype(dtype)
+    x[0, :, 0:2, 0:1] = [[0.0], [-0.0]]   # windows (row pairs) of zeros: +0 and -0
+    x[0, 3, 4:6, 7] = -0.0                # all -0
+    x[0, 5, 8:10, 9] = [-0.0, 0.0]
+    x[0, 7, 2:4, 3] = [-0.0, -1.0]        # -0 and a negative
+    attrs = {"kernel_shape": [2, 1], "strides": [2, 1]}
+    for view in (x, np.ascontiguousarray(x.transpose(0, 2, 3, 1)).transpose(0, 3, 1, 2)):
+        got = max_pool([view], attrs)[0]
+        assert got.shape == (1, 16, 6, 20) and got.dtype == dtype
+        for c, i, j in np.ndindex(16, 6, 20):
+            win = x[0, c, 2 * i:2 * i + 2, j]
+            v = got[0, c, i, j]
+            if win.max() == 0:
+                plus = any(w == 0 and not np.signbit(w) for w in win)
+                assert v == 0 and bool(np.signbit(v)) == (not plus), (c, i, j)
+            else:
+                assert v == win.max()

@@ -48,19 +48,18 @@ Attrs = dict[str, Any]
 Kernel = Callable[[list, Attrs], list]
 
 # --------------------------------------------------------------------------- helpers
+# (the kernels run inside run_op's np.errstate(all="ignore"): inf and NaN are values here)
 def _unary(fn: Callable[[Arr], Arr]) -> Kernel:
     def kernel(inputs: list, attrs: Attrs) -> list[Arr]:
         x = inputs[0]
-        with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
-            return [np.asarray(fn(x)).astype(x.dtype, copy=False)]
+        return [np.asarray(fn(x)).astype(x.dtype, copy=False)]
     return kernel
 
 
 def _binary(fn: Callable[[Arr, Arr], Arr], keep_dtype: bool = True) -> Kernel:
     def kernel(inputs: list, attrs: Attrs) -> list[Arr]:
         a, b = inputs[0], inputs[1]
-        with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
-            y = np.asarray(fn(a, b))
+        y = np.asarray(fn(a, b))
         return [y.astype(a.dtype, copy=False) if keep_dtype else y]
     return kernel
 
@@ -96,10 +95,18 @@ def _pow(a: Arr, b: Arr) -> Arr:
     if a.dtype.kind == "f":
         if b.size == 1 and b.ndim <= a.ndim and b.dtype.kind in "fiu":
             v = float(b.reshape(()))  # one integer exponent (LayerNorm's square) as a scalar:
+            if v == 2.0 and a.dtype in _SQUARE_EXACT and a.flags.c_contiguous:
+                return a * a  # (power's bits and its result's C order: _SQUARE_EXACT)
             if v.is_integer() and 0 < abs(v) <= 64:  # power's own path for it, the same bits
                 b = b.reshape(())  # as per element, without the exp(b log|a|) it discards
         return elementary.power(a, b).astype(a.dtype)
     return np.power(a, b)
+
+
+#: float types whose square by elementary.power (``1.0 * (a * a)`` in float64, the zero and
+#: one bases kept) is the type's own ``a * a``: float64 the same product; float32's is exact
+#: in float64 (two 24-bit significands, in range), so rounded once as float32's a*a rounds
+_SQUARE_EXACT = (np.dtype(np.float32), np.dtype(np.float64))
 
 
 def _mod(inputs: list, attrs: Attrs) -> list[Arr]:
@@ -398,6 +405,21 @@ def _reduce(fn: Callable[..., Arr]) -> Kernel:
     return kernel
 
 
+def _mean(x: Arr, axis: tuple, keepdims: bool) -> Arr:
+    """``np.mean`` (numpy's pairwise sum, then the sum divided in place by the count as a
+    ``np.intp``, as numpy's own ``_mean`` does) without its Python layer, for a float32 or
+    float64 array and a kept shape (the result an array); np.mean itself otherwise."""
+    if x.__class__ is not np.ndarray or x.dtype not in _SQUARE_EXACT or not keepdims:
+        return np.mean(x, axis=axis, keepdims=keepdims)
+    count = 1
+    for a in axis:
+        count *= x.shape[a]
+    if count == 0:
+        return np.mean(x, axis=axis, keepdims=keepdims)
+    total = np.add.reduce(x, axis=axis, keepdims=True)
+    return np.true_divide(total, np.intp(count), out=total, casting="unsafe")
+
+
 def _arg(fn: Callable[..., Arr]) -> Kernel:
     def kernel(inputs: list, attrs: Attrs) -> list[Arr]:
         x = inputs[0]
@@ -510,7 +532,7 @@ KERNELS: dict[str, Kernel] = {
     "Tile": _tile,
     # reductions
     "ReduceSum": _reduce(np.sum),
-    "ReduceMean": _reduce(np.mean),
+    "ReduceMean": _reduce(_mean),
     "ReduceMax": _reduce(arith.reduce_max),
     "ReduceMin": _reduce(arith.reduce_min),
     "ReduceProd": _reduce(np.prod),
@@ -549,5 +571,12 @@ def run_op(op_type: str, inputs: list, attrs: Mapping[str, Any]) -> list[Arr]:
     if why is not None:
         raise ModelError("the CPU kernel does not support this element type", field=op_type,
                          value=why)
+    if op_type in _MOVES:  # (no arithmetic, nothing to warn of: no errstate, ~0.7 us)
+        return kernel(inputs, dict(attrs))
     with np.errstate(all="ignore"):  # inf and NaN are values here (FP16 overflow), as on
         return kernel(inputs, dict(attrs))  # the device: no numpy warnings
+
+
+#: kernels that only move or view elements (no floating-point operation that could warn)
+_MOVES = frozenset({"Reshape", "Transpose", "Flatten", "Squeeze", "Unsqueeze", "Identity",
+                    "Dropout", "Shape", "Size"})

@@ -316,18 +316,18 @@ def step_work_once(memo: dict, pc: int, op: str, attrs: Mapping[str, Any],
                    ) -> dict[str, Any]:
     """:func:`step_work` of program step ``pc``, kept in ``memo`` by the signatures of its
     operands and results (it reads only their types, shapes and dtypes: the same every run
-    of a net); a fresh dict each time (it goes into the run's events)."""
-    sig = signature(inputs, arrays)
-    out_sig = signature(outputs, arrays) if sig is not None else None
-    if out_sig is None:
+    of a net); the memo's dict itself (the caller copies it into the run's event: it must
+    not change it)."""
+    sig = signature((*inputs, *outputs), arrays)  # (one pass; the count tells them apart)
+    if sig is None:
         return step_work(op, attrs, inputs, outputs)
-    key = (pc, sig, out_sig)
+    key = (pc, len(inputs), sig)
     work = memo.get(key)
     if work is None:
         if len(memo) > 4096:
             memo.clear()
         work = memo[key] = step_work(op, attrs, inputs, outputs)
-    return dict(work)
+    return work
 
 
 def fused_work(op: str, elements: int, other_elements: int | None) -> dict[str, Any]:

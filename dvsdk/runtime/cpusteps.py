@@ -194,16 +194,18 @@ def step(net: Any, h: Any) -> None:
     work.update(board_model.step_work_once(net._step_work_memo, h.pc, op_type, attrs, vals,
                                            results, _ARRAYS))  # (once per signature)
     for o, val in zip(outputs, results):
-        want = net.tensors[o]["shape"] if o else None
-        if want is not None and list(val.shape if isinstance(val, np.ndarray)
-                                     else np.shape(val)) != list(want):
+        if not o:
+            continue
+        if val.__class__ is not np.ndarray and not isinstance(val, Chunked):
+            val = np.asarray(val)
+        want = net.tensors[o]["shape"]
+        if want is not None and list(val.shape) != list(want):
             raise NetFileError(f"CPU op {op_type} {name} made {o} of another shape "
                                "than the file records", field=f"tensors.{o}.shape",
-                               value=list(np.shape(val)), limit=want)
-        if o:
-            h.host[o] = val if isinstance(val, Chunked) else np.asarray(val)
-            if net._dev(o) is not None:
-                h.segment.pending.append(o)
+                               value=list(val.shape), limit=want)
+        h.host[o] = val
+        if net._dev(o) is not None:
+            h.segment.pending.append(o)
     if h.pc + 1 == seg.end:
         _leave(net, h)
 
@@ -295,8 +297,10 @@ def _chunked_args(net: Any, h: Any, op: str, inputs: list[str], out: str
     must run on NCHW (another op, other shapes or types, or operands the reference holds
     in another memory order).  A per-channel operand is an (m, C) array, m 1 (every sample)
     or N (one vector a sample)."""
+    if op not in ELEMENTWISE:
+        return None
     shape = net.tensors[out]["shape"]
-    if op not in ELEMENTWISE or len(shape) != 4:
+    if len(shape) != 4:
         return None
     n, c, hh, ww = shape
     hwc = (hh, ww, c)
