@@ -209,6 +209,12 @@ class AccessViolation(InvalidCommand):
 class NetFileError(DvsdkError):
     """A net.bin is truncated, corrupt, of an unknown version or for other hardware."""
 
+    @classmethod
+    def cpu_step(cls, op_type: str, name: str, cause: BaseException) -> NetFileError:
+        """A CPU step of the program that cannot run (a damaged record: sizes, types)."""
+        return cls(f"CPU op {op_type} {name} cannot run: {cause}", field=f"program.{name}",
+                   value=op_type)
+
 
 class ModelError(DvsdkError):
     """A model cannot be compiled (bad file, dynamic shapes, bad attributes)."""

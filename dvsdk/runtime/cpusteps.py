@@ -187,8 +187,7 @@ def step(net: Any, h: Any) -> None:
     except DeviceError:
         raise
     except Exception as e:  # noqa: BLE001 - a damaged record must not escape raw
-        raise NetFileError(f"CPU op {op_type} {name} cannot run: {e}",
-                           field=f"program.{name}", value=op_type) from e
+        raise NetFileError.cpu_step(op_type, name, e) from e
     finally:
         h.stats.add("cpu", f"{op_type} {name}", t, work)
     work.update(board_model.step_work_once(net._step_work_memo, h.pc, op_type, attrs, vals,

@@ -192,9 +192,7 @@ def run_fused(net: Any, h: Any, plan: FusedPlan) -> None:
                 fill(result)
                 arena.write(out_off, result)
         except (ValueError, TypeError) as e:  # sizes a damaged record gets wrong
-            op_type, name = plan.label.split(" ", 1)
-            raise NetFileError(f"CPU op {plan.label} cannot run: {e}",
-                               field=f"program.{name}", value=op_type) from e
+            raise NetFileError.cpu_step(*plan.label.split(" ", 1), e) from e
     finally:
         st.add("cpu", plan.label, t, dict(plan.work))
     t = _now()

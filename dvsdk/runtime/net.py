@@ -324,8 +324,7 @@ class Net:
                 except DeviceError:
                     raise
                 except Exception as e:  # noqa: BLE001 - a damaged record must not escape raw
-                    raise NetFileError(f"CPU op {op_type} {name} cannot run: {e}",
-                                       field=f"program.{name}", value=op_type) from e
+                    raise NetFileError.cpu_step(op_type, name, e) from e
             work.update(board_model.step_work(op_type, attrs, args, results))
             for out, val in zip(outputs, results):
                 want = self.tensors[out]["shape"] if out else None
