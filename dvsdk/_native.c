@@ -484,6 +484,17 @@ static PyMethodDef methods[] = {
     {"elem", dv_elem, METH_VARARGS, dv_elem_doc},
     {"team_stats", dv_team_stats, METH_VARARGS, dv_team_stats_doc},
     {"gemm_isa", dv_gemm_isa, METH_NOARGS, dv_gemm_isa_doc},
+    {"span_add", (PyCFunction)(void (*)(void))dv_span_add, METH_FASTCALL, dv_span_add_doc},
+    {"span_remove", (PyCFunction)(void (*)(void))dv_span_remove, METH_FASTCALL,
+     dv_span_remove_doc},
+    {"span_overlap", (PyCFunction)(void (*)(void))dv_span_overlap, METH_FASTCALL,
+     dv_span_overlap_doc},
+    {"span_cover", (PyCFunction)(void (*)(void))dv_span_cover, METH_FASTCALL,
+     dv_span_cover_doc},
+    {"dram_stamp", (PyCFunction)(void (*)(void))dv_dram_stamp, METH_FASTCALL,
+     dv_dram_stamp_doc},
+    {"dram_version", (PyCFunction)(void (*)(void))dv_dram_version, METH_FASTCALL,
+     dv_dram_version_doc},
     {NULL, NULL, 0, NULL},
 };
 

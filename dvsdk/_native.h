@@ -263,5 +263,14 @@ extern const char dv_elem_doc[];
 PyObject *dv_gemm(PyObject *self, PyObject *args);
 PyObject *dv_gemm_isa(PyObject *self, PyObject *args);
 extern const char dv_gemm_doc[], dv_gemm_isa_doc[];
+/* the simulator's bookkeeping of _native_sim.c (span lists, DRAM write clocks) */
+PyObject *dv_span_add(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
+PyObject *dv_span_remove(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
+PyObject *dv_span_overlap(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
+PyObject *dv_span_cover(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
+PyObject *dv_dram_stamp(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
+PyObject *dv_dram_version(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
+extern const char dv_span_add_doc[], dv_span_remove_doc[], dv_span_overlap_doc[],
+    dv_span_cover_doc[], dv_dram_stamp_doc[], dv_dram_version_doc[];
 
 #endif

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import threading
 import warnings
-from bisect import bisect_left, bisect_right, insort
+from bisect import bisect_right, insort
 from collections.abc import Callable
 
 import numpy as np
@@ -56,42 +56,14 @@ from ..errors import (
 )
 from ..hw import arith, quirks
 from .core import IRQ_REGS, Faults, R, SimParams
-from .dram import Dram, remove_span, same_bytes
+from .dram import Dram, same_bytes
 from .engine import Dv700Core
 from .irqline import IrqLine
+from .spans import add_span, covered, first_overlap, remove_span
 from .warm import warm_stream
 
 DRAM_BASE = 0x6000_0000
 COHERENCE_MODES = ("error", "warn", "off")
-
-
-def _intervals_overlap(spans: list[tuple[int, int]], a: int, b: int) -> tuple[int, int] | None:
-    for s, e in spans:
-        if s < b and a < e:
-            return max(s, a), min(e, b)
-    return None
-
-
-def _add_span(spans: list[tuple[int, int]], a: int, b: int) -> list[tuple[int, int]]:
-    """``spans`` (sorted, disjoint, not touching) with ``[a, b)`` merged in, as a new list
-    (or ``spans`` itself where it covers ``[a, b)`` already; callers never mutate one)."""
-    i = bisect_left(spans, (a, a))
-    if i and spans[i - 1][1] >= a:
-        i -= 1
-    if i < len(spans) and spans[i][0] <= a and b <= spans[i][1]:
-        return spans  # already covered (a device output written run after run)
-    j = i
-    while j < len(spans) and spans[j][0] <= b:
-        j += 1
-    if i < j:
-        a, b = min(a, spans[i][0]), max(b, spans[j - 1][1])
-    return spans[:i] + [(a, b)] + spans[j:]
-
-
-def _span_of(spans: list[tuple[int, int]], a: int, b: int) -> tuple[int, int] | None:
-    """The first to the last byte of ``[a, b)`` that ``spans`` cover, or None."""
-    hits = [(max(s, a), min(e, b)) for s, e in spans if s < b and a < e]
-    return (hits[0][0], hits[-1][1]) if hits else None
 
 
 #: per kick protocol: the register whose write acknowledges a unit's interrupt
@@ -192,7 +164,9 @@ class SimDmaBuffer(DmaBuffer):
         with self.sim.lock:
             self._mem[offset : offset + n] = raw
             if n:
-                self.cpu_written = _add_span(self.cpu_written, offset, offset + n)
+                nat = native.NATIVE
+                self.cpu_written = (add_span if nat is None else nat.span_add)(
+                    self.cpu_written, offset, offset + n)
 
     def write_with(self, offset: int, nbytes: int, fill: Callable[[np.ndarray], object]
                    ) -> None:
@@ -201,7 +175,9 @@ class SimDmaBuffer(DmaBuffer):
         offset, n = self._range(offset, nbytes)
         with self.sim.lock:
             if n:
-                self.cpu_written = _add_span(self.cpu_written, offset, offset + n)
+                nat = native.NATIVE
+                self.cpu_written = (add_span if nat is None else nat.span_add)(
+                    self.cpu_written, offset, offset + n)
             fill(self._mem[offset : offset + n])
 
     def free(self) -> None:
@@ -230,7 +206,9 @@ class SimDmaBuffer(DmaBuffer):
                      if s < end and offset < e]
             if not spans:
                 return
-            self.cpu_written = remove_span(self.cpu_written, offset, end)
+            nat = native.NATIVE
+            self.cpu_written = (remove_span if nat is None else nat.span_remove)(
+                self.cpu_written, offset, end)
             dram, mem = self.sim.dram, self.sim.core.mem
             for s, e in spans:
                 mem.release(self.phys + s, e - s, whole=True)
@@ -263,14 +241,18 @@ class SimDmaBuffer(DmaBuffer):
             if self.snapshot is not None:
                 self.snapshot[offset : offset + nbytes] = fresh
             if self.device_dirty:
-                self.device_dirty = remove_span(self.device_dirty, offset, offset + nbytes)
+                nat = native.NATIVE
+                self.device_dirty = (remove_span if nat is None else nat.span_remove)(
+                    self.device_dirty, offset, offset + nbytes)
 
     def _check_cpu_read(self, offset: int, nbytes: int) -> None:
         # device_dirty is replaced whole (never mutated), so reading it needs no lock
         dirty = self.device_dirty
         if not dirty:
             return  # (every device output synced: the common case)
-        hit = _intervals_overlap(dirty, offset, offset + nbytes)
+        nat = native.NATIVE
+        hit = (first_overlap if nat is None else nat.span_overlap)(dirty, offset,
+                                                                    offset + nbytes)
         if hit:
             self.sim.coherence_problem(
                 f"CPU read of bytes {hit[0]}..{hit[1]} of {self.name}, written by the device "
@@ -559,7 +541,8 @@ class SimDevice(Device):
         for buf, a, b in self._buffers_in(addr, n) if cached is None else cached:
             if not buf._raw:
                 # only write() can have stored: its spans say exactly what is pending
-                hit = buf.cpu_written and _span_of(buf.cpu_written, a, b)
+                hit = buf.cpu_written and (covered if native.NATIVE is None
+                                           else native.NATIVE.span_cover)(buf.cpu_written, a, b)
                 if hit:
                     self._report_read(buf, *hit)
                 continue
@@ -570,7 +553,7 @@ class SimDevice(Device):
                 # the CPU cannot store while a kick runs, so it stays so until the next
                 self._clean_in_kick.add(id(buf))
                 continue
-            if not _intervals_overlap(buf.cpu_written, a, b) and same_bytes(buf.view[a:b],
+            if not first_overlap(buf.cpu_written, a, b) and same_bytes(buf.view[a:b],
                                                                           buf.snapshot[a:b]):
                 continue
             dirty = buf.view[a:b] != buf.snapshot[a:b]
@@ -593,8 +576,10 @@ class SimDevice(Device):
 
     def _device_write(self, addr: int, n: int) -> None:
         cached = self._in_cache.get((addr, n))
+        nat = native.NATIVE
+        add = add_span if nat is None else nat.span_add
         for buf, a, b in self._buffers_in(addr, n) if cached is None else cached:
-            buf.device_dirty = _add_span(buf.device_dirty, a, b)
+            buf.device_dirty = add(buf.device_dirty, a, b)
 
     def __repr__(self) -> str:
         p = self.params

@@ -36,6 +36,7 @@ import numpy as np
 from .. import native
 from ..hw import layout
 from ..hw.fp16 import f32_to_f16
+from .spans import remove_span
 from .status import HardwareError
 
 #: bytes per entry of the write clock behind :meth:`Dram.version` (2**6: the DMA
@@ -71,20 +72,6 @@ def same_bytes(a: np.ndarray, b: np.ndarray) -> bool:
         if k < x.size and not np.array_equal(x[k:], y[k:]):
             return False
     return True
-
-
-def remove_span(spans: list[tuple[int, int]], a: int, b: int) -> list[tuple[int, int]]:
-    """``spans`` (half-open byte ranges) minus ``[a, b)``."""
-    out = []
-    for s, e in spans:
-        if e <= a or s >= b:
-            out.append((s, e))
-            continue
-        if s < a:
-            out.append((s, a))
-        if e > b:
-            out.append((b, e))
-    return out
 
 
 def _packed(values: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
@@ -336,6 +323,12 @@ class Dram:
         off = addr - self.base
         if n <= 0:
             return 0
+        nat = native.NATIVE
+        if nat is not None and off >= 0 and off + n <= self.array.size:
+            # (compiled: the largest line clock, which is what the memo below returns)
+            if self._line_stamps:
+                self._apply_line_stamps()
+            return nat.dram_version(self._line_clock, off, n, LINE_SHIFT)
         p0, p1 = off >> PAGE_SHIFT, ((off + n - 1) >> PAGE_SHIFT) + 1
         pages = self._page_clock[p0] if p1 - p0 == 1 else max(self._page_clock[p0:p1])
         key = (addr, n)
@@ -465,6 +458,12 @@ class Dram:
         if self.lazy and n:
             self._clock = clock = self._clock + 1
             off = addr - self.base
+            nat = native.NATIVE
+            if nat is not None and off >= 0 and off + n <= self.array.size:
+                # (compiled: the line clocks at once, not pending, and the page clocks)
+                nat.dram_stamp(self._line_clock, self._page_clock, self._sub_clock, off, n,
+                               clock, LINE_SHIFT, PAGE_SHIFT, SUB_SHIFT)
+                return
             last = off + n - 1
             stamps = self._line_stamps
             stamps[(off >> LINE_SHIFT, (last >> LINE_SHIFT) + 1)] = clock

@@ -1,0 +1,309 @@
+/*
+ * The simulator's per-command bookkeeping (dvsdk/sim/dram.py, dvsdk/sim/device.py): byte
+ * span lists and the DRAM write clocks.  Each function is the compiled twin of a Python
+ * function that stays the reference and the fallback (dvsdk/sim/spans.py, Dram._stamp and
+ * Dram.version); they return the same values, only without the interpreter's per-call cost
+ * (a few of them run for every command of every kick).
+ *
+ * A span list is a Python list of (start, end) tuples of ints: half-open byte ranges,
+ * sorted and disjoint (and, for span_add, not touching).
+ */
+#include "_native.h"
+
+/* spans[i] as (s, e); 0, or -1 with an exception (not a 2-tuple of ints) */
+static int span_at(PyObject *spans, Py_ssize_t i, Py_ssize_t *s, Py_ssize_t *e)
+{
+    PyObject *t = PyList_GET_ITEM(spans, i);
+    if (!PyTuple_Check(t) || PyTuple_GET_SIZE(t) != 2) {
+        PyErr_SetString(PyExc_TypeError, "a span is a (start, end) tuple");
+        return -1;
+    }
+    *s = PyLong_AsSsize_t(PyTuple_GET_ITEM(t, 0));
+    if (*s == -1 && PyErr_Occurred())
+        return -1;
+    *e = PyLong_AsSsize_t(PyTuple_GET_ITEM(t, 1));
+    if (*e == -1 && PyErr_Occurred())
+        return -1;
+    return 0;
+}
+
+static PyObject *pair(Py_ssize_t a, Py_ssize_t b)
+{
+    return Py_BuildValue("(nn)", a, b);
+}
+
+/* (spans, a, b): the list and the two ints; 0 or -1 with an exception */
+static int span_args(PyObject *const *args, Py_ssize_t nargs, const char *name,
+                     PyObject **spans, Py_ssize_t *a, Py_ssize_t *b)
+{
+    if (nargs != 3) {
+        PyErr_Format(PyExc_TypeError, "%s takes (spans, start, end)", name);
+        return -1;
+    }
+    if (!PyList_Check(args[0])) {
+        PyErr_Format(PyExc_TypeError, "%s: spans must be a list", name);
+        return -1;
+    }
+    *spans = args[0];
+    *a = PyLong_AsSsize_t(args[1]);
+    if (*a == -1 && PyErr_Occurred())
+        return -1;
+    *b = PyLong_AsSsize_t(args[2]);
+    if (*b == -1 && PyErr_Occurred())
+        return -1;
+    return 0;
+}
+
+const char dv_span_add_doc[] =
+    "span_add(spans, a, b) -> list: spans (sorted, disjoint, not touching) with [a, b) "
+    "merged in, as a new list, or spans itself where it covers [a, b) already "
+    "(sim.spans.add_span).";
+
+PyObject *dv_span_add(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    PyObject *spans;
+    Py_ssize_t a, b, s, e, n, i, j, lo, hi;
+    if (span_args(args, nargs, "span_add", &spans, &a, &b) < 0)
+        return NULL;
+    n = PyList_GET_SIZE(spans);
+    lo = 0, hi = n;  /* the first span that starts at or after a (bisect on (a, a)) */
+    while (lo < hi) {
+        Py_ssize_t mid = (lo + hi) / 2;
+        if (span_at(spans, mid, &s, &e) < 0)
+            return NULL;
+        if (s < a || (s == a && e < a))
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    i = lo;
+    if (i) {
+        if (span_at(spans, i - 1, &s, &e) < 0)
+            return NULL;
+        if (e >= a)
+            i--;
+    }
+    if (i < n) {
+        if (span_at(spans, i, &s, &e) < 0)
+            return NULL;
+        if (s <= a && b <= e) {
+            Py_INCREF(spans);
+            return spans;  /* already covered */
+        }
+    }
+    for (j = i; j < n; j++) {
+        if (span_at(spans, j, &s, &e) < 0)
+            return NULL;
+        if (s > b)
+            break;
+    }
+    if (i < j) {
+        if (span_at(spans, i, &s, &e) < 0)
+            return NULL;
+        if (s < a)
+            a = s;
+        if (span_at(spans, j - 1, &s, &e) < 0)
+            return NULL;
+        if (e > b)
+            b = e;
+    }
+    PyObject *out = PyList_New(i + 1 + (n - j));
+    if (!out)
+        return NULL;
+    for (Py_ssize_t k = 0; k < i; k++) {
+        PyObject *t = PyList_GET_ITEM(spans, k);
+        Py_INCREF(t);
+        PyList_SET_ITEM(out, k, t);
+    }
+    PyObject *t = pair(a, b);
+    if (!t) {
+        Py_DECREF(out);
+        return NULL;
+    }
+    PyList_SET_ITEM(out, i, t);
+    for (Py_ssize_t k = j; k < n; k++) {
+        PyObject *u = PyList_GET_ITEM(spans, k);
+        Py_INCREF(u);
+        PyList_SET_ITEM(out, i + 1 + (k - j), u);
+    }
+    return out;
+}
+
+const char dv_span_remove_doc[] =
+    "span_remove(spans, a, b) -> list: spans minus [a, b), as a new list "
+    "(sim.spans.remove_span).";
+
+PyObject *dv_span_remove(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    PyObject *spans;
+    Py_ssize_t a, b, s, e;
+    if (span_args(args, nargs, "span_remove", &spans, &a, &b) < 0)
+        return NULL;
+    PyObject *out = PyList_New(0);
+    if (!out)
+        return NULL;
+    for (Py_ssize_t k = 0; k < PyList_GET_SIZE(spans); k++) {
+        if (span_at(spans, k, &s, &e) < 0)
+            goto fail;
+        if (e <= a || s >= b) {
+            if (PyList_Append(out, PyList_GET_ITEM(spans, k)) < 0)
+                goto fail;
+            continue;
+        }
+        for (int side = 0; side < 2; side++) {
+            if (side == 0 ? s < a : e > b) {
+                PyObject *t = side == 0 ? pair(s, a) : pair(b, e);
+                if (!t || PyList_Append(out, t) < 0) {
+                    Py_XDECREF(t);
+                    goto fail;
+                }
+                Py_DECREF(t);
+            }
+        }
+    }
+    return out;
+fail:
+    Py_DECREF(out);
+    return NULL;
+}
+
+const char dv_span_overlap_doc[] =
+    "span_overlap(spans, a, b) -> (lo, hi) or None: the part of [a, b) in the first span "
+    "that overlaps it (sim.spans.first_overlap).";
+
+PyObject *dv_span_overlap(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    PyObject *spans;
+    Py_ssize_t a, b, s, e;
+    if (span_args(args, nargs, "span_overlap", &spans, &a, &b) < 0)
+        return NULL;
+    for (Py_ssize_t k = 0; k < PyList_GET_SIZE(spans); k++) {
+        if (span_at(spans, k, &s, &e) < 0)
+            return NULL;
+        if (s < b && a < e)
+            return pair(s > a ? s : a, e < b ? e : b);
+    }
+    Py_RETURN_NONE;
+}
+
+const char dv_span_cover_doc[] =
+    "span_cover(spans, a, b) -> (first, last) or None: the first to the last byte of "
+    "[a, b) that spans cover (sim.spans.covered).";
+
+PyObject *dv_span_cover(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    PyObject *spans;
+    Py_ssize_t a, b, s, e, first = 0, last = 0;
+    int hit = 0;
+    if (span_args(args, nargs, "span_cover", &spans, &a, &b) < 0)
+        return NULL;
+    for (Py_ssize_t k = 0; k < PyList_GET_SIZE(spans); k++) {
+        if (span_at(spans, k, &s, &e) < 0)
+            return NULL;
+        if (s < b && a < e) {
+            if (!hit)
+                first = s > a ? s : a;
+            last = e < b ? e : b;
+            hit = 1;
+        }
+    }
+    if (!hit)
+        Py_RETURN_NONE;
+    return pair(first, last);
+}
+
+/* the uint64 line clock array (C-contiguous, writable) */
+static int clock_buf(PyObject *obj, Py_buffer *v)
+{
+    return get_buf(obj, v, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | PyBUF_WRITABLE, 8, "QL",
+                   "line clock");
+}
+
+const char dv_dram_stamp_doc[] =
+    "dram_stamp(lines, pages, subs, off, n, clock, line_shift, page_shift, sub_shift): a "
+    "store of n > 0 bytes at DRAM offset off at clock (larger than every clock so far): the "
+    "line clocks (uint64 array) and the page and sub-page clocks (lists of int) of its "
+    "bytes take it (Dram._stamp, the line clocks at once instead of pending).";
+
+PyObject *dv_dram_stamp(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 9) {
+        PyErr_SetString(PyExc_TypeError, "dram_stamp takes 9 arguments");
+        return NULL;
+    }
+    PyObject *pages = args[1], *subs = args[2], *clock = args[5];
+    Py_ssize_t off = PyLong_AsSsize_t(args[3]), n = PyLong_AsSsize_t(args[4]);
+    long ls = PyLong_AsLong(args[6]), ps = PyLong_AsLong(args[7]), ss = PyLong_AsLong(args[8]);
+    unsigned long long c = PyLong_AsUnsignedLongLong(clock);
+    if (PyErr_Occurred())
+        return NULL;
+    if (!PyList_Check(pages) || !PyList_Check(subs) || off < 0 || n <= 0 || ls < 0 ||
+        ls > 30 || ps < 0 || ps > 30 || ss < 0 || ss > 30) {
+        PyErr_SetString(PyExc_ValueError, "dram_stamp: bad arguments");
+        return NULL;
+    }
+    Py_ssize_t last = off + n - 1;
+    Py_ssize_t p0 = off >> ps, p1 = last >> ps, s0 = off >> ss, s1 = last >> ss;
+    if (p1 >= PyList_GET_SIZE(pages) || s1 >= PyList_GET_SIZE(subs)) {
+        PyErr_SetString(PyExc_IndexError, "dram_stamp: range past the page clocks");
+        return NULL;
+    }
+    Py_buffer v;
+    if (clock_buf(args[0], &v) < 0)
+        return NULL;
+    Py_ssize_t l0 = off >> ls, l1 = (last >> ls) + 1;
+    if (l1 > v.len / 8) {
+        PyBuffer_Release(&v);
+        PyErr_SetString(PyExc_IndexError, "dram_stamp: range past the line clocks");
+        return NULL;
+    }
+    uint64_t *lines = (uint64_t *)v.buf;
+    for (Py_ssize_t i = l0; i < l1; i++)
+        if (lines[i] < c)  /* (clocks only grow) */
+            lines[i] = c;
+    PyBuffer_Release(&v);
+    for (Py_ssize_t i = p0; i <= p1; i++) {
+        Py_INCREF(clock);
+        PyList_SetItem(pages, i, clock);
+    }
+    for (Py_ssize_t i = s0; i <= s1; i++) {
+        Py_INCREF(clock);
+        PyList_SetItem(subs, i, clock);
+    }
+    Py_RETURN_NONE;
+}
+
+const char dv_dram_version_doc[] =
+    "dram_version(lines, off, n, line_shift) -> int: the largest line clock over the n > 0 "
+    "bytes at DRAM offset off (Dram.version with no store pending).";
+
+PyObject *dv_dram_version(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 4) {
+        PyErr_SetString(PyExc_TypeError, "dram_version takes 4 arguments");
+        return NULL;
+    }
+    Py_ssize_t off = PyLong_AsSsize_t(args[1]), n = PyLong_AsSsize_t(args[2]);
+    long ls = PyLong_AsLong(args[3]);
+    if (PyErr_Occurred())
+        return NULL;
+    if (off < 0 || n <= 0 || ls < 0 || ls > 30) {
+        PyErr_SetString(PyExc_ValueError, "dram_version: bad arguments");
+        return NULL;
+    }
+    Py_buffer v;
+    if (clock_buf(args[0], &v) < 0)
+        return NULL;
+    Py_ssize_t l0 = off >> ls, l1 = ((off + n - 1) >> ls) + 1;
+    if (l1 > v.len / 8) {
+        PyBuffer_Release(&v);
+        PyErr_SetString(PyExc_IndexError, "dram_version: range past the line clocks");
+        return NULL;
+    }
+    const uint64_t *lines = (const uint64_t *)v.buf;
+    uint64_t m = 0;
+    for (Py_ssize_t i = l0; i < l1; i++)
+        m = lines[i] > m ? lines[i] : m;
+    PyBuffer_Release(&v);
+    return PyLong_FromUnsignedLongLong(m);
+}
