@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 
 from dvsdk import native
-from dvsdk.driver.stream import write_packet
+from dvsdk.driver.stream import write_header, write_packet
 from dvsdk.errors import CoherenceError, DeviceTimeout
 from dvsdk.hw.spec import SPEC
 from dvsdk.sim.core import SimParams, Watchdog
@@ -184,3 +184,58 @@ def test_device_output_read_without_sync_is_caught_and_runtime_buffers_stay_unco
         out.read(0, 4)                                 # byte 1 is still the device's
     assert (e.value.start, e.value.end) == (1, 2)
     assert not any(b.raw for b in sim.buffers.values())  # no view handed out here
+
+
+def test_a_plan_kept_with_its_chunk_follows_later_writes_of_the_image():
+    """A configuration image written whole by a CFG packet has its plan kept with the
+    decoded chunk; a later write into controller memory (another packet, from the image
+    address or inside it) is seen by the next START, kick after kick."""
+    from dvsdk.driver.cmdlist import CommandList
+    from dvsdk.driver.commands import ConvCommand, ConvRun
+    from dvsdk.driver.stream import CONFIG, REG_CFG_ADDR, REG_CFG_DATA, REG_IRQ, REG_START
+    from dvsdk.hw.weights import pack_conv_weights
+
+    from .hw import download_tensor
+    from .test_sim_faults import _kick
+
+    sim = SimDevice(dram_mb=16)
+    try:
+        cl, command = _tiny_conv(sim)
+        outs = [sim.alloc(64) for _ in range(2)]
+        image = 0x2000 + CONFIG.offset("output_base_addr")
+        words = list(command)
+        for out in outs:  # the same command again, its output moved by a one-word packet
+            words += write_packet(REG_CFG_ADDR, image) + write_packet(REG_CFG_DATA, out.phys)
+            words += write_packet(REG_START, 1)
+        words += write_packet(REG_IRQ, 1)
+        for _ in range(3):
+            for out in outs:
+                out.write(0, np.zeros(64, np.uint8))
+                out.sync_for_device()
+            assert _kick(sim, words) == ("irq", "ok")
+            for out in outs:
+                np.testing.assert_array_equal(download_tensor(out, (1, 1, 8))[..., 0], 8.0)
+        # a stream writing only the header's first words from the image address: its
+        # plan depends on the runs an earlier stream left there (not kept with its chunk)
+        head = sim.core.cfg_mem[0x2000 : image + 4].view("<u4").copy()
+        head[-1] = outs[0].phys
+        short = write_packet(REG_CFG_ADDR, 0x2000) + [write_header(REG_CFG_DATA, head.size),
+                                                       *head.tolist()]
+        short += write_packet(REG_START, 1) + write_packet(REG_IRQ, 1)
+        for scale in (1.0, 2.0, 1.0, 2.0):
+            weights = upload(sim, pack_conv_weights(np.full((1, 8, 1, 1), scale, np.float32),
+                                                    np.zeros(1, np.float32)))
+            other = CommandList(sim)
+            other.add(ConvCommand(input_buf=cl.commands[0].input_buf, output_buf=outs[1],
+                                  w=1, h=1, c=8, runs=[ConvRun.make(1, conv="conv", kernel=1,
+                                                                    weights=weights)]))
+            other.commit()
+            other.run()
+            outs[0].write(0, np.zeros(64, np.uint8))
+            outs[0].sync_for_device()
+            assert _kick(sim, short) == ("irq", "ok")
+            np.testing.assert_array_equal(download_tensor(outs[0], (1, 1, 8))[..., 0],
+                                          8.0 * scale)
+            other.close()
+    finally:
+        sim.close()

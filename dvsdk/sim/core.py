@@ -124,6 +124,10 @@ class CoreState:
         self.conv_plans: dict[tuple, object] = {}
         #: stream chunks decoded (decode.Decoded), by address and content
         self._chunks: dict[tuple, object] = {}
+        #: (Decoded.plans, packet address, bytes) of the CFG packet of the running stream
+        #: that wrote the controller memory from the image address on, None once anything
+        #: else wrote it: run_configuration keeps the image's plan with the chunk
+        self.image: tuple | None = None
         #: the running stream's byte and cycle totals (conv_unit.ConvTotals)
         self.totals: Any = None
         self.kick_commands = 0  # conv commands started by the running kick
@@ -169,6 +173,7 @@ class CoreState:
             r[R[unit]["SIM_FAULT_ADDR"] // 4] = 0
             r[START_REGS[unit] // 4] = 0
         self.cfg_mem[:] = 0
+        self.image = None
         self.faults = Faults()
         if self.r5 is not None:
             self.r5.reset()

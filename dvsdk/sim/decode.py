@@ -23,7 +23,7 @@ Operations (tuples, the kind first):
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -37,10 +37,13 @@ _FIELDS = {p: PACKET.parts[p] for p in ("reg_index", "magic", "count_minus_1", "
 
 @dataclass(frozen=True)
 class Decoded:
-    """One chunk's operations and the watchdog steps decoding it took."""
+    """One chunk's operations and the watchdog steps decoding it took; ``plans``: the
+    configuration plans of the images its CFG packets write whole (kept by the conv unit,
+    :func:`dvsdk.sim.conv_unit.run_configuration`), by packet address and u8-input flag."""
 
     ops: tuple
     steps: int
+    plans: dict = field(default_factory=dict, compare=False)
 
 
 def _part(word: int, name: str) -> int:

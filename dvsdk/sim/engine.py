@@ -30,7 +30,7 @@ import numpy as np
 
 from ..driver import convid
 from ..errors import DvsdkError
-from .conv_unit import ConvTotals, run_configuration
+from .conv_unit import CFG_ADDR, ConvTotals, run_configuration
 from .core import (
     CFG_MEM_BYTES,
     IRQ_REGS,
@@ -221,6 +221,7 @@ class Dv700Core(CoreState):
                 conv[off // 4] = 0
         self.totals = ConvTotals()
         self.kick_commands = 0
+        self.image = None
         if addr % 8:
             raise HardwareError("misaligned", addr, "command stream address not 8-byte aligned")
         if length == 0:
@@ -246,8 +247,10 @@ class Dv700Core(CoreState):
                         conv[_CFG_ADDR] = op[2]
                     else:
                         irq_seen |= self._stream_write(op[1], op[2], op[3])
-                elif kind == CFG:
-                    self._cfg_data(op[1], op[2])  # a configuration image
+                elif kind == CFG:  # a configuration image (kept with the chunk: core.image)
+                    self.image = ((dec.plans, op[2], op[1].size) if conv[_CFG_ADDR] == CFG_ADDR
+                                  else None)
+                    self._cfg_data(op[1], op[2])
                 elif kind == JUMP:
                     jump = op
                 elif op[1] == "hang":
@@ -329,6 +332,7 @@ class Dv700Core(CoreState):
         if reg == _CFG_ADDR:
             self.regs["conv"][reg] = value
         elif reg == _CFG_DATA:
+            self.image = None
             self._cfg_data(np.array([value], "<u4").view(np.uint8), where)
         elif reg == _START:
             if value & 1:
