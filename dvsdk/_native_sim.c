@@ -212,6 +212,26 @@ PyObject *dv_span_cover(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     return pair(first, last);
 }
 
+HOT static void fill_clock(uint64_t *restrict d, Py_ssize_t n, uint64_t c)
+{
+    for (Py_ssize_t i = 0; i < n; i++)
+        d[i] = c;
+}
+
+HOT static uint64_t max_clock(const uint64_t *restrict s, Py_ssize_t n)
+{
+    uint64_t m[4] = {0, 0, 0, 0};
+    Py_ssize_t i = 0;
+    for (; i + 4 <= n; i += 4)
+        for (int k = 0; k < 4; k++)
+            m[k] = s[i + k] > m[k] ? s[i + k] : m[k];
+    for (; i < n; i++)
+        m[0] = s[i] > m[0] ? s[i] : m[0];
+    m[0] = m[1] > m[0] ? m[1] : m[0];
+    m[2] = m[3] > m[2] ? m[3] : m[2];
+    return m[2] > m[0] ? m[2] : m[0];
+}
+
 /* the uint64 line clock array (C-contiguous, writable) */
 static int clock_buf(PyObject *obj, Py_buffer *v)
 {
@@ -257,10 +277,7 @@ PyObject *dv_dram_stamp(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         PyErr_SetString(PyExc_IndexError, "dram_stamp: range past the line clocks");
         return NULL;
     }
-    uint64_t *lines = (uint64_t *)v.buf;
-    for (Py_ssize_t i = l0; i < l1; i++)
-        if (lines[i] < c)  /* (clocks only grow) */
-            lines[i] = c;
+    fill_clock((uint64_t *)v.buf + l0, l1 - l0, c);  /* (clocks only grow: c is the max) */
     PyBuffer_Release(&v);
     for (Py_ssize_t i = p0; i <= p1; i++) {
         Py_INCREF(clock);
@@ -300,10 +317,7 @@ PyObject *dv_dram_version(PyObject *self, PyObject *const *args, Py_ssize_t narg
         PyErr_SetString(PyExc_IndexError, "dram_version: range past the line clocks");
         return NULL;
     }
-    const uint64_t *lines = (const uint64_t *)v.buf;
-    uint64_t m = 0;
-    for (Py_ssize_t i = l0; i < l1; i++)
-        m = lines[i] > m ? lines[i] : m;
+    uint64_t m = max_clock((const uint64_t *)v.buf + l0, l1 - l0);
     PyBuffer_Release(&v);
     return PyLong_FromUnsignedLongLong(m);
 }

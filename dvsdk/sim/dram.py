@@ -323,18 +323,22 @@ class Dram:
         off = addr - self.base
         if n <= 0:
             return 0
-        nat = native.NATIVE
-        if nat is not None and off >= 0 and off + n <= self.array.size:
-            # (compiled: the largest line clock, which is what the memo below returns)
-            if self._line_stamps:
-                self._apply_line_stamps()
-            return nat.dram_version(self._line_clock, off, n, LINE_SHIFT)
         p0, p1 = off >> PAGE_SHIFT, ((off + n - 1) >> PAGE_SHIFT) + 1
         pages = self._page_clock[p0] if p1 - p0 == 1 else max(self._page_clock[p0:p1])
         key = (addr, n)
         seen = self._versions.get(key)
         if seen is not None and seen[0] == pages:  # no store touched those pages since
             return seen[2]
+        nat = native.NATIVE
+        if nat is not None and off >= 0 and off + n <= self.array.size:
+            # (compiled: the largest line clock, what the lines below give)
+            if self._line_stamps:
+                self._apply_line_stamps()
+            fine = nat.dram_version(self._line_clock, off, n, LINE_SHIFT)
+            if len(self._versions) > 4096:
+                self._versions.clear()
+            self._versions[key] = (pages, None, fine)
+            return fine
         s0, s1 = off >> SUB_SHIFT, ((off + n - 1) >> SUB_SHIFT) + 1
         sub = None
         if s1 - s0 <= SUB_MAX:
