@@ -393,7 +393,8 @@ class SimDevice(Device):
                 self._unit(unit, offset)
             if key in self._ack and _acks(unit, value):
                 self._irq[unit].clear()
-            self._clean_in_kick.clear()  # any register write may start a unit: check afresh
+            if self._clean_in_kick:  # any register write may start a unit: check afresh
+                self._clean_in_kick.clear()
             self._running = unit  # whose kick a coherence problem belongs to
             self.core.write_reg(unit, offset, value)
 

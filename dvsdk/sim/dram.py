@@ -423,10 +423,11 @@ class Dram:
     def _clip(self, a: int, b: int) -> None:
         """``[a, b)`` is about to be overwritten whole: written tensors there are dropped,
         unwritten ones lose that part (and are dropped when nothing is left)."""
-        i, j = self._run(a, b)
+        starts, ends, owners = self._starts, self._ends, self._owners
+        i = bisect_right(ends, a)  # (_run inline)
+        j = bisect_left(starts, b, i)
         if i == j:
             return
-        starts, ends, owners = self._starts, self._ends, self._owners
         first, last = owners[i], owners[j - 1]
         keep_s, keep_e, keep_o = [], [], []
         if starts[i] < a and first.packed is None:  # the part of the first before a

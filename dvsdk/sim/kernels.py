@@ -85,6 +85,7 @@ def make_step(run: dict, reference: Callable[..., np.ndarray]) -> Step:
     pointwise = not depthwise and kx == ky == 1 and stride == (1, 1) and not any(pads)
     direct = act in FUSED_ACTS and not pooled
     tail = _make_tail(run)
+    sizes: dict[tuple[int, int], tuple[int, int]] = {}  # depthwise: (OH, OW) per (H, W)
 
     def step(x: np.ndarray, wb: tuple, addend: np.ndarray | None) -> np.ndarray:
         wts, bias, prelu, _, derived = wb
@@ -104,10 +105,14 @@ def make_step(run: dict, reference: Callable[..., np.ndarray]) -> Step:
             if taps is None:
                 taps = derived["taps"] = np.ascontiguousarray(wts[:, 0].transpose(1, 2, 0))
             h, w, c = x.shape
-            oh = ops.conv_out_size(h, (ky - 1) * dil[1] + 1, pads[2], pads[3], stride[1],
-                                   "height")
-            ow = ops.conv_out_size(w, (kx - 1) * dil[0] + 1, pads[0], pads[1], stride[0],
-                                   "width")
+            out_hw = sizes.get((h, w))  # (the same input size run after run)
+            if out_hw is None:
+                out_hw = sizes[(h, w)] = (
+                    ops.conv_out_size(h, (ky - 1) * dil[1] + 1, pads[2], pads[3], stride[1],
+                                      "height"),
+                    ops.conv_out_size(w, (kx - 1) * dil[0] + 1, pads[0], pads[1], stride[0],
+                                      "width"))
+            oh, ow = out_hw
             out = np.empty((oh, ow, c), np.float32)
             fused = direct and addend is None
             x = np.ascontiguousarray(x)
