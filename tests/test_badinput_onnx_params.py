@@ -75,6 +75,31 @@ CASES = {
     "InstanceNormalization 3 values for 1 channel": (
         _model(helper.make_node("InstanceNormalization", ["x", "s", "b"], ["y"]),
                [(k, np.ones(3, np.float32)) for k in "sb"]), "s", (3,)),
+    # axes out of range were taken modulo the rank, and unknown auto_pads compiled
+    "ReduceMean axis 9 of rank 4": (
+        _model(helper.make_node("ReduceMean", ["x"], ["y"], axes=[9])), "axes", [9]),
+    "ReduceSum axis -5 of rank 4 (opset 13 input)": (
+        _model(helper.make_node("ReduceSum", ["x", "a"], ["y"]), [("a", _i64(-5))]),
+        "axes", [-5]),
+    "Unsqueeze axis 9 (output rank 5)": (
+        _model(helper.make_node("Unsqueeze", ["x", "a"], ["y"]), [("a", _i64(9))]),
+        "axes", [9]),
+    "Unsqueeze the same axis twice": (
+        _model(helper.make_node("Unsqueeze", ["x", "a"], ["y"]), [("a", _i64(0, -6))]),
+        "axes", [0, -6]),
+    "Squeeze axis 4 of rank 4": (
+        _model(helper.make_node("Squeeze", ["x", "a"], ["y"]), [("a", _i64(4))]),
+        "axes", [4]),
+    "Softmax axis 4 of rank 4": (
+        _model(helper.make_node("Softmax", ["x"], ["y"], axis=4)), "axis", 4),
+    "Flatten axis 5 of rank 4": (
+        _model(helper.make_node("Flatten", ["x"], ["y"], axis=5)), "axis", 5),
+    "Conv auto_pad BOGUS": (
+        _model(helper.make_node("Conv", ["x", "w"], ["y"], auto_pad="BOGUS"),
+               [("w", np.ones((2, 1, 3, 3), np.float32))]), "auto_pad", "BOGUS"),
+    "Resize sizes of 0": (
+        _model(helper.make_node("Resize", ["x", "", "", "sz"], ["y"]),
+               [("sz", _i64(1, 1, 0, 4))]), "sizes", [1, 1, 0, 4]),
 }
 
 

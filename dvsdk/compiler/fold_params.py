@@ -6,7 +6,8 @@ otherwise surface as a ``KeyError``, ``ZeroDivisionError``, ``IndexError`` or
 :class:`~dvsdk.errors.ModelError` naming the op and attribute (or input), the value and the
 limit.  The rules are ONNX's operator definitions (``onnx/docs/Operators.md``: Pad, Slice,
 Resize, Split, DepthToSpace, SpaceToDepth, BatchNormalization, InstanceNormalization, Conv,
-ConvTranspose, the pools).
+ConvTranspose, the pools (auto_pad too), the Reduce ops, Squeeze and Unsqueeze, and the ops
+of one ``axis``).
 """
 
 from __future__ import annotations
@@ -48,12 +49,57 @@ def _window(g: Graph, op: Op) -> None:
         if v is not None and not isinstance(v, (int, np.integer)) and len(v) != want:
             raise _fail(op, key, f"{key} needs {want} values for {n} spatial axes",
                         [int(x) for x in v], f"{want} values")
+    auto_pad = op.attrs.get("auto_pad", "NOTSET")
+    if isinstance(auto_pad, bytes):
+        auto_pad = auto_pad.decode("utf-8", "replace")
+    if auto_pad not in _AUTO_PADS:
+        raise _fail(op, "auto_pad", "unknown auto_pad", auto_pad, sorted(_AUTO_PADS))
     pads = op.attrs.get("pads")
     if op.type == "ConvTranspose" and pads is not None and min(int(p) for p in pads) < 0:
         # a Conv's negative pads crop and are checked once resolved; a ConvTranspose's
         # stated ones are not (only those derived from output_shape may be negative)
         raise _fail(op, "pads", "ConvTranspose pads must be >= 0", [int(p) for p in pads],
                     ">= 0")
+
+
+#: ONNX's auto_pad values (Conv, ConvTranspose, the pools)
+_AUTO_PADS = frozenset({"NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID"})
+
+
+def _reduce(g: Graph, op: Op) -> None:
+    """Reduce*: each axis (the attribute, or input 1 from opset 18) in -r..r-1."""
+    rank = len(g.shape(op.input(0)))
+    axes = op.attrs.get("axes")
+    axes = [int(a) for a in axes] if axes is not None else _ints(g, op, 1)
+    if axes:
+        _axes(op, "axes", axes, rank)
+
+
+def _squeeze(g: Graph, op: Op) -> None:
+    """Squeeze (axes of the input) and Unsqueeze (axes of the output, rank r + len(axes)):
+    each in range, none twice."""
+    rank = len(g.shape(op.input(0)))
+    axes = op.attrs.get("axes")
+    axes = [int(a) for a in axes] if axes is not None else _ints(g, op, 1)
+    if not axes:
+        return
+    out_rank = rank + len(axes) if op.type == "Unsqueeze" else rank
+    _axes(op, "axes", axes, out_rank)
+    if len({a % out_rank for a in axes}) != len(axes):
+        raise _fail(op, "axes", "an axis named twice", axes, "distinct axes")
+
+
+def _one_axis(low_rank: int = 0) -> Callable[[Graph, Op], None]:
+    """Ops of one ``axis`` attribute in -r..r-1 (``low_rank`` 1: Flatten's -r..r)."""
+
+    def check(g: Graph, op: Op) -> None:
+        rank = len(g.shape(op.input(0)))
+        axis = op.attrs.get("axis")
+        if axis is not None and not -rank <= int(axis) < rank + low_rank:
+            raise _fail(op, "axis", "axis out of range", int(axis),
+                        f"{-rank}..{rank - 1 + low_rank}")
+
+    return check
 
 
 def _pool(g: Graph, op: Op) -> None:
@@ -117,9 +163,12 @@ def _resize(g: Graph, op: Op) -> None:
     sizes = _ints(g, op, 3)
     if sizes and len(sizes) != n:
         raise _fail(op, "sizes", "sizes needs one value per axis", sizes, f"{n} values")
+    if sizes and min(sizes) < 1:
+        raise _fail(op, "sizes", "Resize sizes must be >= 1", sizes, ">= 1")
 
 
 def _split(g: Graph, op: Op) -> None:
+    _one_axis()(g, op)
     n = op.attrs.get("num_outputs")
     if n is not None and (isinstance(n, bool) or int(n) != len(op.outputs)):
         raise _fail(op, "num_outputs", "Split num_outputs differs from its outputs", n,
@@ -151,6 +200,14 @@ _CHECKS: dict[str, Callable[[Graph, Op], None]] = {
     "DepthToSpace": _block, "SpaceToDepth": _block,
     "Pad": _pad, "Slice": _slice, "Resize": _resize, "Split": _split,
     "BatchNormalization": _per_channel(1), "InstanceNormalization": _per_channel(1),
+    **dict.fromkeys(("ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd",
+                     "ReduceL1", "ReduceL2", "ReduceLogSum", "ReduceLogSumExp",
+                     "ReduceSumSquare"), _reduce),
+    "Squeeze": _squeeze, "Unsqueeze": _squeeze,
+    **dict.fromkeys(("Softmax", "LogSoftmax", "Hardmax", "Concat", "Gather",
+                     "GatherElements", "ArgMax", "ArgMin", "Compress"),
+                    _one_axis()),
+    "Flatten": _one_axis(1),
 }
 
 
