@@ -29,3 +29,18 @@ def test_tensor_at_the_limit_is_allowed():
             (1 << 10, 1 << 10, n, 1)
         with pytest.raises(VxError):
             vx.Tensor(ctx, [MAX_TENSOR_BYTES + 1], vx.Type.INT8)
+
+
+@pytest.mark.parametrize("dims", [[8.5, 8], [True, 4], ["8", 4.0000001]])
+def test_tensor_dims_that_are_not_whole_numbers(dims):
+    """8.5 was truncated to 8 (and True taken as 1): refused as an invalid dimension."""
+    with vx.Context("sim://") as ctx, pytest.raises(VxError) as info:
+        vx.Tensor(ctx, dims, vx.Type.FLOAT32)
+    assert info.value.status == Status.ERROR_INVALID_DIMENSION and info.value.field == "dims"
+
+
+def test_tensor_dims_of_whole_floats_and_numpy_integers_are_taken():
+    import numpy as np
+
+    with vx.Context("sim://") as ctx:
+        assert vx.Tensor(ctx, [np.int64(3), 4.0], vx.Type.FLOAT32).dims == (3, 4)

@@ -131,6 +131,9 @@ def test_killing_the_agent_gives_device_lost(port):
     (["--device", "sim://", "--port", "pty", "--insecure", "--secret-file", "s"], 2,
      "--insecure serves without a secret"),
     (["--device", "sim://", "--port", "pty", "--max-wait", "nan"], 2, "--max-wait"),
+    (["--device", "sim://", "--port", "pty", "--max-payload", "-1"], 2, "--max-payload"),
+    (["--device", "sim://", "--port", "pty", "--max-payload", "100000000"], 2,
+     "frame payload out of range"),
 ])
 def test_agent_cli_errors_are_one_line(capsys, argv, code, text):
     assert main(argv) == code

@@ -223,6 +223,10 @@ def _limits(args: argparse.Namespace) -> Limits:
         if not v >= 0 or v == float("inf"):
             raise InvalidArgument("must be a finite number of seconds >= 0",
                                   field="--" + k.replace("_", "-"), value=v)
+    lo, hi = lp.LIMITS["min_payload"], lp.LIMITS["max_payload"]
+    if not lo <= args.max_payload <= hi:   # (a session would negotiate it into range)
+        raise InvalidArgument("frame payload out of range", field="--max-payload",
+                              value=args.max_payload, limit=f"{lo}..{hi}")
     return Limits(**vals)
 
 

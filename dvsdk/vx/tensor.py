@@ -52,10 +52,14 @@ def _dims(dims: Any, what: str, allow_undefined: bool) -> tuple[int, ...] | None
     if dims is None and allow_undefined:
         return None
     try:
-        out = tuple(int(d) for d in dims)
-    except (TypeError, ValueError):
+        items = list(dims)
+        out = tuple(int(d) for d in items)
+    except (TypeError, ValueError, OverflowError):
         raise VxError(Status.ERROR_INVALID_DIMENSION, f"{what}: dimensions must be integers",
                       field=what, value=dims) from None
+    if any(isinstance(d, bool) or d != o for d, o in zip(items, out)):   # 8.5 is not 8
+        raise VxError(Status.ERROR_INVALID_DIMENSION, f"{what}: dimensions must be integers",
+                      field=what, value=tuple(items))
     if not 1 <= len(out) <= MAX_DIMS:
         raise VxError(Status.ERROR_INVALID_DIMENSION, f"{what}: 1 to {MAX_DIMS} dimensions",
                       field=what, value=out, limit=f"1..{MAX_DIMS}")
