@@ -154,3 +154,16 @@ def test_valid_parameters_still_compile_and_match_numpy(tmp_path):
     with dvsdk.load(dvsdk.compile(str(tmp_path / "m.onnx"), golden=False), "sim://") as net:
         got = net.run(x)["y"]
     np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("auto_pad", ["", "NOTSET", "VALID", "SAME_UPPER"])
+def test_known_and_empty_auto_pads_still_compile(tmp_path, auto_pad):
+    """An empty auto_pad reads as NOTSET (onnxruntime runs such a model as NOTSET)."""
+    model = _model(helper.make_node("Conv", ["x", "w"], ["y"], auto_pad=auto_pad),
+                   [("w", np.full((2, 1, 3, 3), 0.1, np.float32))])
+    onnx.save(model, tmp_path / "m.onnx")
+    x = np.arange(64, dtype=np.float32).reshape(1, 1, 8, 8) / 64
+    with dvsdk.load(dvsdk.compile(str(tmp_path / "m.onnx"), golden=False), "sim://") as net:
+        got = net.run(x)["y"]
+    side = 8 if auto_pad.startswith("SAME") else 6
+    assert got.shape == (1, 2, side, side)

@@ -5,6 +5,7 @@ tensor), not numpy's ValueError ("array is too big") or an 8 GiB allocation
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 import dvsdk.vx as vx
@@ -31,7 +32,7 @@ def test_tensor_at_the_limit_is_allowed():
             vx.Tensor(ctx, [MAX_TENSOR_BYTES + 1], vx.Type.INT8)
 
 
-@pytest.mark.parametrize("dims", [[8.5, 8], [True, 4], ["8", 4.0000001]])
+@pytest.mark.parametrize("dims", [[8.5, 8], [True, 4], ["8", 4.0000001], [np.True_, 4]])
 def test_tensor_dims_that_are_not_whole_numbers(dims):
     """8.5 was truncated to 8 (and True taken as 1): refused as an invalid dimension."""
     with vx.Context("sim://") as ctx, pytest.raises(VxError) as info:
@@ -40,7 +41,5 @@ def test_tensor_dims_that_are_not_whole_numbers(dims):
 
 
 def test_tensor_dims_of_whole_floats_and_numpy_integers_are_taken():
-    import numpy as np
-
     with vx.Context("sim://") as ctx:
         assert vx.Tensor(ctx, [np.int64(3), 4.0], vx.Type.FLOAT32).dims == (3, 4)

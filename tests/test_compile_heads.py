@@ -175,3 +175,22 @@ def test_a_deconv_read_by_anything_else_stays():
     on, off = compile(model, golden=False), _without_heads(model)
     # (the second still becomes a pixel head: its map leaves)
     assert [sum("deconv" in k for k in _kinds(n)) for n in (on, off)] == [1, 2]
+
+
+def test_phases_of_same_type_activations_and_torch_style_names():
+    """Relu after both deconvolutions, nodes named as torch.onnx.export names them
+    (Relu_13, Relu_15): each phase's two Relus get distinct op names (they clashed)."""
+    model = _two_deconvs("Relu", "Relu")
+    for i, node in enumerate(model.graph.node):
+        node.name = f"{node.op_type}_{11 + 2 * i}"
+    on, _ = _check(model, _x((1, 8, 6, 10), 4))
+    assert not any("deconv" in k for k in _kinds(on))
+
+
+def test_quantize_skip_names_the_deconvolutions_their_phases_and_pixels_came_from():
+    model = _two_deconvs("Relu", "Sigmoid")
+    names = [n.name for n in model.graph.node if n.op_type == "ConvTranspose"]
+    for name in names:   # each is a layer --quantize-skip may name, as before the passes
+        net = compile(model, golden=False, quantize=True, quantize_skip=[name])
+        kept = [r for r in net.meta["report"] if r.get("source") == f"ConvTranspose {name}"]
+        assert kept and all(not r.get("quantized") for r in kept), (name, kept)

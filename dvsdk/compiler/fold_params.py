@@ -52,7 +52,7 @@ def _window(g: Graph, op: Op) -> None:
     auto_pad = op.attrs.get("auto_pad", "NOTSET")
     if isinstance(auto_pad, bytes):
         auto_pad = auto_pad.decode("utf-8", "replace")
-    if auto_pad not in _AUTO_PADS:
+    if auto_pad not in _AUTO_PADS and auto_pad != "":   # ("" reads as NOTSET, as ORT does)
         raise _fail(op, "auto_pad", "unknown auto_pad", auto_pad, sorted(_AUTO_PADS))
     pads = op.attrs.get("pads")
     if op.type == "ConvTranspose" and pads is not None and min(int(p) for p in pads) < 0:

@@ -120,6 +120,12 @@ def _pixel_deconv(g: Graph, op: Op) -> tuple[np.ndarray, np.ndarray | None, int]
     return np.asarray(w), b, ks[0]
 
 
+def _origin(op: Op) -> str:
+    """What a rewritten op stems from, "<type> <name>" (a frontend's own origin, else the
+    model's op): ``--quantize-skip`` and the report name it so."""
+    return op.origin or f"{op.type} {op.name}"
+
+
 def _tail(g: Graph, y: str, cons: dict[str, list[Op]]) -> list[Op]:
     """The element-wise activation that alone reads ``y`` (a list of 0 or 1 op)."""
     readers = cons.get(y, [])
@@ -154,7 +160,7 @@ def deconv_to_pixels(graph: Graph) -> Graph:
                   [op.inputs[0], g.add_const(f"{op.name}_pixels_w", w1.astype(w.dtype)),
                    g.add_const(f"{op.name}_pixels_b", b1.astype(w.dtype))], [packed],
                   {"kernel_shape": [1, 1], "strides": [1, 1], "pads": [0, 0, 0, 0],
-                   "dilations": [1, 1], "group": 1}, op.origin)
+                   "dilations": [1, 1], "group": 1}, _origin(op))
         if tail:
             act = tail[0]
             mid = g.add_tensor(f"{act.name}_pixels")
@@ -226,33 +232,31 @@ def deconv_to_phases(graph: Graph) -> Graph:
         for i in range(s):
             for j in range(s):
                 tag = f"{op.name}_phase{i}{j}"
-                t = g.add_tensor(tag)
+                t = g.add_tensor(tag)   # (each new op is named as its fresh output)
                 tap = np.ascontiguousarray(w[:, :, i, j].T[:, :, None, None])
-                new_ops.append(Op("Conv", g.unique_name(tag), [
+                new_ops.append(Op("Conv", t, [
                     op.inputs[0], g.add_const(f"{tag}_w", tap.astype(w.dtype)),
                     g.add_const(f"{tag}_b", bias.astype(w.dtype))], [t],
                     {"kernel_shape": [1, 1], "strides": [1, 1], "pads": [0, 0, 0, 0],
-                     "dilations": [1, 1], "group": 1}, op.origin))
+                     "dilations": [1, 1], "group": 1}, _origin(op)))
                 for act in (tail1, [conv2], tail2):
                     if act:
                         nxt = g.add_tensor(f"{tag}_{act[0].name}")
-                        new_ops.append(Op(act[0].type, g.unique_name(f"{tag}_{act[0].name}"),
-                                          [t, *act[0].inputs[1:]], [nxt],
-                                          dict(act[0].attrs), act[0].origin))
+                        new_ops.append(Op(act[0].type, nxt, [t, *act[0].inputs[1:]], [nxt],
+                                          dict(act[0].attrs), _origin(act[0])))
                         t = nxt
                 phases.append(t)
         m = k // (blk * blk)
         joined, split, moved = (g.add_tensor(f"{op.name}_phases{x}") for x in ("", "_8d", "_t"))
         origin = d2s[0].origin
         new_ops += [
-            Op("Concat", g.unique_name(f"{op.name}_phases"), phases, [joined], {"axis": 1},
-               origin),
-            Op("Reshape", g.unique_name(f"{op.name}_phases_8d"), [joined, g.add_const(
+            Op("Concat", joined, phases, [joined], {"axis": 1}, origin),
+            Op("Reshape", split, [joined, g.add_const(
                 f"{op.name}_phases_8d", np.array([n, s, s, m, blk, blk, h, wd], np.int64))],
                [split], {}, origin),
-            Op("Transpose", g.unique_name(f"{op.name}_interleave"), [split], [moved],
-               {"perm": [0, 3, 6, 1, 4, 7, 2, 5]}, origin),
-            Op("Reshape", g.unique_name(f"{op.name}_interleaved"), [moved, g.add_const(
+            Op("Transpose", moved, [split], [moved], {"perm": [0, 3, 6, 1, 4, 7, 2, 5]},
+               origin),
+            Op("Reshape", d2s[0].name, [moved, g.add_const(
                 f"{op.name}_interleaved", np.array([n, m, h * s * blk, wd * s * blk],
                                                    np.int64))],
                list(d2s[0].outputs), {}, origin)]

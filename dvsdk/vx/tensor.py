@@ -57,7 +57,7 @@ def _dims(dims: Any, what: str, allow_undefined: bool) -> tuple[int, ...] | None
     except (TypeError, ValueError, OverflowError):
         raise VxError(Status.ERROR_INVALID_DIMENSION, f"{what}: dimensions must be integers",
                       field=what, value=dims) from None
-    if any(isinstance(d, bool) or d != o for d, o in zip(items, out)):   # 8.5 is not 8
+    if any(isinstance(d, (bool, np.bool_)) or d != o for d, o in zip(items, out)):  # not 8.5
         raise VxError(Status.ERROR_INVALID_DIMENSION, f"{what}: dimensions must be integers",
                       field=what, value=tuple(items))
     if not 1 <= len(out) <= MAX_DIMS:
