@@ -173,9 +173,9 @@ def floor(model: onnx.ModelProto, ub_size: int = 524288) -> float:
 
 def geometry_floor(model: onnx.ModelProto, ub_size: int = 524288) -> float:
     """The geometry floor in cycles: :func:`floor`'s bytes against :func:`array_cycles`."""
-    macs, nbytes, _ = roofline(model, device_only=True)
-    byte_cycles = floor(model, ub_size) if floor(model, ub_size) > macs / MACS_PER_CYCLE \
-        else 0.0
+    macs, _, _ = roofline(model, device_only=True)
+    cycles = floor(model, ub_size)
+    byte_cycles = cycles if cycles > macs / MACS_PER_CYCLE else 0.0
     return max(float(array_cycles(model)), byte_cycles)
 
 

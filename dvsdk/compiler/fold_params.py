@@ -66,21 +66,24 @@ def _window(g: Graph, op: Op) -> None:
 _AUTO_PADS = frozenset({"NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID"})
 
 
+def _stated_axes(g: Graph, op: Op) -> list[int] | None:
+    """The ``axes`` attribute, or (from the opset that moved it) the constant input 1."""
+    axes = op.attrs.get("axes")
+    return [int(a) for a in axes] if axes is not None else _ints(g, op, 1)
+
+
 def _reduce(g: Graph, op: Op) -> None:
     """Reduce*: each axis (the attribute, or input 1 from opset 18) in -r..r-1."""
-    rank = len(g.shape(op.input(0)))
-    axes = op.attrs.get("axes")
-    axes = [int(a) for a in axes] if axes is not None else _ints(g, op, 1)
+    axes = _stated_axes(g, op)
     if axes:
-        _axes(op, "axes", axes, rank)
+        _axes(op, "axes", axes, len(g.shape(op.input(0))))
 
 
 def _squeeze(g: Graph, op: Op) -> None:
     """Squeeze (axes of the input) and Unsqueeze (axes of the output, rank r + len(axes)):
     each in range, none twice."""
     rank = len(g.shape(op.input(0)))
-    axes = op.attrs.get("axes")
-    axes = [int(a) for a in axes] if axes is not None else _ints(g, op, 1)
+    axes = _stated_axes(g, op)
     if not axes:
         return
     out_rank = rank + len(axes) if op.type == "Unsqueeze" else rank
@@ -100,6 +103,9 @@ def _one_axis(low_rank: int = 0) -> Callable[[Graph, Op], None]:
                         f"{-rank}..{rank - 1 + low_rank}")
 
     return check
+
+
+_axis = _one_axis()
 
 
 def _pool(g: Graph, op: Op) -> None:
@@ -168,7 +174,7 @@ def _resize(g: Graph, op: Op) -> None:
 
 
 def _split(g: Graph, op: Op) -> None:
-    _one_axis()(g, op)
+    _axis(g, op)
     n = op.attrs.get("num_outputs")
     if n is not None and (isinstance(n, bool) or int(n) != len(op.outputs)):
         raise _fail(op, "num_outputs", "Split num_outputs differs from its outputs", n,
@@ -205,8 +211,7 @@ _CHECKS: dict[str, Callable[[Graph, Op], None]] = {
                      "ReduceSumSquare"), _reduce),
     "Squeeze": _squeeze, "Unsqueeze": _squeeze,
     **dict.fromkeys(("Softmax", "LogSoftmax", "Hardmax", "Concat", "Gather",
-                     "GatherElements", "ArgMax", "ArgMin", "Compress"),
-                    _one_axis()),
+                     "GatherElements", "ArgMax", "ArgMin", "Compress"), _axis),
     "Flatten": _one_axis(1),
 }
 

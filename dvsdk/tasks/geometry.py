@@ -21,6 +21,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..errors import ImageError
+
 #: ``crop``: the share of the resized image's tighter side kept (ImageNet: 224 of 256)
 CROP_RATIO = 0.875
 
@@ -33,8 +35,6 @@ def crop_geometry(h: int, w: int, height: int, width: int, ratio: float = CROP_R
     truncated as torchvision's Resize(int) computes its longer side; then the centred
     (height, width) window, top = round((nh − height) / 2) and left likewise (Python's
     round, as torchvision's CenterCrop)."""
-    from ..errors import ImageError
-
     if not 0 < ratio <= 1:
         raise ImageError("crop ratio out of range", field="crop_ratio", value=ratio,
                          limit="(0, 1]")
@@ -64,8 +64,6 @@ class Geometry:
     def of(cls, height: int, width: int, in_height: int, in_width: int,
            mode: str = "stretch", crop_ratio: float | None = None) -> Geometry:
         """The geometry :func:`dvsdk.runtime.images.resize` applies (module docstring)."""
-        from ..errors import ImageError
-
         for field, value in (("height", height), ("width", width), ("input height", in_height),
                              ("input width", in_width)):
             if not isinstance(value, (int, np.integer)) or value < 1:
