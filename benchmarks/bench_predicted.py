@@ -5,7 +5,7 @@ EfficientNet-Lite0, YOLOv8n, PP-OCRv4 det/rec, PP-OCR's direction classifier, MT
 and the MobileNetV3/DBNet nets of issue 14) this compiles the model, runs it once on
 ``sim://`` and prints:
 
-* the simulator's predicted device time per run (its cycle model, ``dvsdk/sim/timing.py``)
+* the simulator's predicted device time per run (its cycle model, ``dvsdk/hw/timing.py``)
   and the DRAM bytes its commands move;
 * the roofline, computed here from the ONNX graph alone, independent of the compiler:
   ``max(MACs / 576, compulsory bytes / 16)`` cycles at 300 MHz, where MACs are the
@@ -28,11 +28,12 @@ and the MobileNetV3/DBNet nets of issue 14) this compiles the model, runs it onc
   CPU and are not in the floor (they are in the roofline, as issue 27 defines it: such a
   network's ratio understates its device's).  The floor ignores the per-command overhead
   and the depthwise convolutions' low MAC use.  It bounds whole-tensor schedules only
-  (see :func:`segment_floor`): bands of columns chained on chip avoid the round trips;
+  (see :func:`segment_floor`): bands of columns chained on chip avoid the round trips
+  (dvsdk makes them for a chain on an input of up to 8 channels);
 * a geometry floor: the same bytes against the MAC array's shape instead of its MAC
   count, ``max(array cycles, (compulsory + forced bytes) / 16)``.  The array applies one
   72-slot weight block of each of 8 output channels to one output pixel a cycle
-  (``firmware_spec``/``dvsdk/sim/timing.py``, from §11's 576 = 8 x 72 and the weight
+  (``firmware_spec``/``dvsdk/hw/timing.py``, from §11's 576 = 8 x 72 and the weight
   packing of §7.4/§8.1), so a conv costs at least ``output pixels x ceil(M / 8) x
   blocks(C, kernel)`` cycles whatever a compiler does: 3 input channels fill 3 of a 3x3
   block's 8 channel slots, 10 output channels 10 of 16 lanes.  Gemm/MatMul count as 1x1
@@ -50,7 +51,8 @@ and the MobileNetV3/DBNet nets of issue 14) this compiles the model, runs it onc
 
 ``target`` is issue 27's goal, 1.5x faster than the prediction when it was filed.  A
 target below ``any`` cannot be met on the modelled hardware; one between ``any`` and
-``+cmd`` only with schedules dvsdk does not make (bands, re-mapped ops).
+``+cmd`` only with schedules dvsdk does not make (bands on inputs of more than 8 channels,
+re-mapped ops).
 tests/test_bench_floors.py checks the floors on graphs worked out by hand and against every
 network's compiled prediction.
 
@@ -75,9 +77,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from dvsdk.compiler.build import compile as compile_model  # noqa: E402
+from dvsdk.hw.timing import TimingParams  # noqa: E402
 from dvsdk.netfile import program_shape  # noqa: E402
 from dvsdk.runtime.net import Net  # noqa: E402
-from dvsdk.sim.timing import TimingParams  # noqa: E402
 from tests.realistic_nets import NETWORKS, input_of  # noqa: E402
 
 MACS_PER_CYCLE, BYTES_PER_CYCLE, CLOCK_MHZ = 576, 16, 300
@@ -431,12 +433,14 @@ def segment_floor(model: onnx.ModelProto, ub_size: int = 524288,
     since a command reads one input tensor (§4.1) and the command that reads it back cannot
     be the one that wrote it, nor the segment's first.
 
-    **A bound of whole-tensor schedules only**, as dvsdk's compiler and DMP's converter
-    make them: every command reads and writes whole tensors in the §1 layout, and each op
-    runs as itself (a ConvTranspose in deconvolution mode, a grouped or dilated conv as
-    such).  Other schedules beat it (found by review, each run on sim://): bands of
-    columns chained through the unified buffer (a band of a tensor of up to 8 channels is
-    contiguous, §1; wider ones in a band-major layout) avoid the round trips it counts;
+    **A bound of whole-tensor schedules only**, as DMP's converter makes them: every
+    command reads and writes whole tensors in the §1 layout, and each op runs as itself (a
+    ConvTranspose in deconvolution mode, a grouped or dilated conv as such).  Other
+    schedules beat it (found by review, each run on sim://): bands of columns chained
+    through the unified buffer (a band of a tensor of up to 8 channels is contiguous, §1;
+    wider ones in a band-major layout) avoid the round trips it counts -- dvsdk's compiler
+    makes them for a chain on an input of up to 8 channels (:mod:`dvsdk.compiler.bands`,
+    EfficientNet-Lite0's stem), not on wider ones;
     a ConvTranspose whose stride equals its kernel runs as one 1x1 conv per output phase;
     a grouped conv with under 8 outputs a group as a block-diagonal dense one; a dilated
     conv on its input's phases in batch mode; a CPU re-layout between commands packs

@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 
 from dvsdk.compiler.build import compile as compile_model
+from dvsdk.hw.timing import TimingParams
 from dvsdk.runtime.net import Net
-from dvsdk.sim.timing import TimingParams
 from tests.onnx_models import NetBuilder
 from tests.realistic_nets import NETWORKS, input_of
 

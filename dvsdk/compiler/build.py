@@ -60,6 +60,9 @@ class Options:
     multirun: bool = True
     #: consecutive commands chained through the unified buffer (:mod:`.chain`)
     chain: bool = True
+    #: chains on a narrow input run in column bands, every intermediate on chip
+    #: (:mod:`.bands`; the same bits; off with ``chain``)
+    bands: bool = True
     #: element-wise tails of device tensors as one CPU table lookup (:mod:`.table`)
     tables: bool = True
     #: convs moved to just before the Add they feed, so it fuses (:mod:`.reorder`):
@@ -202,6 +205,15 @@ def load_model(model: Any, options: Options) -> Graph:
     return optimize(infer_and_fold(graph))
 
 
+def _add_blob(blob: BlobBuilder, stored: dict[int, tuple[bytes, int]], data: bytes) -> int:
+    """``data``'s offset in the weights, stored once however many commands run it (the
+    bands of a chain share their runs' weights, :mod:`.bands`)."""
+    got = stored.get(id(data))
+    if got is None:
+        got = stored[id(data)] = (data, blob.add(data))   # (kept alive: ids stay unique)
+    return got[1]
+
+
 def _encode_program(program: Program, mplan: Plan, options: Options
                     ) -> tuple[list[dict], bytes, bytes, BlobBuilder, dict]:
     arena = _Region(REGIONS["arena"], max(mplan.size, 64))
@@ -214,6 +226,7 @@ def _encode_program(program: Program, mplan: Plan, options: Options
     info = DeviceInfo(ub_size=options.ub_size, mac_num=576, max_kernel_size=7, svn_version=93,
                       hw_date=options.hw_date)
     weight_refs: list[list[int | None]] = []
+    stored: dict[int, tuple[bytes, int]] = {}
     ncmd = 0
     from ..driver.validate import validate_conv
 
@@ -221,7 +234,7 @@ def _encode_program(program: Program, mplan: Plan, options: Options
         if isinstance(step, HwStep):
             start = ncmd
             for cmd in step.commands:
-                offs = [weights_blob.add(b) if b else None for b in cmd.blobs]
+                offs = [_add_blob(weights_blob, stored, b) if b else None for b in cmd.blobs]
                 weight_refs.append(offs)
             sources = []
             for cmd, offs in zip(step.commands, weight_refs[start:]):
@@ -277,7 +290,7 @@ def compile_graph(graph: Graph, options: Options, source: str = "") -> NetFile:
 
         graph = transpose_spatial(graph)
     program = lower(graph, info, quantize=quantized, multirun=options.multirun,
-                    chain=options.chain, tables=options.tables,
+                    chain=options.chain, bands=options.bands, tables=options.tables,
                     fuse_adds=options.fuse_adds)
     mplan = plan(program)
     steps, cmds, weights, constants, const_index = _encode_program(program, mplan, options)
@@ -292,6 +305,10 @@ def compile_graph(graph: Graph, options: Options, source: str = "") -> NetFile:
             if program.samples.get(name, 1) != 1:
                 entry["device"]["batch"] = program.samples[name]
         tensors[name] = entry
+    for name in program.device.keys() - tensors.keys():   # a band's strips and copies
+        h, w, c = program.device[name]
+        tensors[name] = {"shape": [1, c, h, w], "dtype": "float16",
+                         "device": {"offset": mplan.offsets[name], "hwc": [h, w, c]}}
     preprocess = {"mean": list(options.mean), "scale": options.scale,
                   "std": list(options.std) if options.std else None,
                   "channel_order": options.channel_order, "resize": options.resize}

@@ -19,6 +19,7 @@ from ..driver.device import DeviceInfo
 from ..errors import InvalidCommand, WeightError
 from ..hw.weights import pack_conv_weights, pack_dilated_weights, quantize_weights
 from . import hwmap
+from .bands import band_commands
 from .batch import BATCH_REASON
 from .chain import chain_commands
 from .hwmap import Act, NoMapping, hwc
@@ -452,16 +453,20 @@ class Lowering(OpLowerings, MultiRunLowerings):
 
 def lower(graph: Graph, info: DeviceInfo, quantize: bool | frozenset = False,
           multirun: bool = True, chain: bool = True, tables: bool = True,
-          fuse_adds: bool = False) -> Program:
+          fuse_adds: bool = False, bands: bool = True) -> Program:
     """Lower an optimized, shape-inferred graph for a device with ``info``; convs moved to
     just before the Add they feed (``fuse_adds``, :mod:`.reorder`: changes results),
     element-wise tails of device tensors as table lookups (``tables``, :mod:`.table`), the
     steps in an order with few device <-> CPU transitions (:mod:`.schedule`), chained
-    commands merged into one (``chain``, :mod:`.chain`)."""
+    commands merged into one (``chain``, :mod:`.chain`), and with it chains on a narrow input
+    run in column bands where that is faster (``bands``, :mod:`.bands`)."""
     if fuse_adds:
         graph = convs_before_their_adds(graph)
     program = Lowering(graph, info, quantize, multirun).run()
     if tables:
         program = tabulate(program)
     program = schedule(program)
-    return chain_commands(program, info) if chain else program
+    if not chain:
+        return program
+    program = chain_commands(program, info)
+    return band_commands(program, info) if bands else program

@@ -21,11 +21,11 @@ from ..errors import DvsdkError
 from ..hw import dims, layout, quirks
 from ..hw.fp16 import fp16_value
 from ..hw.spec import SPEC
+from ..hw.timing import run_cycles
 from ..hw.weights import unpack_conv_weights, unpack_dilated_weights
 from . import kernels, ops
 from .core import CoreState
 from .status import Hang, HardwareError
-from .timing import conv_run_bytes, conv_run_cycles
 
 CONFIG = SPEC.struct("conv_config")
 CONFIG_RUN = SPEC.struct("conv_config_run")
@@ -469,35 +469,14 @@ def _run(run: dict, x: np.ndarray, wb: tuple | None, addend: np.ndarray | None) 
 
 def _run_cycles(core: CoreState, run: dict, shapes: tuple, tiles: int, wsize: int,
                 in_ubuf: bool, out_ubuf: bool, totals: ConvTotals, extra_in: int = 0) -> int:
-    """One run's cycles (:func:`~.timing.conv_run_cycles`).  A conv's MAC array works at the
-    conv output's size, before a fused max-pool or upsample shrinks or grows it (timing the
-    pooled size made a conv with a 2x2 pool 4x too fast: 399% MAC use); ``extra_in`` bytes
-    (an element-wise addend) stream in with the input and count in the DMA term."""
-    (w, h, _, c), (ow, oh, _, m) = shapes
-    ce, pe = run["conv_enable"], run["pool_enable"]
-    kx, ky = _xy(run["p"])
-    ky = ky or kx
-    dil = max(_xy(run["conv_dilation"]))
-    if run["lrn"] & 1:
-        kind = "lrn"
-    elif ce:
-        kind = "depthwise" if ce & 2 else "deconv" if ce & 4 else "dilated" if dil > 1 else "conv"
-    elif pe == POOL.upsample:
-        kind = "upsample"
-    elif pe:
-        kind = "pool"
-        kx, ky = _xy(run["pool_size"])
-    else:
-        kind = "eltwise"
-    in_b, w_b, out_b = conv_run_bytes(w, h, c, ow, oh, m, max(1, (kx - 1) * max(dil, 1) + 1),
-                                      max(tiles, 1), wsize, in_ubuf, out_ubuf)
-    in_b += extra_in
+    """One run's cycles (:func:`~.timing.run_cycles`), its bytes added to ``totals``.  A
+    conv's MAC array works at the conv output's size, before a fused max-pool or upsample
+    shrinks or grows it (timing the pooled size made a conv with a 2x2 pool 4x too fast:
+    399% MAC use); ``extra_in`` bytes (an element-wise addend) stream in with the input and
+    count in the DMA term."""
+    timing, (in_b, w_b, out_b) = run_cycles(run, shapes[0], shapes[1], tiles, wsize, in_ubuf,
+                                            out_ubuf, extra_in, core.params.timing)
     totals.in_bytes += in_b
     totals.weight_bytes += w_b
     totals.out_bytes += out_b
-    cw, ch = ow, oh
-    if ce:  # the MAC stage's output: before the fused max-pool / upsample
-        (cw, ch, _, _), _ = dims.run_output_shape(dict(run, pool_enable=0), (w, h, 1, c))
-    timing = conv_run_cycles(cw, ch, m, c, max(kx, 1), max(ky, 1), kind, max(tiles, 1),
-                             in_b, out_b, w_b, core.params.timing)
     return timing.total_cycles

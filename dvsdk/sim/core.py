@@ -15,9 +15,9 @@ import numpy as np
 
 from ..driver import convid
 from ..hw.spec import SPEC
+from ..hw.timing import TimingParams
 from .dram import Dram
 from .r5 import WINDOW_WORDS, R5Firmware
-from .timing import TimingParams
 
 WINDOW = SPEC.window
 START_REGS = {u: SPEC.reg(u, SPEC.unit(u)["start"]) for u in ("conv", "ipu", "maximizer")}

@@ -30,6 +30,11 @@ import numpy as np
 
 from ..driver import convid
 from ..errors import DvsdkError
+from ..hw.timing import (
+    COUNTER_SLOT_INPUT,
+    COUNTER_SLOT_OUTPUT,
+    COUNTER_SLOT_WEIGHTS,
+)
 from .conv_unit import CFG_ADDR, ConvTotals, run_configuration
 from .core import (
     CFG_MEM_BYTES,
@@ -41,11 +46,6 @@ from .core import (
 )
 from .decode import CFG, JUMP, REG, Decoded, decode
 from .status import STATUS, Hang, HardwareError
-from .timing import (
-    COUNTER_SLOT_INPUT,
-    COUNTER_SLOT_OUTPUT,
-    COUNTER_SLOT_WEIGHTS,
-)
 from .units import run_ipu, run_maximizer
 
 _COUNTERS_LO = R["conv"]["BYTE_COUNTERS_LO"] // 4  # word indexes of the 2 x 8 counters

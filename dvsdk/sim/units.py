@@ -11,10 +11,10 @@ import numpy as np
 from ..errors import InvalidArgument
 from ..hw.fp16 import fp24
 from ..hw.spec import SPEC
+from ..hw.timing import ipu_cycles, maximizer_cycles
 from .core import CoreState, R
 from .ipu_ops import PIXEL_BYTES, check_swizzle, ipu_render, maximizer
 from .status import Hang, HardwareError
-from .timing import ipu_cycles, maximizer_cycles
 
 FMT = SPEC.enum("image_format")
 

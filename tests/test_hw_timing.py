@@ -1,4 +1,4 @@
-"""Cycle model (dvsdk.sim.timing, reference §11 and §10.10)."""
+"""Cycle model (dvsdk.hw.timing, reference §11 and §10.10)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from dvsdk.driver.submit import counter_beats
 from dvsdk.errors import InvalidArgument
-from dvsdk.sim import timing as T
+from dvsdk.hw import timing as T
 
 P = T.DEFAULT_PARAMS
 

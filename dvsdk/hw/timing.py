@@ -1,4 +1,7 @@
-"""Cycle-approximate timing model of the DV700 simulator (reference §11, §10.10).
+"""Cycle-approximate timing model of the DV700 (reference §11, §10.10).
+
+The simulator times every command with it (``dvsdk.sim``) and the compiler weighs its
+schedules with it (:mod:`dvsdk.compiler.bands`): one model, below both.
 
 The sources give no cycle model, throughput figure or MAC-array geometry beyond
 the facts in §11 ([AMBIG]), so this module is a *model*, documented here:
@@ -33,11 +36,14 @@ parameters so a calibration against real exec times (§10.5) can replace them.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, replace
+from typing import Any
 
 from ..errors import InvalidArgument
-from ..hw.spec import SPEC
+from . import dims
+from .fields import raw_field
+from .spec import SPEC
 
 __all__ = [
     "TimingParams",
@@ -49,6 +55,7 @@ __all__ = [
     "conv_run_cycles",
     "conv_run_bytes",
     "command_cycles",
+    "run_cycles",
     "mac_bound_cycles",
     "bandwidth_bound_cycles",
     "cycles_to_us",
@@ -67,6 +74,8 @@ WEIGHT_BLOCK_SLOTS = 72
 KINDS = ("conv", "depthwise", "deconv", "dilated", "pool", "upsample", "lrn", "eltwise")
 _MAC_KINDS = ("conv", "depthwise", "deconv", "dilated")
 _NON_MAC_FACTOR = {"upsample": 1, "lrn": 2, "eltwise": 1}
+
+_POOL_UPSAMPLE = int(SPEC.enum("pool_enable").upsample)
 
 #: Channels per 16-byte beat (8 × FP16), the unit of the non-MAC data path.
 _BEAT_CHANNELS = 8
@@ -258,6 +267,59 @@ def conv_run_bytes(
     in_b = 0 if in_from_ubuf else cols * in_h * c * 2
     out_b = 0 if out_to_ubuf else out_w * out_h * m * 2
     return in_b, weight_size * tiles, out_b
+
+
+def _fields(run: Any) -> tuple[int, ...]:
+    """The raw fields :func:`run_cycles` reads, of a run record (a mapping or a ConvRun)."""
+    return tuple(int(raw_field(run, k, 0)) for k in ("conv_enable", "pool_enable", "p",
+                                                     "conv_dilation", "pool_size", "lrn"))
+
+
+def run_cycles(run: Any, in_shape: tuple[int, int, int, int],
+               out_shape: tuple[int, int, int, int], tiles: int, weight_size: int,
+               in_ubuf: bool, out_ubuf: bool, extra_in: int = 0,
+               params: TimingParams = DEFAULT_PARAMS) -> tuple[RunTiming, tuple[int, int, int]]:
+    """One run of a command as the model times it, and its ``(in, weight, out)`` bytes.
+
+    ``run`` is a run record (the simulator's decoded fields or a ``ConvRun``), ``in_shape``
+    and ``out_shape`` its ``(w, h, z, c)`` input and output (§4.1, §7.5), ``tiles`` the
+    command's tile count (§7.2), ``weight_size`` its weight bytes (§7.4), ``in_ubuf`` /
+    ``out_ubuf`` whether its input comes from / its output stays in the unified buffer,
+    ``extra_in`` the bytes of an element-wise addend streaming in with it (§4.4).  The
+    run's kind picks the compute term of :func:`conv_run_cycles`: LRN, then a conv (its
+    MAC array works at the conv output's size, before a fused max-pool or upsample shrinks
+    or grows it), a 2x upsample, a pool (its window as the kernel), else an element-wise
+    pass.  The simulator times every command with this; the compiler weighs schedules
+    with it.
+    """
+    (w, h, _, c), (ow, oh, _, m) = in_shape, out_shape
+    ce, pe, p, dil_word, pool_word, lrn = _fields(run)
+    kx, ky = p & 0xFF, (p >> 8) & 0xFF
+    ky = ky or kx
+    dil = max(dil_word & 0xFF, dil_word >> 8 & 0xFF)
+    if lrn & 1:
+        kind = "lrn"
+    elif ce:
+        kind = "depthwise" if ce & 2 else "deconv" if ce & 4 else "dilated" if dil > 1 else "conv"
+    elif pe == _POOL_UPSAMPLE:
+        kind = "upsample"
+    elif pe:
+        kind = "pool"
+        kx, ky = pool_word & 0xFF, pool_word >> 8 & 0xFF
+    else:
+        kind = "eltwise"
+    tiles = max(tiles, 1)
+    in_b, w_b, out_b = conv_run_bytes(w, h, c, ow, oh, m, max(1, (kx - 1) * max(dil, 1) + 1),
+                                      tiles, weight_size, in_ubuf, out_ubuf)
+    in_b += extra_in
+    cw, ch = ow, oh
+    if ce:
+        no_pool = dict(run, pool_enable=0) if isinstance(run, Mapping) else replace(
+            run, pool_enable=0)
+        (cw, ch, _, _), _ = dims.run_output_shape(no_pool, (w, h, 1, c))
+    timing = conv_run_cycles(cw, ch, m, c, max(kx, 1), max(ky, 1), kind, tiles,
+                             in_b, out_b, w_b, params)
+    return timing, (in_b, w_b, out_b)
 
 
 def command_cycles(runs: Iterable[RunTiming], params: TimingParams = DEFAULT_PARAMS) -> int:

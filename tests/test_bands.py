@@ -1,0 +1,242 @@
+"""Column bands (dvsdk.compiler.bands): a chain of commands on an input of at most 8
+channels, too big for the unified buffer as whole tensors, runs band by band with every
+intermediate on chip.
+
+Known answers worked by hand for the band geometry (reference §7.1's output width, §1's
+layout); whole networks against the same program without bands (the same bits: every output
+pixel has the same runs on the same inputs) and against onnxruntime; the predicted device
+time against the unbanded program's; the net.bin's schedule check on strips."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from dvsdk.compiler.bands import _band, _window
+from dvsdk.compiler.build import compile
+from dvsdk.driver.commands import ConvRun
+from dvsdk.runtime.net import Net
+from dvsdk.runtime.schedule import Piece, PieceIndex, related
+
+from . import realistic_nets as R
+from .compile_harness import ort_reference
+from .onnx_models import NetBuilder
+
+UB = 131072
+SIM_UB = f"sim://?ub_size={UB}"
+
+
+# -- the geometry, worked by hand -------------------------------------------------------
+
+def test_window_known_answers():
+    # 3x3 stride 2 pad 1 over 224 columns -> 112; outputs [0, 56) need inputs -1..111:
+    # columns [0, 112) with the tensor's left pad; [56, 112) need 111..223, no pad
+    assert _window(0, 56, 3, 2, 1, 224) == (0, 112, 1, 0)
+    assert _window(56, 112, 3, 2, 1, 224) == (111, 224, 0, 0)
+    # 3x3 stride 1 pad 1 over 10: the last band reaches past the edge: right pad 1
+    assert _window(5, 10, 3, 1, 1, 10) == (4, 10, 0, 1)
+    # 5x5 stride 2 pad 2 over 11 columns (6 outputs): [3, 6) read 4..12, 11 and 12 pads
+    assert _window(3, 6, 5, 2, 2, 11) == (4, 11, 0, 2)
+
+
+def test_band_walks_back_through_pool_and_convs():
+    # conv 3x3/1 pad 1 + max-pool 2x2/2, then a 3x3/2 pad 1 conv: 16 -> 16 -> 8 -> 4
+    first = ConvRun.make(8, conv="conv", kernel=3, pads=1, pool="max", pool_size=2,
+                         pool_stride=2)
+    second = ConvRun.make(8, conv="conv", kernel=3, pads=1, stride=2)
+    widths = [(16, 16), (8, 4)]
+    band = _band([first, second], widths, 2, 4)
+    # outputs [2, 4) of the second conv read its input columns 3..7 (no pads: column 7
+    # is the last); those pool outputs read conv outputs [6, 16), which read input
+    # columns [5, 16) and the right pad of 1 past column 15
+    assert (band.a, band.b) == (5, 16)
+    assert band.runs[1].pads[:2] == (0, 0)
+    assert band.runs[0].pool_pads[:2] == (0, 0)
+    assert band.runs[0].pads[:2] == (0, 1)
+    # top and bottom pads are the tensor's: bands split columns only
+    assert band.runs[0].pads[2:] == (1, 1) and band.runs[1].pads[2:] == (1, 1)
+
+
+# -- the schedule's strips (§1: columns of one chunk are contiguous) ------------------
+
+def test_a_strip_is_held_by_its_tensor_and_chunk():
+    t = Piece(1000, 4, 10, 3)                        # (H, W, C) = (4, 10, 3)
+    assert t.holds(1000 + 2 * 4 * 3 * 2, (4, 5, 3))   # columns 2..6
+    assert not t.holds(1000 + 2 * 4 * 3 * 2, (4, 9, 3))   # past the right edge
+    assert not t.holds(1000 + 7, (4, 2, 3))           # not on a column
+    assert not t.holds(1000 + 2 * 4 * 3 * 2, (4, 5, 2))   # not the chunk's channels
+    wide = Piece(0, 4, 10, 20)                       # chunks of 8, 8, 4 channels
+    plane = 16 * 4 * 10
+    assert wide.holds(plane + 3 * 4 * 8 * 2, (4, 6, 8))    # chunk 1, columns 3..8
+    assert wide.holds(2 * plane + 3 * 4 * 4 * 2, (4, 7, 4))   # chunk 2 (4 channels)
+    assert not wide.holds(2 * plane + 3 * 4 * 4 * 2, (4, 7, 8))
+    assert related((0, (4, 10, 20), 1), (plane, (4, 6, 8), 1))
+
+
+def test_strips_that_cover_a_tensor_place_it():
+    """records.verify asks whether every device tensor is where commands read or write it;
+    a banded chain's input is read only as overlapping strips, a wide output written only
+    as strips of each chunk."""
+    col = 2 * 4 * 3
+    assert PieceIndex([Piece(500, 4, 6, 3), Piece(500 + 4 * col, 4, 6, 3)]).holds(
+        (500, (4, 10, 3), 1))                                  # columns 0..5 and 4..9
+    assert not PieceIndex([Piece(500, 4, 4, 3), Piece(500 + 5 * col, 4, 5, 3)]).holds(
+        (500, (4, 10, 3), 1))                                  # column 4 missing
+    # (4, 10, 20): chunks of 8, 8 and 4 channels, each written as columns 0..4 and 5..9
+    plane, strips = 2 * 4 * 10, []
+    for c0, cs in ((0, 8), (8, 8), (16, 4)):
+        base = 1000 + plane * c0
+        strips += [Piece(base, 4, 5, cs), Piece(base + 5 * 2 * 4 * cs, 4, 5, cs)]
+    assert PieceIndex(strips).holds((1000, (4, 10, 20), 1))
+    assert not PieceIndex(strips[:-1]).holds((1000, (4, 10, 20), 1))
+    # two samples, each covered
+    assert PieceIndex([Piece(0, 4, 10, 3), Piece(240, 4, 10, 3)]).holds((0, (4, 10, 3), 2))
+    assert not PieceIndex([Piece(0, 4, 10, 3)]).holds((0, (4, 10, 3), 2))
+
+
+# -- whole networks ------------------------------------------------------------------
+
+def _stem(h: int, w: int, out_c: int, maxpool: bool = False, seed: int = 1):
+    """An image network's first layers: a 3x3/2 conv on RGB, a 3x3 depthwise, 1x1 convs and
+    a 5x5/2 depthwise (an EfficientNet stem), optionally a max-pool, ending in ``out_c``."""
+    b = NetBuilder(seed=seed)
+    y = b.relu6(b.conv("x", 3, 16, k=3, s=2))
+    y = b.relu6(b.conv(y, 16, 16, k=3, group=16))
+    y = b.conv(y, 16, 12, k=1)
+    if maxpool:
+        y = b.node("MaxPool", [y], kernel_shape=[2, 2], strides=[2, 2])
+    y = b.relu6(b.conv(y, 12, 24, k=1))
+    y = b.relu6(b.conv(y, 24, 24, k=5, s=2, group=24))
+    y = b.conv(y, 24, out_c, k=1)
+    return b.model([("x", [1, 3, h, w])], [y], "stem")
+
+
+def _run(netfile, x, url=SIM_UB):
+    with Net(netfile, url) as net:
+        y = net.run(x)
+        return {k: np.asarray(v) for k, v in y.items()}, net.last_run.device_us
+
+
+def _band_kinds(netfile) -> list[str]:
+    return [k for s in netfile.meta["program"] if s["kind"] == "hw" for k in s["runs"]]
+
+
+@pytest.mark.parametrize("out_c,maxpool", [(8, False), (5, True), (20, False), (24, False)])
+def test_banded_stem_gives_the_unbanded_bits_faster(out_c, maxpool):
+    model = _stem(96, 160, out_c, maxpool)
+    x = np.random.default_rng(out_c).uniform(-1, 1, (1, 3, 96, 160)).astype(np.float32)
+    banded = compile(model, golden=False, ub_size=UB)
+    plain = compile(model, golden=False, ub_size=UB, bands=False)
+    kinds = _band_kinds(banded)
+    assert any(k.startswith("band [") for k in kinds), kinds
+    # a wide output is copied into place chunk by chunk; a narrow one is written in place
+    copies = sum(k.startswith("copy") for k in kinds)
+    bands = sum(k.startswith("band [") for k in kinds)
+    assert copies == (0 if out_c <= 8 else bands * -(-out_c // 8))
+    (yb, us_b), (yp, us_p) = _run(banded, x), _run(plain, x)
+    for k in yp:
+        assert yb[k].tobytes() == yp[k].tobytes(), k
+    assert us_b < us_p
+    ref = ort_reference(model, {"x": x})[0]
+    got = next(iter(yb.values()))
+    assert np.abs(got - ref).max() <= 0.02 * (np.abs(ref).max() + 1)
+
+
+def test_banded_net_verifies_from_a_file_and_on_the_default_device(tmp_path):
+    """A net.bin with bands loads through the runtime's full check (every strip where a
+    command reads or writes it, the schedule's owners) and runs on a bigger unified buffer
+    with the same bits."""
+    import dvsdk
+
+    model = _stem(96, 160, 20)
+    x = np.random.default_rng(5).uniform(-1, 1, (1, 3, 96, 160)).astype(np.float32)
+    path = tmp_path / "net.bin"
+    compile(model, path, golden=False, ub_size=UB)
+    plain = compile(model, golden=False, ub_size=UB, bands=False)
+    with dvsdk.load(path, "sim://") as net:
+        y = {k: np.asarray(v) for k, v in net.run(x).items()}
+    yp, _ = _run(plain, x, "sim://")
+    assert all(y[k].tobytes() == yp[k].tobytes() for k in yp)
+
+
+def test_a_strip_overwritten_before_its_read_fails_the_schedule_check():
+    """The strips' relation admits a band's own bytes only: a schedule where another tensor
+    takes a strip's arena bytes before the band reads them is refused at load."""
+    from dvsdk.errors import NetFileError
+    from dvsdk.runtime.schedule import check_schedule
+
+    meta = {"inputs": [{"tensor": "x"}], "outputs": [], "constants": {}, "program": [
+        {"kind": "cpu", "op": "Relu", "inputs": ["x"], "outputs": ["z"]},
+        {"kind": "hw", "commands": [0, 1], "command_inputs": [["x#cols2:6"]],
+         "command_outputs": ["y"]}]}
+    dev = {"x": (0, (4, 10, 3), 1), "x#cols2:6": (48, (4, 4, 3), 1),
+           "z": (100, (1, 1, 5), 1), "y": (4096, (4, 4, 3), 1)}
+    from dvsdk.runtime.schedule import Access
+
+    access = [Access(reads=[Piece(48, 4, 4, 3)], writes=[Piece(4096, 4, 4, 3)],
+                     inputs=[Piece(48, 4, 4, 3)])]
+    # z (10 bytes of no column) lands inside the strip before the band reads it
+    with pytest.raises(NetFileError, match="overwritten"):
+        check_schedule(meta, dev, access)
+    del dev["z"]   # z on the host only: the strip keeps x's bytes
+    check_schedule(meta, dev, access)
+
+
+def test_no_bands_where_they_would_not_pay_or_cannot_be():
+    # at the default 512 KiB everything of this small stem fits whole: nothing to gain
+    model = _stem(32, 48, 8)
+    assert not any(k.startswith("band") for k in _band_kinds(compile(model, golden=False)))
+    # a chain on a 16-channel input: its columns are not one range (§1)
+    b = NetBuilder(seed=3)
+    y = b.relu6(b.conv("x", 16, 16, k=3))
+    y = b.conv(b.relu6(b.conv(y, 16, 16, k=3, group=16)), 16, 8, k=1)
+    wide_in = b.model([("x", [1, 16, 96, 96])], [y], "wide")
+    assert not any(k.startswith("band")
+                   for k in _band_kinds(compile(wide_in, golden=False, ub_size=UB)))
+
+
+def test_bands_off_with_chain_off_and_the_pass_keeps_other_programs():
+    model = _stem(96, 160, 8)
+    net = compile(model, golden=False, ub_size=UB, chain=False)
+    assert not any(k.startswith("band") for k in _band_kinds(net))
+
+
+def test_efficientnet_lite0_stem_runs_in_bands_with_the_same_bits():
+    """The case issue 27 measured: EfficientNet-Lite0 at 224x224 on the 512 KiB unified
+    buffer, its 112x112 and 56x56 stem (6 commands, 10.5 MB of DRAM traffic) in bands."""
+    model = R.efficientnet_lite0(224)
+    x = R.calibration_image((224, 224), 1)
+    banded, plain = compile(model, golden=False), compile(model, golden=False, bands=False)
+    assert sum(k.startswith("band [") for k in _band_kinds(banded)) >= 2
+    (yb, us_b), (yp, us_p) = _run(banded, x, "sim://"), _run(plain, x, "sim://")
+    assert all(yb[k].tobytes() == yp[k].tobytes() for k in yp)
+    assert us_b < 0.92 * us_p
+
+
+def test_transposed_network_bands_too():
+    model = _stem(160, 96, 20)
+    x = np.random.default_rng(9).uniform(-1, 1, (1, 3, 160, 96)).astype(np.float32)
+    banded = compile(model, golden=False, ub_size=UB, transpose=True)
+    plain = compile(model, golden=False, ub_size=UB, transpose=True, bands=False)
+    assert any(k.startswith("band [") for k in _band_kinds(banded))
+    (yb, _), (yp, _) = _run(banded, x), _run(plain, x)
+    assert all(yb[k].tobytes() == yp[k].tobytes() for k in yp)
+
+
+@pytest.mark.parametrize("out_c", [8, 20])
+def test_a_batch_runs_its_bands_sample_by_sample(out_c):
+    """§4.10 steps whole samples, so a batch's bands are per sample (batch-1 commands on
+    each sample's strips); the results are each sample's own bits."""
+    model = _stem(96, 160, out_c)
+    x = np.random.default_rng(11).uniform(-1, 1, (3, 3, 96, 160)).astype(np.float32)
+    net3 = compile(model, golden=False, ub_size=UB, batch=3)
+    net1 = compile(model, golden=False, ub_size=UB)
+    kinds1, kinds3 = _band_kinds(net1), _band_kinds(net3)
+    banded = [k for k in kinds1 if k.startswith(("band", "copy"))]
+    assert banded and sorted(k for k in kinds3 if k.startswith(("band", "copy"))) == \
+        sorted(banded * 3)
+    (y3, _), = [_run(net3, x)]
+    for i in range(3):
+        (y1, _) = _run(net1, x[i:i + 1])
+        for k in y1:
+            assert y3[k][i:i + 1].tobytes() == y1[k].tobytes(), (i, k)
