@@ -7,9 +7,12 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import pytest
-from onnx import TensorProto, helper
+from onnx import TensorProto, helper, numpy_helper
 
-from .compile_harness import run_case
+from dvsdk.compiler.build import compile
+from dvsdk.runtime.net import Net
+
+from .compile_harness import SIM, ort_reference, run_case
 
 
 def _model(op: str, axes: list[int], keepdims: int, opset: int) -> onnx.ModelProto:
@@ -45,3 +48,28 @@ def test_spatial_reduce_runs_as_a_global_pool(op, axes, keepdims, opset, pool):
         assert placed[op] == "cpu" and "GlobalAveragePool" not in placed
     else:
         assert op not in placed and placed[pool] == "hw", placed
+
+
+_ALL_REDUCE = ("ReduceSum ReduceMean ReduceMax ReduceMin ReduceProd ReduceL2 ReduceSumSquare "
+               "ReduceL1 ReduceLogSum ReduceLogSumExp").split()
+
+
+@pytest.mark.parametrize("op", _ALL_REDUCE)
+def test_no_axes_with_noop_is_the_element_wise_part_as_onnxruntime(op):
+    """opset 18, ``noop_with_empty_axes=1`` and no axes: nothing is reduced, but ReduceL2
+    and ReduceL1 give |x|, ReduceSumSquare x², ReduceLogSum log x (onnxruntime and the ONNX
+    reference agree; dvsdk gave x itself for all ten)."""
+    x = np.random.default_rng(3).uniform(0.25, 3, (1, 2, 3, 4)).astype(np.float32)
+    x *= np.where(np.random.default_rng(4).random(x.shape) < 0.5, -1, 1).astype(np.float32)
+    node = helper.make_node(op, ["x", "axes"], ["y"], noop_with_empty_axes=1)
+    graph = helper.make_graph(
+        [node], "noop", [helper.make_tensor_value_info("x", TensorProto.FLOAT, x.shape)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(np.array([], np.int64), "axes")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    (ref,) = ort_reference(model, {"x": x})
+    with Net(compile(model, golden=False), SIM) as net:
+        (got,) = net.run(x).values()
+    assert got.shape == ref.shape
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(ref))
+    assert np.nanmax(np.abs(got - ref)) <= 1e-6 * np.nanmax(np.abs(ref))

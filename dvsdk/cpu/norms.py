@@ -205,8 +205,9 @@ def _reduce(fn):
         else:
             axes = []
         if not axes and attrs.get("noop_with_empty_axes", 0):
-            return [x]
-        ax = tuple(range(x.ndim)) if not axes else tuple(sorted({a % x.ndim for a in axes}))
+            ax: tuple = ()   # no reduction: the element-wise part (|x|, log x), as onnxruntime
+        else:
+            ax = tuple(range(x.ndim)) if not axes else tuple(sorted({a % x.ndim for a in axes}))
         keep = bool(attrs.get("keepdims", 1))
         return [np.asarray(fn(x, ax, keep)).astype(x.dtype)]
     return kernel

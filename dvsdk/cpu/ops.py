@@ -391,14 +391,17 @@ def _where(inputs: list, attrs: Attrs) -> list[Arr]:
     return [np.where(inputs[0], inputs[1], inputs[2])]
 
 
-def _reduce(fn: Callable[..., Arr]) -> Kernel:
+def _reduce(fn: Callable[..., Arr], noop: Callable[[Arr], Arr] | None = None) -> Kernel:
+    """A Reduce op; with no axes and ``noop_with_empty_axes`` only its element-wise part,
+    ``noop`` (ReduceL2 gives |x|, ReduceSumSquare x², as onnxruntime and the ONNX reference
+    do; the others x itself)."""
     def kernel(inputs: list, attrs: Attrs) -> list[Arr]:
         x = inputs[0]
         axes = _axes(_opt(inputs, 1), attrs, x.ndim)
         if axes is not None and len(axes) == 0:
             axes = None
         if axes is None and attrs.get("noop_with_empty_axes", 0):
-            return [x]
+            return [x if noop is None else np.asarray(noop(x)).astype(x.dtype, copy=False)]
         keep = bool(attrs.get("keepdims", 1))
         ax = tuple(range(x.ndim)) if axes is None else tuple(axes)
         return [np.asarray(fn(x, axis=ax, keepdims=keep)).astype(x.dtype, copy=False)]
@@ -537,9 +540,9 @@ KERNELS: dict[str, Kernel] = {
     "ReduceMin": _reduce(arith.reduce_min),
     "ReduceProd": _reduce(np.prod),
     "ReduceL2": _reduce(lambda x, axis, keepdims: np.sqrt(np.sum(
-        np.square(x), axis=axis, keepdims=keepdims))),
+        np.square(x), axis=axis, keepdims=keepdims)), np.abs),
     "ReduceSumSquare": _reduce(lambda x, axis, keepdims: np.sum(
-        np.square(x), axis=axis, keepdims=keepdims)),
+        np.square(x), axis=axis, keepdims=keepdims), np.square),
     "ArgMax": _arg(np.argmax),
     "ArgMin": _arg(np.argmin),
     **NN_KERNELS,
