@@ -240,3 +240,25 @@ def test_a_batch_runs_its_bands_sample_by_sample(out_c):
         (y1, _) = _run(net1, x[i:i + 1])
         for k in y1:
             assert y3[k][i:i + 1].tobytes() == y1[k].tobytes(), (i, k)
+
+
+def test_analyze_compares_the_tensor_a_banded_chain_writes(tmp_path):
+    """dvsdk analyze reads each command's output; a banded chain's bands write strips, so
+    after the last one the whole tensor is read and compared with the reference too, as
+    the same tensor is without bands."""
+    import onnx
+
+    from dvsdk.qa.analyze import analyze
+
+    model = _stem(96, 160, 20)
+    path = tmp_path / "stem.onnx"
+    onnx.save(model, path)
+    x = np.random.default_rng(2).uniform(-1, 1, (1, 3, 96, 160)).astype(np.float32)
+    rows = {}
+    for bands in (True, False):
+        with Net(compile(model, golden=False, ub_size=UB, bands=bands), SIM_UB) as n:
+            rows[bands] = {r.tensor: r for r in analyze(n, path, x, contribution=False)}
+    (out,) = [o.name for o in model.graph.output]
+    assert out in rows[True] and out in rows[False]
+    assert rows[True][out].max_abs == rows[False][out].max_abs    # the same bits
+    assert rows[True][out].rel < 0.01

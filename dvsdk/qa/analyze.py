@@ -129,6 +129,7 @@ def device_tensors(net: Net, x: Any, reference: dict[str, np.ndarray] | None = N
         if outputs is None or inputs is None:
             raise ModelError("this net.bin does not record which tensor each command "
                              "writes; recompile it with this dvsdk", field="command_outputs")
+        last = _strip_roots(outputs)
         for k in range(count):
             if reference is not None:
                 for t in inputs[k]:
@@ -139,7 +140,20 @@ def device_tensors(net: Net, x: Any, reference: dict[str, np.ndarray] | None = N
             value = net._value(h, t)
             out.append((t, "hw", step_meta["runs"][k], step_meta["command_sources"][k],
                         start + k, list(inputs[k]), _orient(value, flip)))
+            root = t.split("#", 1)[0]
+            if last.get(root) == k and net._dev(root) is not None:
+                # the last band of a chain wrote its strip: the whole tensor is there now
+                out.append((root, "hw", step_meta["runs"][k], step_meta["command_sources"][k],
+                            start + k, [i.split("#", 1)[0] for i in inputs[k]],
+                            _orient(net._value(h, root), flip)))
     return out
+
+
+def _strip_roots(outputs: list) -> dict[str, int]:
+    """The tensors a hw step writes as column strips (``name#cols...``, ``name#band...``:
+    :mod:`dvsdk.compiler.bands`), each with the index of its last command."""
+    return {t.split("#", 1)[0]: k for k, t in enumerate(outputs)
+            if isinstance(t, str) and "#" in t}
 
 
 def _put(net: Net, h: Run, name: str, reference: dict[str, np.ndarray], flip: bool
