@@ -28,6 +28,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, replace
+from functools import reduce
 
 from ..driver.commands import ConvRun
 from ..driver.device import DeviceInfo
@@ -35,8 +36,8 @@ from ..errors import InvalidCommand
 from ..hw import dims
 from ..hw.spec import SPEC
 from ..hw.timing import DEFAULT_PARAMS, command_cycles, run_cycles
-from .chain import chain_kinds
-from .program import CpuStep, HwCmd, HwStep, Program, unit_io, validate_cmd
+from .chain import chain_kinds, join_commands
+from .program import CpuStep, HwCmd, HwStep, Program, readers_and_pinned, validate_cmd
 
 _PAD7 = SPEC.bits("pad7")
 _PAD8 = SPEC.bits("pad8")
@@ -226,16 +227,6 @@ def _plain(cmd: HwCmd) -> bool:
             and all(_bandable(r) for r in cmd.runs))
 
 
-def _join(cmds: list[HwCmd]) -> HwCmd:
-    runs = [r for c in cmds for r in c.runs]
-    kinds = [k for c in cmds for k in chain_kinds(c.kind)]
-    return HwCmd(cmds[0].input, cmds[-1].output, cmds[0].w, cmds[0].h, cmds[0].c, runs,
-                 [b for c in cmds for b in c.blobs], topo=1 << (len(runs) - 1),
-                 sources=[s for c in cmds for s in c.sources],
-                 kind="chain [" + " -> ".join(kinds) + "]" if len(kinds) > 1 else kinds[0],
-                 batch=cmds[0].batch)
-
-
 def _best(cmds: list[HwCmd], info: DeviceInfo) -> tuple[int, _Plan] | None:
     """The longest-saving prefix of ``cmds`` as bands: (commands taken, plan), or None
     when no prefix of two or more runs is predicted faster banded."""
@@ -243,7 +234,7 @@ def _best(cmds: list[HwCmd], info: DeviceInfo) -> tuple[int, _Plan] | None:
     base = 0
     for n in range(1, len(cmds) + 1):
         base += cmd_cycles(cmds[n - 1], info.ub_size)
-        chain = _join(cmds[:n])
+        chain = reduce(join_commands, cmds[:n])
         if len(chain.runs) < 2 or len(chain.runs) > dims.MAX_NUM_RUNS:
             continue
         out_c = dims.command_output_shape(chain, chain.runs)[2]
@@ -262,12 +253,7 @@ def band_commands(program: Program, info: DeviceInfo) -> Program:
     """``program`` with each chain of commands on an input of at most 8 channels run in
     column bands where that is predicted faster (module docstring); everything else, and
     every result bit, unchanged."""
-    readers: Counter[str] = Counter()
-    for step in program.steps:
-        for unit in step.commands if isinstance(step, HwStep) else [step]:
-            readers.update(unit_io(unit)[0])
-    pinned = set(program.graph.outputs) | set(program.aliases)
-    pinned |= {base for base, _ in program.aliases.values()}
+    readers, pinned = readers_and_pinned(program)
     device, aliases = dict(program.device), dict(program.aliases)
     steps: list[HwStep | CpuStep] = []
     for step in program.steps:

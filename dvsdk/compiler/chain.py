@@ -28,7 +28,7 @@ from collections import Counter
 from ..driver.device import DeviceInfo
 from ..errors import InvalidCommand
 from ..hw.dims import MAX_NUM_RUNS
-from .program import CpuStep, HwCmd, HwStep, Program, out_hwc, unit_io, validate_cmd
+from .program import CpuStep, HwCmd, HwStep, Program, out_hwc, readers_and_pinned, validate_cmd
 
 
 def _pure_chain(cmd: HwCmd) -> bool:
@@ -39,12 +39,7 @@ def _pure_chain(cmd: HwCmd) -> bool:
 def chain_commands(program: Program, info: DeviceInfo) -> Program:
     """``program`` with each run of consecutive chained commands merged (module
     docstring); the steps, their order and every other tensor unchanged."""
-    readers: Counter[str] = Counter()
-    for step in program.steps:
-        for unit in step.commands if isinstance(step, HwStep) else [step]:
-            readers.update(unit_io(unit)[0])
-    pinned = set(program.graph.outputs) | set(program.aliases)
-    pinned |= {base for base, _ in program.aliases.values()}
+    readers, pinned = readers_and_pinned(program)
     dropped: set[str] = set()
     steps: list[HwStep | CpuStep] = []
     for step in program.steps:
@@ -55,7 +50,7 @@ def chain_commands(program: Program, info: DeviceInfo) -> Program:
         for cmd in step.commands:
             prev = merged[-1] if merged else None
             if prev is not None and _chains(prev, cmd, readers, pinned):
-                joined = _join(prev, cmd)
+                joined = join_commands(prev, cmd)
                 try:
                     validate_cmd(joined, info)
                 except InvalidCommand:
@@ -93,7 +88,7 @@ def chain_kinds(kind: str) -> list[str]:
     return [kind]
 
 
-def _join(prev: HwCmd, cmd: HwCmd) -> HwCmd:
+def join_commands(prev: HwCmd, cmd: HwCmd) -> HwCmd:
     """``prev`` then ``cmd`` as one command: ``prev``'s input, ``cmd``'s output."""
     kinds = chain_kinds(prev.kind) + chain_kinds(cmd.kind)
     runs = prev.runs + cmd.runs

@@ -6,6 +6,7 @@ memory plan (:mod:`.memplan`) and the net.bin builder (:mod:`.build`).
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 
@@ -83,6 +84,18 @@ def unit_io(unit: HwCmd | CpuStep) -> tuple[list[str], list[str]]:
     if isinstance(unit, HwCmd):
         return [unit.input] + ([unit.eltwise] if unit.eltwise else []), [unit.output]
     return [i for i in unit.op.inputs if i], [o for o in unit.op.outputs if o]
+
+
+def readers_and_pinned(program: Program) -> tuple[Counter[str], set[str]]:
+    """How many commands and CPU steps read each tensor, and the tensors a pass that drops
+    or splits a tensor must leave alone: the graph's outputs, views and what they view."""
+    readers: Counter[str] = Counter()
+    for step in program.steps:
+        for unit in step.commands if isinstance(step, HwStep) else [step]:
+            readers.update(unit_io(unit)[0])
+    pinned = set(program.graph.outputs) | set(program.aliases)
+    pinned |= {base for base, _ in program.aliases.values()}
+    return readers, pinned
 
 
 def as_steps(units: Iterable[HwCmd | CpuStep]) -> list[HwStep | CpuStep]:
