@@ -235,8 +235,9 @@ def test_efficientnet_lite0_batch_4_runs_on_the_dv700_at_most_1_05x_per_image():
     x = np.concatenate([calibration_image((size, size), 9 + i) for i in range(4)])
     net1 = compile(model, golden=False)
     net4 = compile(model, golden=False, batch=4)
-    # on the device: batch commands, and per-sample band commands for the stem on RGB
-    # (dvsdk.compiler.bands: a strip of each sample is its own range, §1, §4.10)
+    # on the device: batch commands, and per-sample commands for the stem on RGB in bands
+    # and the expand-depthwise pairs in channel groups (dvsdk.compiler.bands, .groups: a
+    # sample's strip or channels are one range, several samples' are not, §1, §4.10)
     assert net4.meta["stats"]["cpu_ops"] == 0 and set(command_batches(net4)) == {1, 4}
     with Net(net1, SIM) as one:
         singles = [one.run(x[i:i + 1]) for i in range(4)]
@@ -252,10 +253,10 @@ def test_efficientnet_lite0_batch_4_runs_on_the_dv700_at_most_1_05x_per_image():
     # predicted device time (cycles at the simulated clock), per image
     assert t4 / 4 <= 1.05 * t1, (t1, t4 / 4)
     # the plan grows linearly with the batch, the weights not at all; the commands only by
-    # the banded stem's, once per sample
+    # the banded and grouped ones, once per sample
     assert net4.meta["arena"]["size"] <= 4 * net1.meta["arena"]["size"]
     assert net4.weights == net1.weights
-    banded = sum(k.split(" ")[0] in ("band", "copy") for s in net1.meta["program"]
+    banded = sum(k.split(" ")[0] in ("band", "copy", "group") for s in net1.meta["program"]
                  if s["kind"] == "hw" for k in s["runs"])
     assert command_batches(net4).count(4) == net1.meta["stats"]["commands"] - banded > 0
     assert command_batches(net4).count(1) == 4 * banded > 0

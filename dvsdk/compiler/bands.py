@@ -14,8 +14,10 @@ outermost, so columns ``[a, b)`` of a tensor of at most 8 channels are one conti
 range, ``a·H·C·2`` bytes in.  A band therefore needs a chain input of at most 8 channels
 (a network's RGB input), and writes its output columns in place when the output has at
 most 8 channels too.  A wider output goes to a band's own tensor and per 8-channel chunk
-a copy command (an activation-only run, leaky ReLU with slope 1: ``x > 0 ? x : x·1``,
-the value itself bit for bit, §4.5) puts its columns in place.
+a copy command (a 2x upsample then a 2x2 max pool: the value itself bit for bit, -0 too,
+:func:`_copies`) puts its columns in place.  The strips of views are named after the
+tensor they are part of (``x#colsA:B``, ``y#colsA:B/cK``, ``@n`` for a batch's sample n:
+:mod:`dvsdk.runtime.views`), and the input strips read all of the input between them.
 
 Every output pixel is computed by the same runs from the same inputs as without bands
 (each run's arithmetic is per output pixel, ``firmware_spec/arithmetic.md``; the values
@@ -35,38 +37,27 @@ from ..driver.device import DeviceInfo
 from ..errors import InvalidCommand
 from ..hw import dims
 from ..hw.spec import SPEC
-from ..hw.timing import DEFAULT_PARAMS, command_cycles, run_cycles
 from .chain import chain_kinds, join_commands
-from .program import CpuStep, HwCmd, HwStep, Program, readers_and_pinned, validate_cmd
+from .groups import best_groups, pairs
+from .program import (
+    CpuStep,
+    HwCmd,
+    HwStep,
+    Program,
+    cmd_cycles,
+    readers_and_pinned,
+    validate_cmd,
+)
 
 _PAD7 = SPEC.bits("pad7")
 _PAD8 = SPEC.bits("pad8")
 _POOL = SPEC.enum("pool_enable")
-#: The copy run of a chunk of 1..8 channels (validated once, here)
-_COPY = {cs: ConvRun.make(cs, act="leaky_relu", act_param=1.0) for cs in range(1, 9)}
+#: The copy of a chunk of 1..8 channels: two runs (:func:`_copies`)
+_COPY = {cs: (ConvRun.make(cs, pool="upsample"),
+              ConvRun.make(cs, pool="max", pool_size=2, pool_stride=2)) for cs in range(1, 9)}
+_COPY_KIND = "copy [2x nearest upsample -> maxpool 2x2]"
 #: Most bands tried for one chain (more make the halos and per-command costs win).
 MAX_BANDS = 64
-
-
-def cmd_cycles(cmd: HwCmd, ub_size: int) -> int:
-    """Predicted cycles of one command on a unified buffer of ``ub_size`` bytes (the
-    simulator's model, ``dvsdk/hw/timing.py``)."""
-    shapes = dims.run_shapes(cmd, cmd.runs)
-    tiles = dims.command_tiles(cmd, cmd.runs, ub_size) if len(cmd.runs) == 1 else 1
-    elt = 0
-    if cmd.eltwise:
-        ow, oh, _, m = dims.run_output_shape(replace(cmd.runs[0], pool_enable=0),
-                                             (cmd.w, cmd.h, 1, cmd.c))[0]
-        elt = ow * oh * m * 2
-    total, topo = [], cmd.topo
-    for i, (run, (shp_in, shp_out)) in enumerate(zip(cmd.runs, shapes)):
-        in_ubuf = i > 0 and not topo >> (i - 1) & 1
-        wsize = dims.run_weight_size(run, shp_in[3]) if run.conv_enable else 0
-        t, _ = run_cycles(run, shp_in, shp_out, tiles, wsize, in_ubuf, not topo >> i & 1,
-                          elt if i == 0 else 0)
-        total.append(t)
-    return cmd.batch * (command_cycles(total) - DEFAULT_PARAMS.command_overhead) \
-        + DEFAULT_PARAMS.command_overhead
 
 
 def _bandable(run: ConvRun) -> bool:
@@ -154,17 +145,23 @@ def plan_bands(chain: HwCmd, out_c: int, info: DeviceInfo, bands: int) -> _Plan 
     if bands > ow:
         return None
     kind = "band [" + " -> ".join(chain_kinds(chain.kind)) + "]"
+    cuts = [ow * k // bands for k in range(bands + 1)]
+    spans = [_band(chain.runs, widths, lo, hi) for lo, hi in zip(cuts, cuts[1:])]
     geometry = []
-    for k in range(bands):
-        lo, hi = ow * k // bands, ow * (k + 1) // bands
-        band = _band(chain.runs, widths, lo, hi)
-        cmd = HwCmd("in", "out", band.b - band.a, chain.h, chain.c, band.runs, chain.blobs,
+    for k, band in enumerate(spans):
+        # the strips read all of the input: up to the next one (a stride above the kernel
+        # skips columns) and to the edge (columns the last window does not reach); the
+        # band's output stays as wide, which the shapes below check
+        b = max(band.b, spans[k + 1].a if k + 1 < bands else chain.w)
+        cmd = HwCmd("in", "out", b - band.a, chain.h, chain.c, band.runs, chain.blobs,
                     topo=chain.topo, sources=list(chain.sources), kind=kind)
+        if dims.command_output_shape(cmd, cmd.runs)[:2] != (oh, cuts[k + 1] - cuts[k]):
+            return None
         try:
             validate_cmd(cmd, info)
         except InvalidCommand:
             return None
-        geometry.append((lo, hi, band.a, band.b, cmd))
+        geometry.append((cuts[k], cuts[k + 1], band.a, b, cmd))
     plan = _Plan([], {}, {}, 0)
     for n in range(chain.batch):
         _instantiate(plan, chain, n, geometry, oh, ow, out_c)
@@ -198,8 +195,11 @@ def _instantiate(plan: _Plan, chain: HwCmd, n: int, geometry: list, oh: int, ow:
 def _copies(src: str, y: str, y_off: int, lo: int, hi: int, oh: int, ow: int, out_c: int,
             tag: str, plan: _Plan, sources: list[str]) -> list[HwCmd]:
     """Per 8-channel chunk of band tensor ``src`` (columns ``[lo, hi)`` of ``y``'s sample at
-    ``y_off``), a copy into that chunk of ``y``, where those columns are contiguous (§1): an
-    activation-only run, leaky ReLU with slope 1 (§4.5), the value itself bit for bit."""
+    ``y_off``), a copy into that chunk of ``y``, where those columns are contiguous (§1): a
+    2x upsample (a copy of each value into a 2x2 block, §4.3) then a 2x2 max pool with
+    stride 2, the maximum of four copies of a value -- the value itself, bit for bit, -0
+    and NaN too (``firmware_spec/arithmetic.md`` step 4; a run that only adds or
+    multiplies, as an average pool or an activation, would turn -0 into +0)."""
     res = []
     w = hi - lo
     for c0 in range(0, out_c, 8):
@@ -208,8 +208,8 @@ def _copies(src: str, y: str, y_off: int, lo: int, hi: int, oh: int, ow: int, ou
         plan.device[piece] = plan.device[place] = (oh, w, cs)
         plan.aliases[piece] = (src, c0 * oh * w * 2)
         plan.aliases[place] = (y, y_off + c0 * oh * ow * 2 + lo * oh * cs * 2)
-        res.append(HwCmd(piece, place, w, oh, cs, [_COPY[cs]], [None],
-                         sources=list(sources[-1:]), kind="copy (leaky ReLU, slope 1)"))
+        res.append(HwCmd(piece, place, w, oh, cs, list(_COPY[cs]), [None, None], topo=0b10,
+                         sources=list(sources[-1:]), kind=_COPY_KIND))
     return res
 
 
@@ -227,25 +227,46 @@ def _plain(cmd: HwCmd) -> bool:
             and all(_bandable(r) for r in cmd.runs))
 
 
+def _unbanded(cmds: list[HwCmd], info: DeviceInfo) -> int:
+    """Predicted cycles of a chain's commands without bands: as they are, or a conv and the
+    per-channel command after it in channel groups where :mod:`.groups` would take them
+    (the pass after this one; bands must beat what it would make)."""
+    total, i = 0, 0
+    while i < len(cmds):
+        got = None
+        if i + 1 < len(cmds) and pairs(cmds[i], cmds[i + 1]):
+            got = best_groups(cmds[i], cmds[i + 1], info)
+        if got is None:
+            total += cmd_cycles(cmds[i], info.ub_size)
+            i += 1
+        else:
+            total += got[0]
+            i += 2
+    return total
+
+
 def _best(cmds: list[HwCmd], info: DeviceInfo) -> tuple[int, _Plan] | None:
     """The longest-saving prefix of ``cmds`` as bands: (commands taken, plan), or None
     when no prefix of two or more runs is predicted faster banded."""
     best: tuple[int, int, _Plan] | None = None
-    base = 0
+    fewest = 2
     for n in range(1, len(cmds) + 1):
-        base += cmd_cycles(cmds[n - 1], info.ub_size)
+        base = _unbanded(cmds[:n], info)
         chain = reduce(join_commands, cmds[:n])
         if len(chain.runs) < 2 or len(chain.runs) > dims.MAX_NUM_RUNS:
             continue
         out_c = dims.command_output_shape(chain, chain.runs)[2]
-        for bands in range(2, MAX_BANDS + 1):
+        for bands in range(fewest, MAX_BANDS + 1):
             got = plan_bands(chain, out_c, info, bands)
             if got is None:
                 continue
             saving = base - got.cycles
             if saving > 0 and (best is None or saving > best[0]):
                 best = (saving, n, got)
+            fewest = bands   # a longer chain needs as many bands at least
             break   # the fewest bands that fit: more only add halo and commands
+        else:
+            break   # no band count fits: nor will it with more runs
     return None if best is None else (best[1], best[2])
 
 

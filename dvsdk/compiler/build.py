@@ -63,6 +63,9 @@ class Options:
     #: chains on a narrow input run in column bands, every intermediate on chip
     #: (:mod:`.bands`; the same bits; off with ``chain``)
     bands: bool = True
+    #: a conv and the per-channel runs after it in groups of output channels, the
+    #: intermediate on chip (:mod:`.groups`; the same bits; off with ``chain``)
+    groups: bool = True
     #: element-wise tails of device tensors as one CPU table lookup (:mod:`.table`)
     tables: bool = True
     #: convs moved to just before the Add they feed, so it fuses (:mod:`.reorder`):
@@ -290,7 +293,8 @@ def compile_graph(graph: Graph, options: Options, source: str = "") -> NetFile:
 
         graph = transpose_spatial(graph)
     program = lower(graph, info, quantize=quantized, multirun=options.multirun,
-                    chain=options.chain, bands=options.bands, tables=options.tables,
+                    chain=options.chain, bands=options.bands, groups=options.groups,
+                    tables=options.tables,
                     fuse_adds=options.fuse_adds)
     mplan = plan(program)
     steps, cmds, weights, constants, const_index = _encode_program(program, mplan, options)

@@ -22,6 +22,7 @@ from . import hwmap
 from .bands import band_commands
 from .batch import BATCH_REASON
 from .chain import chain_commands
+from .groups import group_commands
 from .hwmap import Act, NoMapping, hwc
 from .ir import Graph, Op
 from .lower_ops import OpLowerings
@@ -453,13 +454,14 @@ class Lowering(OpLowerings, MultiRunLowerings):
 
 def lower(graph: Graph, info: DeviceInfo, quantize: bool | frozenset = False,
           multirun: bool = True, chain: bool = True, tables: bool = True,
-          fuse_adds: bool = False, bands: bool = True) -> Program:
+          fuse_adds: bool = False, bands: bool = True, groups: bool = True) -> Program:
     """Lower an optimized, shape-inferred graph for a device with ``info``; convs moved to
     just before the Add they feed (``fuse_adds``, :mod:`.reorder`: changes results),
     element-wise tails of device tensors as table lookups (``tables``, :mod:`.table`), the
     steps in an order with few device <-> CPU transitions (:mod:`.schedule`), chained
     commands merged into one (``chain``, :mod:`.chain`), and with it chains on a narrow input
-    run in column bands where that is faster (``bands``, :mod:`.bands`)."""
+    run in column bands (``bands``, :mod:`.bands`) and a conv with the per-channel runs after
+    it in groups of output channels (``groups``, :mod:`.groups`) where that is faster."""
     if fuse_adds:
         graph = convs_before_their_adds(graph)
     program = Lowering(graph, info, quantize, multirun).run()
@@ -469,4 +471,6 @@ def lower(graph: Graph, info: DeviceInfo, quantize: bool | frozenset = False,
     if not chain:
         return program
     program = chain_commands(program, info)
-    return band_commands(program, info) if bands else program
+    if bands:
+        program = band_commands(program, info)
+    return group_commands(program, info) if groups else program

@@ -14,6 +14,7 @@ from ..driver.commands import BufferRef, ConvCommand, ConvRun
 from ..driver.device import DeviceInfo
 from ..driver.validate import validate_conv
 from ..hw import dims
+from ..hw.timing import DEFAULT_PARAMS, command_cycles, run_cycles
 from .hwmap import NoMapping
 from .ir import Graph, Op
 
@@ -135,3 +136,24 @@ def out_hwc(cmd: HwCmd) -> tuple[int, int, int]:
     if len(outs) > 1:
         raise NoMapping("branch outputs differ in size")
     return dims.command_output_shape(cmd, cmd.runs)
+
+
+def cmd_cycles(cmd: HwCmd, ub_size: int) -> int:
+    """Predicted cycles of one command on a unified buffer of ``ub_size`` bytes (the
+    simulator's model, ``dvsdk/hw/timing.py``)."""
+    shapes = dims.run_shapes(cmd, cmd.runs)
+    tiles = dims.command_tiles(cmd, cmd.runs, ub_size) if len(cmd.runs) == 1 else 1
+    elt = 0
+    if cmd.eltwise:
+        ow, oh, _, m = dims.run_output_shape(replace(cmd.runs[0], pool_enable=0),
+                                             (cmd.w, cmd.h, 1, cmd.c))[0]
+        elt = ow * oh * m * 2
+    total, topo = [], cmd.topo
+    for i, (run, (shp_in, shp_out)) in enumerate(zip(cmd.runs, shapes)):
+        in_ubuf = i > 0 and not topo >> (i - 1) & 1
+        wsize = dims.run_weight_size(run, shp_in[3]) if run.conv_enable else 0
+        t, _ = run_cycles(run, shp_in, shp_out, tiles, wsize, in_ubuf, not topo >> i & 1,
+                          elt if i == 0 else 0)
+        total.append(t)
+    return cmd.batch * (command_cycles(total) - DEFAULT_PARAMS.command_overhead) \
+        + DEFAULT_PARAMS.command_overhead

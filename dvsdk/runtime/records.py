@@ -34,6 +34,7 @@ from ..hw import dims
 from ..hw.spec import SPEC
 from ..netfile import ALIGNMENT, LIMITS, NB, REGIONS, MetaReader, NetFile
 from .schedule import Access, Piece, PieceIndex, check_schedule, merge
+from .views import covered
 
 #: element types an input or output may have: those the CPU kernels handle
 IO_DTYPES = tuple(sorted({np.dtype(t).name for t in ONNX_DTYPES.values()}))
@@ -474,11 +475,14 @@ def verify(net: NetFile) -> list[ConvCommand]:
            for n, t in tensors.items() if t.get("device") is not None}
     reads = PieceIndex(merge(p for a in access for p in a.reads))
     writes = PieceIndex(merge(p for a in access for p in a.writes))
-    for name, place in dev.items():
-        if not (reads.holds(place) or writes.holds(place)):
-            _fail(f"tensors.{name}.device", "is not where any command reads or writes it "
-                  "(offset, H, W, channel chunk or batch)", [place[0], list(place[1]),
-                                                             place[2]], "a command buffer")
+    unheld = {name for name, place in dev.items()
+              if not (reads.holds(place) or writes.holds(place))}
+    bad = unheld - covered(dev, set(dev) - unheld)   # (held by its views, all of it)
+    for name in (n for n in dev if n in bad):
+        place = dev[name]
+        _fail(f"tensors.{name}.device", "is not where any command reads or writes it "
+              "(offset, H, W, channel chunk or batch; or its views, all of it)",
+              [place[0], list(place[1]), place[2]], "a command buffer")
     for i, step in enumerate(meta["program"]):
         if step["kind"] == "hw":
             continue

@@ -12,7 +12,8 @@ what makes the result the network's:
   outputs twice);
 * the bytes a step reads still hold what it names: each byte of a device tensor was last
   written by that tensor or by one it contains or is contained in (the same H and W, at
-  an 8-channel chunk), never by another tensor sharing its arena slot since;
+  an 8-channel chunk; or a view named after it, :mod:`.views`: a band's strip, a group's
+  channels, a sample), never by another tensor sharing its arena slot since;
 * each command's named tensors are its buffers: ``command_inputs`` are the tensors at its
   input and element-wise operand, ``command_outputs`` lie in its output (bytes it writes
   beyond them hold nothing a later step may read);
@@ -36,6 +37,7 @@ from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
 from ..errors import NetFileError
+from .views import shares
 
 #: a device tensor's placement: (arena offset, (H, W, C), samples N)
 Placement = tuple[int, tuple[int, int, int], int]
@@ -78,36 +80,15 @@ class Piece:
         this piece or a chunk-aligned channel slice of it, in the same chunked layout (§1)
         and with the same samples at the same stride."""
         h, w, c = hwc
-        if n == 1 and self.n > 1:
-            return self._holds_columns(off - self.base, h, w, c, n)
         if n != self.n or (n > 1 and 2 * h * w * c != self.step):
             return False
         if (self.h, self.w) == (1, 1) and off == self.base and h * w * c == self.c:
             return True   # a 1x1xC command (a flattening FC) reads the tensor's bytes in place
         rel, plane = off - self.base, 2 * h * w
-        if rel < 0:
+        if (h, w) != (self.h, self.w) or rel < 0 or rel % (8 * plane):
             return False
-        if (h, w) != (self.h, self.w) or rel % (8 * plane):
-            return self._holds_columns(rel, h, w, c, n)
         c0 = rel // plane
         return c0 + c <= self.c and (c % 8 == 0 or c0 + c == self.c)
-
-    def _holds_columns(self, rel: int, h: int, w: int, c: int, n: int) -> bool:
-        """Whether ``rel`` bytes in, (h, w, c) are columns of one 8-channel chunk of one
-        sample of this piece: x is outermost inside a chunk (§1), so columns ``[x0, x0 + w)``
-        of a chunk of ``cs`` channels are one range, ``x0·H·cs·2`` bytes into it (a band's
-        strip, :mod:`dvsdk.compiler.bands`; a batch's bands read and write each sample's)."""
-        if n != 1 or h != self.h or w > self.w or rel < 0:
-            return False
-        sample, rel = divmod(rel, self.step)
-        if sample >= self.n or rel >= 2 * self.h * self.w * self.c:
-            return False
-        chunk = 16 * self.h * self.w
-        k, inner = divmod(rel, chunk)
-        cs = min(8, self.c - 8 * k)
-        if c != cs or inner % (2 * h * cs):
-            return False
-        return inner // (2 * h * cs) + w <= self.w
 
 
 @dataclass
@@ -170,50 +151,16 @@ def related(a: Placement, b: Placement) -> bool:
 
 class PieceIndex:
     """Answers "does any of these pieces hold a tensor?" without a pass over the pieces:
-    by (H, W, base), walking back one 8-channel chunk at a time; or "do column strips
-    cover each of its chunks?" (a band's strips, :mod:`dvsdk.compiler.bands`) from the
-    strips' byte ranges, merged where they overlap or touch (§1: inside a chunk of ``cs``
-    channels a column is ``2·H·cs`` contiguous bytes)."""
+    by (H, W, base), walking back one 8-channel chunk at a time."""
 
     def __init__(self, pieces: Iterable[Piece]) -> None:
         self._at: dict[tuple[int, int, int], set[Piece]] = {}
         self._most: dict[tuple[int, int], int] = {}
-        spans: dict[tuple[int, int, int], list[tuple[int, int]]] = {}
         for p in pieces:
             self._at.setdefault((p.h, p.w, p.base), set()).add(p)
             self._most[p.h, p.w] = max(self._most.get((p.h, p.w), 0), p.c)
-            if p.n == 1 and p.c <= 8:
-                col = 2 * p.h * p.c
-                spans.setdefault((p.h, p.c, p.base % col), []).append(
-                    (p.base, p.base + col * p.w))
-        self._cover: dict[tuple[int, int, int], tuple[list[int], list[int]]] = {}
-        for key, ranges in spans.items():
-            starts, ends = [], []
-            for a, b in sorted(ranges):
-                if ends and a <= ends[-1]:
-                    ends[-1] = max(ends[-1], b)
-                else:
-                    starts.append(a)
-                    ends.append(b)
-            self._cover[key] = (starts, ends)
 
     def holds(self, place: Placement) -> bool:
-        return self._holds(place) or self._covered(place)
-
-    def _covered(self, place: Placement) -> bool:
-        """Whether strips cover every chunk of every sample of the tensor at ``place``."""
-        off, (h, w, c), n = place
-        for s in range(n):
-            for c0 in range(0, c, 8):
-                cs = min(8, c - c0)
-                a = off + s * 2 * h * w * c + 2 * h * w * c0
-                starts, ends = self._cover.get((h, cs, a % (2 * h * cs)), ((), ()))
-                i = bisect_right(starts, a) - 1
-                if i < 0 or ends[i] < a + 2 * h * w * cs:
-                    return False
-        return True
-
-    def _holds(self, place: Placement) -> bool:
         off, (h, w, c), n = place
         flat = self._at.get((1, 1, off))
         if flat and any(p.holds(off, (h, w, c), n) for p in flat):
@@ -294,7 +241,8 @@ class _State:
         off = place[0]
         pos, end = off, off + extent(place)
         spans = self.owners.within(off, end)
-        mine = [owner == t or (owner in self.dev and related(place, self.dev[owner]))
+        mine = [owner == t or (owner in self.dev and (related(place, self.dev[owner])
+                                                       or shares(t, owner, self.dev)))
                 for _, _, owner in spans]
         if not any(mine):
             _fail(path, f"reads {t} before anything wrote it", t, "produced before use")
