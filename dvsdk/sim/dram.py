@@ -92,6 +92,43 @@ def _packed(values: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
     return layout.pack(f32_to_f16(values), out=dst).view(np.uint8)
 
 
+def live_clip(starts: list[int], ends: list[int], owners: list, a: int, b: int
+              ) -> list | None:
+    """``[a, b)`` is about to be overwritten whole: the live ranges (the parallel sorted
+    lists ``starts``, ``ends``, ``owners``, changed in place) that overlap it are taken out,
+    except the part before ``a`` of the first and the part after ``b`` of the last where
+    their owner is not written out yet (``packed`` None); returns the owners of the ranges
+    taken (in order, once per range), or None where none overlaps.  The reference and
+    fallback of ``native.live_clip``."""
+    i = bisect_right(ends, a)  # (the first that ends after a to the last that starts before b)
+    j = bisect_left(starts, b, i)
+    if i >= j:
+        return None
+    first, last = owners[i], owners[j - 1]
+    keep_s, keep_e, keep_o = [], [], []
+    if starts[i] < a and first.packed is None:  # the part of the first before a
+        keep_s.append(starts[i])
+        keep_e.append(a)
+        keep_o.append(first)
+    if ends[j - 1] > b and last.packed is None:  # the part of the last after b
+        keep_s.append(b)
+        keep_e.append(ends[j - 1])
+        keep_o.append(last)
+    hit = owners[i:j]
+    starts[i:j], ends[i:j], owners[i:j] = keep_s, keep_e, keep_o
+    return hit
+
+
+def live_insert(starts: list[int], ends: list[int], owners: list, a: int, b: int,
+                owner: object) -> None:
+    """The live range ``[a, b)`` of ``owner`` put in its sorted place in the parallel lists
+    (clipped free before).  The reference and fallback of ``native.live_insert``."""
+    i = bisect_left(starts, a)
+    starts.insert(i, a)
+    ends.insert(i, b)
+    owners.insert(i, owner)
+
+
 @dataclass(slots=True, eq=False)  # (identity: the live ranges name their tensor)
 class StoredTensor:
     """A tensor the device stored at ``addr``: its shape and float32 values (read-only).
@@ -391,10 +428,9 @@ class Dram:
             self._starts, self._ends, self._owners = [], [], []
             self._kept_bytes = 0
         self._register(t)
-        i = bisect_left(self._starts, t.addr)
-        self._starts.insert(i, t.addr)
-        self._ends.insert(i, t.end)
-        self._owners.insert(i, t)
+        nat = native.NATIVE
+        (live_insert if nat is None else nat.live_insert)(self._starts, self._ends,
+                                                          self._owners, t.addr, t.end, t)
 
     def _forget(self, t: StoredTensor) -> None:
         """Drop ``t`` from the register (its live ranges are gone already)."""
@@ -423,23 +459,11 @@ class Dram:
     def _clip(self, a: int, b: int) -> None:
         """``[a, b)`` is about to be overwritten whole: written tensors there are dropped,
         unwritten ones lose that part (and are dropped when nothing is left)."""
-        starts, ends, owners = self._starts, self._ends, self._owners
-        i = bisect_right(ends, a)  # (_run inline)
-        j = bisect_left(starts, b, i)
-        if i == j:
+        nat = native.NATIVE
+        hit = (live_clip if nat is None else nat.live_clip)(self._starts, self._ends,
+                                                            self._owners, a, b)
+        if hit is None:
             return
-        first, last = owners[i], owners[j - 1]
-        keep_s, keep_e, keep_o = [], [], []
-        if starts[i] < a and first.packed is None:  # the part of the first before a
-            keep_s.append(starts[i])
-            keep_e.append(a)
-            keep_o.append(first)
-        if ends[j - 1] > b and last.packed is None:  # the part of the last after b
-            keep_s.append(b)
-            keep_e.append(ends[j - 1])
-            keep_o.append(last)
-        hit = owners[i:j]
-        starts[i:j], ends[i:j], owners[i:j] = keep_s, keep_e, keep_o
         for t in hit if len(hit) < 2 else dict.fromkeys(hit):
             if t.packed is not None:  # written out and whole: its one range was in i..j-1
                 self._forget(t)
