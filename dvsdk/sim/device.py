@@ -63,6 +63,7 @@ from .spans import add_span, covered, first_overlap, remove_span
 from .warm import warm_stream
 
 DRAM_BASE = 0x6000_0000
+_NOT_U32 = ~0xFFFF_FFFF  # (the bits an int in 0..2^32-1 has clear; a negative has them set)
 COHERENCE_MODES = ("error", "warn", "off")
 
 
@@ -385,7 +386,7 @@ class SimDevice(Device):
         return regs[offset // 4 : offset // 4 + count].tolist()
 
     def write32(self, unit: str, offset: int, value: int) -> None:
-        if type(value) is not int or not 0 <= value <= 0xFFFFFFFF:
+        if type(value) is not int or value & _NOT_U32:  # (negative, or wider than 32 bits)
             value = self.check_value(value)  # refused, not truncated (32-bit registers)
         key = (unit, offset)
         with self.lock:

@@ -283,9 +283,16 @@ class Dram:
             self.tensors[(addr, end)] = self._owners[i] = t
             self._kept_bytes += values.nbytes - old.values.nbytes
         else:
-            self._clip(addr, addr + n)
+            self._clip(addr, end)
             self._keep(t)
-        self._stamp(addr, n)
+        if n:  # (_stamp inline: the range is known to lie in DRAM)
+            self._clock = clock = self._clock + 1
+            nat = native.NATIVE
+            if nat is not None:
+                nat.dram_stamp(self._line_clock, self._page_clock, self._sub_clock, off, n,
+                               clock, LINE_SHIFT, PAGE_SHIFT, SUB_SHIFT)
+            else:
+                self._stamp_lines(off, n, clock)
         if self.on_write:
             self.on_write(addr, n)
 
@@ -304,7 +311,9 @@ class Dram:
             if t.packed is None or self.lazy or same_bytes(t.packed,
                                                            self.array[off : off + n]):
                 return t.values
-        self.materialize(addr, n)
+        i = bisect_right(self._ends, addr)  # (materialize's test of a live range, inline)
+        if i < len(self._starts) and self._starts[i] < addr + n:
+            self.materialize(addr, n)
         nat = native.NATIVE
         if nat is not None and len(shape) == 3 and min(shape) > 0:
             # (layout.unpack's compiled call with its arguments known good)
@@ -410,24 +419,19 @@ class Dram:
         self._read_raw.clear()
 
     # -- bookkeeping --------------------------------------------------------------------
-    def _register(self, t: StoredTensor) -> StoredTensor:
-        """``t`` registered by its range, its values made read-only (its live range is
-        placed by the caller)."""
-        t.values.setflags(write=False)  # (cheaper than the flags object's setter)
-        self.tensors[(t.addr, t.end)] = t
-        self._kept_bytes += t.values.nbytes
-        return t
-
     def _keep(self, t: StoredTensor) -> None:
         """Register ``t`` and its range as live (the range was clipped free before)."""
         if t.end == t.addr:
             return  # (an empty tensor: nothing to keep)
-        if self._kept_bytes + t.values.nbytes > self.tensor_limit:
+        values = t.values
+        if self._kept_bytes + values.nbytes > self.tensor_limit:
             self.materialize(self.base, self.array.size, read=False)
             self.tensors.clear()
             self._starts, self._ends, self._owners = [], [], []
             self._kept_bytes = 0
-        self._register(t)
+        values.setflags(write=False)  # (_register inline)
+        self.tensors[(t.addr, t.end)] = t
+        self._kept_bytes += values.nbytes
         nat = native.NATIVE
         (live_insert if nat is None else nat.live_insert)(self._starts, self._ends,
                                                           self._owners, t.addr, t.end, t)
@@ -493,19 +497,24 @@ class Dram:
                 nat.dram_stamp(self._line_clock, self._page_clock, self._sub_clock, off, n,
                                clock, LINE_SHIFT, PAGE_SHIFT, SUB_SHIFT)
                 return
-            last = off + n - 1
-            stamps = self._line_stamps
-            stamps[(off >> LINE_SHIFT, (last >> LINE_SHIFT) + 1)] = clock
-            if len(stamps) > 1024:
-                self._apply_line_stamps()
-            # (the two page clocks unrolled: most stores touch one page of each)
-            p0, p1 = off >> PAGE_SHIFT, last >> PAGE_SHIFT
-            if p0 == p1:
-                self._page_clock[p0] = clock
-            else:
-                self._page_clock[p0 : p1 + 1] = [clock] * (p1 + 1 - p0)
-            p0, p1 = off >> SUB_SHIFT, last >> SUB_SHIFT
-            if p0 == p1:
-                self._sub_clock[p0] = clock
-            else:
-                self._sub_clock[p0 : p1 + 1] = [clock] * (p1 + 1 - p0)
+            self._stamp_lines(off, n, clock)
+
+    def _stamp_lines(self, off: int, n: int, clock: int) -> None:
+        """The Python twin of ``native.dram_stamp``: the store of ``n`` > 0 bytes at DRAM
+        offset ``off`` at ``clock`` pending for the line clocks, and in the page clocks."""
+        last = off + n - 1
+        stamps = self._line_stamps
+        stamps[(off >> LINE_SHIFT, (last >> LINE_SHIFT) + 1)] = clock
+        if len(stamps) > 1024:
+            self._apply_line_stamps()
+        # (the two page clocks unrolled: most stores touch one page of each)
+        p0, p1 = off >> PAGE_SHIFT, last >> PAGE_SHIFT
+        if p0 == p1:
+            self._page_clock[p0] = clock
+        else:
+            self._page_clock[p0 : p1 + 1] = [clock] * (p1 + 1 - p0)
+        p0, p1 = off >> SUB_SHIFT, last >> SUB_SHIFT
+        if p0 == p1:
+            self._sub_clock[p0] = clock
+        else:
+            self._sub_clock[p0 : p1 + 1] = [clock] * (p1 + 1 - p0)
