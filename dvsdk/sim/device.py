@@ -126,6 +126,7 @@ class SimDmaBuffer(DmaBuffer):
                 if not self._raw:
                     self.snapshot = self._mem.copy()  # pending stores are in cpu_written
                     self._raw = True
+                    self.sim.cpu_pending[id(self)] = self  # (compared at every device read)
         return self._mem
 
     @view.setter
@@ -168,6 +169,7 @@ class SimDmaBuffer(DmaBuffer):
                 nat = native.NATIVE
                 self.cpu_written = (add_span if nat is None else nat.span_add)(
                     self.cpu_written, offset, offset + n)
+                self.sim.cpu_pending[id(self)] = self
 
     def write_with(self, offset: int, nbytes: int, fill: Callable[[np.ndarray], object]
                    ) -> None:
@@ -179,6 +181,7 @@ class SimDmaBuffer(DmaBuffer):
                 nat = native.NATIVE
                 self.cpu_written = (add_span if nat is None else nat.span_add)(
                     self.cpu_written, offset, offset + n)
+                self.sim.cpu_pending[id(self)] = self
             fill(self._mem[offset : offset + n])
 
     def free(self) -> None:
@@ -200,6 +203,7 @@ class SimDmaBuffer(DmaBuffer):
             if len(written) == 1 and offset <= written[0][0] and written[0][1] <= end:
                 s, e = written[0]  # one span, all of it in the range (a CPU step's output)
                 self.cpu_written = []
+                self.sim.cpu_pending.pop(id(self), None)
                 self.sim.core.mem.release(self.phys + s, e - s, whole=True)
                 self.sim.dram[self.dram_off + s : self.dram_off + e] = self._mem[s:e]
                 return
@@ -210,6 +214,8 @@ class SimDmaBuffer(DmaBuffer):
             nat = native.NATIVE
             self.cpu_written = (remove_span if nat is None else nat.span_remove)(
                 self.cpu_written, offset, end)
+            if not self.cpu_written:
+                self.sim.cpu_pending.pop(id(self), None)
             dram, mem = self.sim.dram, self.sim.core.mem
             for s, e in spans:
                 mem.release(self.phys + s, e - s, whole=True)
@@ -303,6 +309,9 @@ class SimDevice(Device):
         self.coherence_errors: dict[str, list[CoherenceError]] = {u: [] for u in WINDOWS}
         self._running: str | None = None  # the unit whose kick runs now
         self._clean_in_kick: set[int] = set()  # buffers found clean since the last kick
+        #: by id, the buffers a device read must look at: those with CPU stores not synced
+        #: (``cpu_written``) or whose raw view was handed out (:meth:`_device_read`)
+        self.cpu_pending: dict[int, SimDmaBuffer] = {}
         self._irq = {u: IrqLine() for u in WINDOWS}
         try:
             mem = Dram(self.dram, self.dram_base, on_read=self._device_read,
@@ -427,6 +436,7 @@ class SimDevice(Device):
         with self.lock:
             if self.buffers.pop(buf.dram_off, None) is not None:
                 self._starts.remove(buf.dram_off)
+            self.cpu_pending.pop(id(buf), None)
             self._in_cache.clear()
             self.allocator.free(buf.dram_off)
 
@@ -537,8 +547,8 @@ class SimDevice(Device):
         return hit
 
     def _device_read(self, addr: int, n: int) -> None:
-        if self.coherence == "off":
-            return
+        if not self.cpu_pending or self.coherence == "off":
+            return  # (no buffer has a CPU store pending or a raw view: nothing to find)
         cached = self._in_cache.get((addr, n))  # (_buffers_in's cache, looked up inline)
         for buf, a, b in self._buffers_in(addr, n) if cached is None else cached:
             if not buf._raw:
