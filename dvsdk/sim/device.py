@@ -301,7 +301,9 @@ class SimDevice(Device):
         self.buffers: dict[int, SimDmaBuffer] = {}
         self._starts: list[int] = []  # the buffers' offsets, sorted (for _buffers_in)
         self._in_cache: dict[tuple[int, int], tuple] = {}  # _buffers_in by range
-        self._checked: set[tuple[str, int]] = set()  # register accesses found valid
+        #: register accesses found valid, and (unit, offset, count) word blocks; emptied
+        #: by close(), so their fast paths need not test ``closed`` as well
+        self._checked: set[tuple] = set()
         self.coherence = coherence
         #: serializes the simulated hardware (module docstring)
         self.lock = threading.RLock()
@@ -379,19 +381,20 @@ class SimDevice(Device):
     def read32(self, unit: str, offset: int) -> int:
         # one word of the register file: atomic without the lock (a read while another
         # thread's kick runs sees the register as it is, as on hardware)
-        if self.closed or (unit, offset) not in self._checked:  # (_unit's fast path)
+        if (unit, offset) not in self._checked:  # (_unit's fast path; empty once closed)
             self._unit(unit, offset)
         return int(self.core.regs[unit][offset >> 2])  # (core.read_reg inline)
 
     def read_words(self, unit: str, offset: int, count: int) -> list[int]:
+        block = (unit, offset, count)
+        if block in self._checked:  # (found valid before; the set is empty once closed)
+            return self.core.regs[unit][offset >> 2 : (offset >> 2) + count].tolist()
         regs = self.core.regs.get(unit)
         if regs is None or count < 1:
             return super().read_words(unit, offset, count)
-        checked = self._checked
-        if self.closed or (unit, offset) not in checked \
-                or (unit, offset + 4 * (count - 1)) not in checked:
-            self._unit(unit, offset)
-            self._unit(unit, offset + 4 * (count - 1))
+        self._unit(unit, offset)
+        self._unit(unit, offset + 4 * (count - 1))
+        self._checked.add(block)
         return regs[offset // 4 : offset // 4 + count].tolist()
 
     def write32(self, unit: str, offset: int, value: int) -> None:
@@ -399,7 +402,7 @@ class SimDevice(Device):
             value = self.check_value(value)  # refused, not truncated (32-bit registers)
         key = (unit, offset)
         with self.lock:
-            if self.closed or key not in self._checked:  # (_unit's fast path)
+            if key not in self._checked:  # (_unit's fast path; empty once closed)
                 self._unit(unit, offset)
             if key in self._ack and _acks(unit, value):
                 self._irq[unit].clear()
@@ -441,7 +444,7 @@ class SimDevice(Device):
             self.allocator.free(buf.dram_off)
 
     def wait_irq(self, unit: str, timeout: float) -> None:
-        if self.closed or (unit, 0) not in self._checked:  # (_unit's fast path)
+        if (unit, 0) not in self._checked:  # (_unit's fast path; empty once closed)
             self._unit(unit, 0)
         if type(timeout) is not float or not 0.0 <= timeout <= MAX_TIMEOUT:
             timeout = check_timeout(timeout)
@@ -486,6 +489,7 @@ class SimDevice(Device):
             for buf in list(self.buffers.values()):
                 buf.free()
             self.closed = True
+            self._checked.clear()  # (every access checks afresh, and is refused)
             self.core.discard()
             self.dram = np.zeros(0, np.uint8)
             self._in_cache.clear()
