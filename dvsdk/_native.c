@@ -498,6 +498,8 @@ static PyMethodDef methods[] = {
     {"live_clip", (PyCFunction)(void (*)(void))dv_live_clip, METH_FASTCALL, dv_live_clip_doc},
     {"live_insert", (PyCFunction)(void (*)(void))dv_live_insert, METH_FASTCALL,
      dv_live_insert_doc},
+    {"live_unpacked", (PyCFunction)(void (*)(void))dv_live_unpacked, METH_FASTCALL,
+     dv_live_unpacked_doc},
     {NULL, NULL, 0, NULL},
 };
 

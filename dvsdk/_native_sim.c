@@ -516,3 +516,51 @@ PyObject *dv_live_insert(PyObject *self, PyObject *const *args, Py_ssize_t nargs
     }
     Py_RETURN_NONE;
 }
+
+const char dv_live_unpacked_doc[] =
+    "live_unpacked(starts, ends, owners, a, b) -> list: the owners of the live ranges that "
+    "overlap [a, b) whose ``packed`` is None (not written out), in order, an owner once "
+    "per range (sim.dram.live_unpacked).";
+
+PyObject *dv_live_unpacked(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    Py_ssize_t n, a, b, i, j;
+    if (nargs != 5) {
+        PyErr_SetString(PyExc_TypeError, "live_unpacked takes (starts, ends, owners, a, b)");
+        return NULL;
+    }
+    if (live_lists(args, "live_unpacked", &n) < 0)
+        return NULL;
+    if (!PyLong_Check(args[3]) || !PyLong_Check(args[4])) {
+        PyErr_SetString(PyExc_TypeError, "live_unpacked: a and b must be ints");
+        return NULL;
+    }
+    a = PyLong_AsSsize_t(args[3]);
+    if (a == -1 && PyErr_Occurred())
+        return NULL;
+    b = PyLong_AsSsize_t(args[4]);
+    if (b == -1 && PyErr_Occurred())
+        return NULL;
+    if (bisect_ints(args[1], 0, n, a, 1, &i) < 0 || bisect_ints(args[0], i, n, b, 0, &j) < 0)
+        return NULL;
+    PyObject *hit = PyList_GetSlice(args[2], i, j > i ? j : i);  /* (owned: getattr below
+                                                                    may run Python code) */
+    if (!hit)
+        return NULL;
+    PyObject *out = PyList_New(0);
+    if (!out) {
+        Py_DECREF(hit);
+        return NULL;
+    }
+    for (Py_ssize_t k = 0; k < PyList_GET_SIZE(hit); k++) {
+        PyObject *t = PyList_GET_ITEM(hit, k);
+        int u = unpacked(t);
+        if (u < 0 || (u && PyList_Append(out, t) < 0)) {
+            Py_DECREF(hit);
+            Py_DECREF(out);
+            return NULL;
+        }
+    }
+    Py_DECREF(hit);
+    return out;
+}

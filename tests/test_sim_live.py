@@ -145,3 +145,54 @@ def test_compiled_insert_refuses_bad_input(args: tuple, exc: type) -> None:
     with pytest.raises(exc):
         native.NATIVE.live_insert(*lists, *args[3:])
     assert lists == before
+
+
+@pytest.mark.parametrize("impl", range(2))
+def test_live_unpacked_against_a_byte_model(impl: int) -> None:
+    """The owners not written out with live bytes in [a, b): the ids a byte model sees."""
+    fns = [dram.live_unpacked] + ([native.NATIVE.live_unpacked] if native.NATIVE else [])
+    if impl >= len(fns):
+        pytest.skip("dvsdk._native not built")
+    unpacked = fns[impl]
+    clip, insert = _impls()[0]
+    rng = np.random.default_rng(7 + impl)
+    ids = np.full(SIZE, -1, np.int64)
+    by_id: dict[int, Owner] = {}
+    starts: list[int] = []
+    ends: list[int] = []
+    owners: list[Owner] = []
+    for step in range(300):
+        a = int(rng.integers(0, SIZE))
+        b = int(rng.integers(a + 1, min(SIZE, a + 90) + 1))
+        inside = ids[a:b]
+        want = [i for i in dict.fromkeys(inside[inside >= 0].tolist())
+                if by_id[i].packed is None]
+        got = unpacked(starts, ends, owners, a, b)
+        assert [t.ident for t in dict.fromkeys(got)] == want
+        # (then a store there, as the DRAM makes them)
+        hit = clip(starts, ends, owners, a, b) or []
+        ids[a:b] = -1
+        for t in dict.fromkeys(hit):
+            if t.packed is not None:
+                ids[ids == t.ident] = -1
+        t = Owner(step, packed=bool(rng.random() < 0.5))
+        by_id[step] = t
+        insert(starts, ends, owners, a, b, t)
+        ids[a:b] = step
+
+
+def test_compiled_live_unpacked_refuses_bad_input() -> None:
+    if native.NATIVE is None:
+        pytest.skip("dvsdk._native not built")
+    f = native.NATIVE.live_unpacked
+    with pytest.raises(TypeError):
+        f([0], [1], None, 0, 1)
+    with pytest.raises(ValueError):
+        f([0], [1, 2], [Owner(0, False)], 0, 1)
+    with pytest.raises(TypeError):
+        f([0], [1], [Owner(0, False)], "0", 1)
+    with pytest.raises(AttributeError):
+        f([0], [5], [object()], 1, 2)
+    with pytest.raises(TypeError):
+        f([0], [5], [Owner(0, False)], 1)
+    assert f([0], [5], [Owner(0, False)], 5, 9) == []

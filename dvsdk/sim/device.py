@@ -241,7 +241,8 @@ class SimDmaBuffer(DmaBuffer):
     def _sync_for_cpu(self, offset: int, nbytes: int) -> None:
         """Clean and invalidate: CPU stores go out, then the CPU view reloads from DRAM."""
         with self.sim.lock:
-            self._clean(offset, nbytes)
+            if self._raw or self.cpu_written:  # (_clean's common case inline: nothing to do)
+                self._clean(offset, nbytes)
             self.sim.core.mem.materialize(self.phys + offset, nbytes)
             fresh = self.sim.dram[self.dram_off + offset : self.dram_off + offset + nbytes]
             self._mem[offset : offset + nbytes] = fresh

@@ -129,6 +129,15 @@ def live_insert(starts: list[int], ends: list[int], owners: list, a: int, b: int
     owners.insert(i, owner)
 
 
+def live_unpacked(starts: list[int], ends: list[int], owners: list, a: int, b: int
+                  ) -> list:
+    """The owners of the live ranges (the parallel sorted lists) that overlap ``[a, b)``
+    and are not written out (``packed`` None), in order, once per range.  The reference
+    and fallback of ``native.live_unpacked``."""
+    i = bisect_right(ends, a)
+    return [t for t in owners[i : bisect_left(starts, b, i)] if t.packed is None]
+
+
 @dataclass(slots=True, eq=False)  # (identity: the live ranges name their tensor)
 class StoredTensor:
     """A tensor the device stored at ``addr``: its shape and float32 values (read-only).
@@ -327,10 +336,12 @@ class Dram:
         (lazy mode); the simulated DMA calls it before the CPU reads DRAM.  ``read`` (a raw
         read): each whole tensor written out here is remembered, and its range packed at
         once by later stores (a runtime's CPU step reads the same tensors every run)."""
-        i = bisect_right(self._ends, addr)  # (_run: no live range there, the common case)
-        if i == len(self._starts) or self._starts[i] >= addr + n:
-            return
-        for t in [t for t in self._overlapping(addr, addr + n) if t.packed is None]:
+        nat = native.NATIVE
+        todo = (live_unpacked if nat is None else nat.live_unpacked)(
+            self._starts, self._ends, self._owners, addr, addr + n)
+        if not todo:
+            return  # (the common case: nothing there, or all of it written out)
+        for t in todo if len(todo) < 2 else list(dict.fromkeys(todo)):
             if t.whole:  # packed in place (lazy mode: eager ones are written at once)
                 t.packed = _packed(t.values, self.array[t.addr - self.base : t.end - self.base])
                 if read:
