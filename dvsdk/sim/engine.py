@@ -57,8 +57,8 @@ _CFG_ADDR, _CFG_DATA = R["conv"]["CFG_ADDR"] // 4, R["conv"]["CFG_DATA"] // 4
 _START, _IRQ = R["conv"]["START"] // 4, IRQ_REGS["conv"] // 4  # (START: in the stream)
 #: the conv word of the byte counters of slots input, weights and output (§10.10: slots
 #: 0-7 are BYTE_COUNTERS_LO's words, 8-15 BYTE_COUNTERS_HI's)
-_SLOT_WORDS = tuple(_COUNTERS_LO + s if s < 8 else _COUNTERS_HI + s - 8 for s in
-                    (COUNTER_SLOT_INPUT, COUNTER_SLOT_WEIGHTS, COUNTER_SLOT_OUTPUT))
+_SLOT_IN, _SLOT_W, _SLOT_OUT = (_COUNTERS_LO + s if s < 8 else _COUNTERS_HI + s - 8 for s in
+                                (COUNTER_SLOT_INPUT, COUNTER_SLOT_WEIGHTS, COUNTER_SLOT_OUTPUT))
 #: per unit: (start, SIM_STATUS, SIM_FAULT_ADDR, SIM_CYCLES_LO, SIM_CYCLES_HI or None)
 _UNIT_WORDS = {u: (START_REGS[u] // 4, R[u]["SIM_STATUS"] // 4, R[u]["SIM_FAULT_ADDR"] // 4,
                    R[u]["SIM_CYCLES_LO"] // 4,
@@ -214,7 +214,8 @@ class Dv700Core(CoreState):
         length = int(conv[_CMD_LEN]) * 8
         conv[_COUNTERS_LO : _COUNTERS_LO + 8] = 0  # counters reset per run ([INFER] §10.10)
         conv[_COUNTERS_HI : _COUNTERS_HI + 8] = 0
-        plain = _plain_counters(self.params.kick)
+        kick = self.params.kick
+        plain = _PLAIN[kick] if kick in _PLAIN else _plain_counters(kick)
         if plain is not None:
             # a pre-R5 controller runs the ROM firmware only once the driver selected it
             # (DMP's 2019-02 kernel writes 1 at probe); the RAM holds none ([INFER])
@@ -271,14 +272,17 @@ class Dv700Core(CoreState):
             raise HardwareError("stream_overrun", here, "stream ended without interrupt write")
         t = self.totals
         # (timing.byte_counter_values, its sums known non-negative)
-        beats = (-(-(t.in_bytes + fetched) // 16) & 0xFFFFFFFF,
-                 -(-t.weight_bytes // 16) & 0xFFFFFFFF, -(-t.out_bytes // 16) & 0xFFFFFFFF)
+        beats_in = -(-(t.in_bytes + fetched) // 16) & 0xFFFFFFFF
+        beats_w = -(-t.weight_bytes // 16) & 0xFFFFFFFF
+        beats_out = -(-t.out_bytes // 16) & 0xFFFFFFFF
         if plain is not None:  # pre-R5: three beat registers (driver.convid)
-            for k, value in zip(("input", "weights", "output"), beats):
-                conv[plain[k] // 4] = value
+            conv[plain["input"] // 4] = beats_in
+            conv[plain["weights"] // 4] = beats_w
+            conv[plain["output"] // 4] = beats_out
         else:  # (the other counters were zeroed above, and a stream cannot write them)
-            for word, value in zip(_SLOT_WORDS, beats):
-                conv[word] = value
+            conv[_SLOT_IN] = beats_in
+            conv[_SLOT_W] = beats_w
+            conv[_SLOT_OUT] = beats_out
         return t.cycles - (-fetched // self.params.bus_bytes_per_cycle)  # (_stream_cycles)
 
     def _decoded(self, raw: np.ndarray, addr: int) -> Decoded:
