@@ -1,9 +1,10 @@
 /*
  * The simulator's per-command bookkeeping (dvsdk/sim/dram.py, dvsdk/sim/device.py): byte
- * span lists and the DRAM write clocks.  Each function is the compiled twin of a Python
- * function that stays the reference and the fallback (dvsdk/sim/spans.py, Dram._stamp and
- * Dram.version); they return the same values, only without the interpreter's per-call cost
- * (a few of them run for every command of every kick).
+ * span lists, the DRAM write clocks and the live ranges of the DRAM's stored tensors.
+ * Each function is the compiled twin of a Python function that stays the reference and
+ * the fallback (dvsdk/sim/spans.py, Dram._stamp and Dram.version, dram.live_clip,
+ * live_insert and live_unpacked); they return the same values, only without the
+ * interpreter's per-call cost (a few of them run for every command of every kick).
  *
  * A span list is a Python list of (start, end) tuples of ints: half-open byte ranges,
  * sorted and disjoint (and, for span_add, not touching).

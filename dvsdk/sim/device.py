@@ -302,9 +302,7 @@ class SimDevice(Device):
         self.buffers: dict[int, SimDmaBuffer] = {}
         self._starts: list[int] = []  # the buffers' offsets, sorted (for _buffers_in)
         self._in_cache: dict[tuple[int, int], tuple] = {}  # _buffers_in by range
-        #: register accesses found valid, and (unit, offset, count) word blocks; emptied
-        #: by close(), so their fast paths need not test ``closed`` as well
-        self._checked: set[tuple] = set()
+        self._checked: set[tuple] = set()  # accesses and word blocks found valid (close empties)
         self.coherence = coherence
         #: serializes the simulated hardware (module docstring)
         self.lock = threading.RLock()
@@ -312,8 +310,7 @@ class SimDevice(Device):
         self.coherence_errors: dict[str, list[CoherenceError]] = {u: [] for u in WINDOWS}
         self._running: str | None = None  # the unit whose kick runs now
         self._clean_in_kick: set[int] = set()  # buffers found clean since the last kick
-        #: by id, the buffers a device read must look at: those with CPU stores not synced
-        #: (``cpu_written``) or whose raw view was handed out (:meth:`_device_read`)
+        #: by id, the buffers with CPU stores not synced or a raw view (:meth:`_device_read`)
         self.cpu_pending: dict[int, SimDmaBuffer] = {}
         self._irq = {u: IrqLine() for u in WINDOWS}
         try:

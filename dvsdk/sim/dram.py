@@ -22,6 +22,11 @@ the device stored there.  This changes wall time only, never results:
   runtime's CPU step reads the same device output every run).
 
 An injected bit flip always writes the tensor at once, flipped, and keeps no values.
+
+The live ranges of the stored tensors are three parallel sorted lists; cutting a store's
+range out of them, putting a range in and finding the tensors not written out in a range
+(:func:`live_clip`, :func:`live_insert`, :func:`live_unpacked`) have compiled twins in
+``dvsdk/_native_sim.c`` that return the same (``native.NATIVE``; tests/test_sim_live.py).
 """
 
 from __future__ import annotations
