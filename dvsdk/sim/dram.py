@@ -488,7 +488,7 @@ class Dram:
             if t.packed is not None:  # written out and whole: its one range was in i..j-1
                 self._forget(t)
                 continue
-            t.live = remove_span(t.live, a, b)
+            t.live = (remove_span if nat is None else nat.span_remove)(t.live, a, b)
             t.whole = False
             if not t.live:
                 self._forget(t)
