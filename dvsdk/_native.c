@@ -495,6 +495,11 @@ static PyMethodDef methods[] = {
      dv_dram_stamp_doc},
     {"dram_version", (PyCFunction)(void (*)(void))dv_dram_version, METH_FASTCALL,
      dv_dram_version_doc},
+    {"live_clip", (PyCFunction)(void (*)(void))dv_live_clip, METH_FASTCALL, dv_live_clip_doc},
+    {"live_insert", (PyCFunction)(void (*)(void))dv_live_insert, METH_FASTCALL,
+     dv_live_insert_doc},
+    {"live_unpacked", (PyCFunction)(void (*)(void))dv_live_unpacked, METH_FASTCALL,
+     dv_live_unpacked_doc},
     {NULL, NULL, 0, NULL},
 };
 

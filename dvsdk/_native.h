@@ -272,5 +272,9 @@ PyObject *dv_dram_stamp(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 PyObject *dv_dram_version(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
 extern const char dv_span_add_doc[], dv_span_remove_doc[], dv_span_overlap_doc[],
     dv_span_cover_doc[], dv_dram_stamp_doc[], dv_dram_version_doc[];
+PyObject *dv_live_clip(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
+PyObject *dv_live_insert(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
+PyObject *dv_live_unpacked(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
+extern const char dv_live_clip_doc[], dv_live_insert_doc[], dv_live_unpacked_doc[];
 
 #endif

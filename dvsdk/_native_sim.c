@@ -1,9 +1,10 @@
 /*
  * The simulator's per-command bookkeeping (dvsdk/sim/dram.py, dvsdk/sim/device.py): byte
- * span lists and the DRAM write clocks.  Each function is the compiled twin of a Python
- * function that stays the reference and the fallback (dvsdk/sim/spans.py, Dram._stamp and
- * Dram.version); they return the same values, only without the interpreter's per-call cost
- * (a few of them run for every command of every kick).
+ * span lists, the DRAM write clocks and the live ranges of the DRAM's stored tensors.
+ * Each function is the compiled twin of a Python function that stays the reference and
+ * the fallback (dvsdk/sim/spans.py, Dram._stamp and Dram.version, dram.live_clip,
+ * live_insert and live_unpacked); they return the same values, only without the
+ * interpreter's per-call cost (a few of them run for every command of every kick).
  *
  * A span list is a Python list of (start, end) tuples of ints: half-open byte ranges,
  * sorted and disjoint (and, for span_add, not touching).
@@ -320,4 +321,247 @@ PyObject *dv_dram_version(PyObject *self, PyObject *const *args, Py_ssize_t narg
     uint64_t m = max_clock((const uint64_t *)v.buf + l0, l1 - l0);
     PyBuffer_Release(&v);
     return PyLong_FromUnsignedLongLong(m);
+}
+
+/*
+ * The live byte ranges of the DRAM's stored tensors (Dram._starts, _ends, _owners): three
+ * parallel lists, sorted and disjoint ranges [starts[k], ends[k]) of ints, owners[k] the
+ * tensor (a StoredTensor: only its ``packed`` attribute is read here).  The twins of
+ * dvsdk/sim/dram.py's live_clip and live_insert.
+ */
+
+/* (starts, ends, owners): three lists of one length; 0, or -1 with an exception */
+static int live_lists(PyObject *const *args, const char *name, Py_ssize_t *n)
+{
+    for (int k = 0; k < 3; k++) {
+        if (!PyList_Check(args[k])) {
+            PyErr_Format(PyExc_TypeError, "%s: starts, ends and owners must be lists", name);
+            return -1;
+        }
+    }
+    *n = PyList_GET_SIZE(args[0]);
+    if (PyList_GET_SIZE(args[1]) != *n || PyList_GET_SIZE(args[2]) != *n) {
+        PyErr_Format(PyExc_ValueError, "%s: starts, ends and owners differ in length", name);
+        return -1;
+    }
+    return 0;
+}
+
+/* list[k] as an index-sized int; 0, or -1 with an exception (not an int) */
+static int int_at(PyObject *list, Py_ssize_t k, Py_ssize_t *v)
+{
+    PyObject *o = PyList_GET_ITEM(list, k);
+    if (!PyLong_Check(o)) {
+        PyErr_SetString(PyExc_TypeError, "a live range bound must be an int");
+        return -1;
+    }
+    *v = PyLong_AsSsize_t(o);
+    return *v == -1 && PyErr_Occurred() ? -1 : 0;
+}
+
+/* bisect.bisect_right (right = 1) or bisect_left (0) of x in the ints list[lo:hi] */
+static int bisect_ints(PyObject *list, Py_ssize_t lo, Py_ssize_t hi, Py_ssize_t x, int right,
+                       Py_ssize_t *out)
+{
+    while (lo < hi) {
+        Py_ssize_t mid = lo + (hi - lo) / 2, v;
+        if (int_at(list, mid, &v) < 0)
+            return -1;
+        if (right ? x < v : x <= v)
+            hi = mid;
+        else
+            lo = mid + 1;
+    }
+    *out = lo;
+    return 0;
+}
+
+/* whether owner.packed is None; 1, 0, or -1 with an exception */
+static int unpacked(PyObject *owner)
+{
+    static PyObject *name = NULL;
+    if (!name && !(name = PyUnicode_InternFromString("packed")))
+        return -1;
+    PyObject *p = PyObject_GetAttr(owner, name);
+    if (!p)
+        return -1;
+    int none = p == Py_None;
+    Py_DECREF(p);
+    return none;
+}
+
+const char dv_live_clip_doc[] =
+    "live_clip(starts, ends, owners, a, b) -> list or None: [a, b) is about to be "
+    "overwritten whole: the live ranges that overlap it are taken out of the three lists, "
+    "except the part before a of the first and the part after b of the last where their "
+    "owner's ``packed`` is None (not written out); returns the owners of the ranges taken "
+    "(in order, an owner once per range), or None where no range overlaps "
+    "(sim.dram.live_clip).";
+
+PyObject *dv_live_clip(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    Py_ssize_t n, a, b, i, j, s_first, e_last;
+    if (nargs != 5) {
+        PyErr_SetString(PyExc_TypeError, "live_clip takes (starts, ends, owners, a, b)");
+        return NULL;
+    }
+    if (live_lists(args, "live_clip", &n) < 0)
+        return NULL;
+    if (!PyLong_Check(args[3]) || !PyLong_Check(args[4])) {
+        PyErr_SetString(PyExc_TypeError, "live_clip: a and b must be ints");
+        return NULL;
+    }
+    a = PyLong_AsSsize_t(args[3]);
+    if (a == -1 && PyErr_Occurred())
+        return NULL;
+    b = PyLong_AsSsize_t(args[4]);
+    if (b == -1 && PyErr_Occurred())
+        return NULL;
+    PyObject *starts = args[0], *ends = args[1], *owners = args[2];
+    if (bisect_ints(ends, 0, n, a, 1, &i) < 0 || bisect_ints(starts, i, n, b, 0, &j) < 0)
+        return NULL;
+    if (i >= j)
+        Py_RETURN_NONE;
+    /* everything read before anything changes: an error leaves the lists as they were */
+    if (int_at(starts, i, &s_first) < 0 || int_at(ends, j - 1, &e_last) < 0)
+        return NULL;
+    PyObject *first = PyList_GET_ITEM(owners, i), *last = PyList_GET_ITEM(owners, j - 1);
+    int keep_head = 0, keep_tail = 0;
+    Py_INCREF(first), Py_INCREF(last);  /* (getattr may run Python code) */
+    if (s_first < a)
+        keep_head = unpacked(first);
+    if (keep_head >= 0 && e_last > b)
+        keep_tail = unpacked(last);
+    int changed = PyList_GET_SIZE(starts) != n || PyList_GET_SIZE(ends) != n ||
+        PyList_GET_SIZE(owners) != n || PyList_GET_ITEM(owners, i) != first ||
+        PyList_GET_ITEM(owners, j - 1) != last;
+    Py_DECREF(first), Py_DECREF(last);
+    if (keep_head < 0 || keep_tail < 0)
+        return NULL;
+    if (changed) {
+        PyErr_SetString(PyExc_RuntimeError, "live_clip: the lists changed while it ran");
+        return NULL;
+    }
+    PyObject *hit = PyList_GetSlice(owners, i, j);
+    if (!hit)
+        return NULL;
+    Py_ssize_t k = keep_head + keep_tail;
+    PyObject *ks = PyList_New(k), *ke = PyList_New(k), *ko = PyList_New(k);
+    if (!ks || !ke || !ko)
+        goto fail;
+    Py_ssize_t m = 0;
+    if (keep_head) {  /* [starts[i], a) of the first */
+        PyObject *s0 = PyList_GET_ITEM(starts, i);
+        Py_INCREF(s0), Py_INCREF(args[3]), Py_INCREF(first);
+        PyList_SET_ITEM(ks, m, s0), PyList_SET_ITEM(ke, m, args[3]);
+        PyList_SET_ITEM(ko, m, first);
+        m++;
+    }
+    if (keep_tail) {  /* [b, ends[j-1]) of the last */
+        PyObject *e0 = PyList_GET_ITEM(ends, j - 1);
+        Py_INCREF(args[4]), Py_INCREF(e0), Py_INCREF(last);
+        PyList_SET_ITEM(ks, m, args[4]), PyList_SET_ITEM(ke, m, e0);
+        PyList_SET_ITEM(ko, m, last);
+    }
+    if (PyList_SetSlice(starts, i, j, ks) < 0 || PyList_SetSlice(ends, i, j, ke) < 0 ||
+        PyList_SetSlice(owners, i, j, ko) < 0)
+        goto fail;
+    Py_DECREF(ks), Py_DECREF(ke), Py_DECREF(ko);
+    return hit;
+fail:
+    Py_XDECREF(ks), Py_XDECREF(ke), Py_XDECREF(ko);
+    Py_DECREF(hit);
+    return NULL;
+}
+
+const char dv_live_insert_doc[] =
+    "live_insert(starts, ends, owners, a, b, owner): the live range [a, b) of owner put in "
+    "its sorted place (the range was clipped free before) (sim.dram.live_insert).";
+
+PyObject *dv_live_insert(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    Py_ssize_t n, a, b, i;
+    if (nargs != 6) {
+        PyErr_SetString(PyExc_TypeError,
+                        "live_insert takes (starts, ends, owners, a, b, owner)");
+        return NULL;
+    }
+    if (live_lists(args, "live_insert", &n) < 0)
+        return NULL;
+    if (!PyLong_Check(args[3]) || !PyLong_Check(args[4])) {
+        PyErr_SetString(PyExc_TypeError, "live_insert: a and b must be ints");
+        return NULL;
+    }
+    a = PyLong_AsSsize_t(args[3]);
+    if (a == -1 && PyErr_Occurred())
+        return NULL;
+    b = PyLong_AsSsize_t(args[4]);
+    if (b == -1 && PyErr_Occurred())
+        return NULL;
+    if (b < a) {
+        PyErr_SetString(PyExc_ValueError, "live_insert: the range ends before it starts");
+        return NULL;
+    }
+    if (bisect_ints(args[0], 0, n, a, 0, &i) < 0)
+        return NULL;
+    if (PyList_Insert(args[0], i, args[3]) < 0)
+        return NULL;
+    if (PyList_Insert(args[1], i, args[4]) < 0) {
+        PySequence_DelItem(args[0], i);
+        return NULL;
+    }
+    if (PyList_Insert(args[2], i, args[5]) < 0) {
+        PySequence_DelItem(args[0], i);
+        PySequence_DelItem(args[1], i);
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
+const char dv_live_unpacked_doc[] =
+    "live_unpacked(starts, ends, owners, a, b) -> list: the owners of the live ranges that "
+    "overlap [a, b) whose ``packed`` is None (not written out), in order, an owner once "
+    "per range (sim.dram.live_unpacked).";
+
+PyObject *dv_live_unpacked(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    Py_ssize_t n, a, b, i, j;
+    if (nargs != 5) {
+        PyErr_SetString(PyExc_TypeError, "live_unpacked takes (starts, ends, owners, a, b)");
+        return NULL;
+    }
+    if (live_lists(args, "live_unpacked", &n) < 0)
+        return NULL;
+    if (!PyLong_Check(args[3]) || !PyLong_Check(args[4])) {
+        PyErr_SetString(PyExc_TypeError, "live_unpacked: a and b must be ints");
+        return NULL;
+    }
+    a = PyLong_AsSsize_t(args[3]);
+    if (a == -1 && PyErr_Occurred())
+        return NULL;
+    b = PyLong_AsSsize_t(args[4]);
+    if (b == -1 && PyErr_Occurred())
+        return NULL;
+    if (bisect_ints(args[1], 0, n, a, 1, &i) < 0 || bisect_ints(args[0], i, n, b, 0, &j) < 0)
+        return NULL;
+    PyObject *hit = PyList_GetSlice(args[2], i, j > i ? j : i);  /* (owned: getattr below
+                                                                    may run Python code) */
+    if (!hit)
+        return NULL;
+    PyObject *out = PyList_New(0);
+    if (!out) {
+        Py_DECREF(hit);
+        return NULL;
+    }
+    for (Py_ssize_t k = 0; k < PyList_GET_SIZE(hit); k++) {
+        PyObject *t = PyList_GET_ITEM(hit, k);
+        int u = unpacked(t);
+        if (u < 0 || (u && PyList_Append(out, t) < 0)) {
+            Py_DECREF(hit);
+            Py_DECREF(out);
+            return NULL;
+        }
+    }
+    Py_DECREF(hit);
+    return out;
 }

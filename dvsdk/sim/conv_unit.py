@@ -149,12 +149,17 @@ class ConvPlan:
     batch: int = field(init=False)
     hwc: tuple = field(init=False)
     single: bool = field(init=False)
+    #: the single case's (run, weight key, input address, eltwise address, output address)
+    one_run: tuple = field(init=False)
 
     def __post_init__(self) -> None:
         hdr = self.hdr
         self.batch = hdr["input_circular_offset"] or 1
         self.hwc = (hdr["h"], hdr["w"], hdr["c"])
         self.single = self.batch == 1 and len(self.runs) == 1 and self.out_offs[0] == 0
+        self.one_run = (self.runs[0], self.weight_keys[0] if self.weight_keys else None,
+                        hdr["input_base_addr"], hdr["eltwise_base_addr"],
+                        hdr["output_base_addr"])
 
 
 def _plan(core: CoreState, hdr: dict, runs: list[dict], u8_input: bool) -> ConvPlan:
@@ -257,13 +262,13 @@ def _execute(core: CoreState, plan: ConvPlan, table_word: int) -> None:
         steps = plan.steps[native.NATIVE is not None] = [kernels.make_step(run, _run)
                                                          for run in runs]
     if plan.single and table_word == NO_BUFFER:  # _samples' loop for one run and sample
-        key = plan.weight_keys[0]
-        wb = _load_weights(core, runs[0], key) if key[1] else None
-        hdr, mem = plan.hdr, core.mem
-        x = mem.read_tensor(hdr["input_base_addr"], plan.hwc)
-        addend = (None if plan.elt_shape is None
-                  else mem.read_tensor(hdr["eltwise_base_addr"], plan.elt_shape))
-        mem.write_tensor(hdr["output_base_addr"], steps[0](x, wb, addend))
+        run, key, in_addr, elt_addr, out_addr = plan.one_run
+        mem = core.mem
+        wb = _load_weights(core, run, key) if key[1] else None
+        x = mem.read_tensor(in_addr, plan.hwc)
+        elt = plan.elt_shape
+        addend = None if elt is None else mem.read_tensor(elt_addr, elt)
+        mem.write_tensor(out_addr, steps[0](x, wb, addend))
     else:
         weights = [_load_weights(core, run, key) if key[1] else None
                    for run, key in zip(runs, plan.weight_keys)]

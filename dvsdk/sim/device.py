@@ -63,6 +63,7 @@ from .spans import add_span, covered, first_overlap, remove_span
 from .warm import warm_stream
 
 DRAM_BASE = 0x6000_0000
+_NOT_U32 = ~0xFFFF_FFFF  # (the bits an int in 0..2^32-1 has clear; a negative has them set)
 COHERENCE_MODES = ("error", "warn", "off")
 
 
@@ -125,6 +126,7 @@ class SimDmaBuffer(DmaBuffer):
                 if not self._raw:
                     self.snapshot = self._mem.copy()  # pending stores are in cpu_written
                     self._raw = True
+                    self.sim.cpu_pending[id(self)] = self  # (compared at every device read)
         return self._mem
 
     @view.setter
@@ -167,6 +169,7 @@ class SimDmaBuffer(DmaBuffer):
                 nat = native.NATIVE
                 self.cpu_written = (add_span if nat is None else nat.span_add)(
                     self.cpu_written, offset, offset + n)
+                self.sim.cpu_pending[id(self)] = self
 
     def write_with(self, offset: int, nbytes: int, fill: Callable[[np.ndarray], object]
                    ) -> None:
@@ -178,6 +181,7 @@ class SimDmaBuffer(DmaBuffer):
                 nat = native.NATIVE
                 self.cpu_written = (add_span if nat is None else nat.span_add)(
                     self.cpu_written, offset, offset + n)
+                self.sim.cpu_pending[id(self)] = self
             fill(self._mem[offset : offset + n])
 
     def free(self) -> None:
@@ -199,6 +203,7 @@ class SimDmaBuffer(DmaBuffer):
             if len(written) == 1 and offset <= written[0][0] and written[0][1] <= end:
                 s, e = written[0]  # one span, all of it in the range (a CPU step's output)
                 self.cpu_written = []
+                self.sim.cpu_pending.pop(id(self), None)
                 self.sim.core.mem.release(self.phys + s, e - s, whole=True)
                 self.sim.dram[self.dram_off + s : self.dram_off + e] = self._mem[s:e]
                 return
@@ -209,6 +214,8 @@ class SimDmaBuffer(DmaBuffer):
             nat = native.NATIVE
             self.cpu_written = (remove_span if nat is None else nat.span_remove)(
                 self.cpu_written, offset, end)
+            if not self.cpu_written:
+                self.sim.cpu_pending.pop(id(self), None)
             dram, mem = self.sim.dram, self.sim.core.mem
             for s, e in spans:
                 mem.release(self.phys + s, e - s, whole=True)
@@ -234,7 +241,8 @@ class SimDmaBuffer(DmaBuffer):
     def _sync_for_cpu(self, offset: int, nbytes: int) -> None:
         """Clean and invalidate: CPU stores go out, then the CPU view reloads from DRAM."""
         with self.sim.lock:
-            self._clean(offset, nbytes)
+            if self._raw or self.cpu_written:  # (_clean's common case inline: nothing to do)
+                self._clean(offset, nbytes)
             self.sim.core.mem.materialize(self.phys + offset, nbytes)
             fresh = self.sim.dram[self.dram_off + offset : self.dram_off + offset + nbytes]
             self._mem[offset : offset + nbytes] = fresh
@@ -294,7 +302,7 @@ class SimDevice(Device):
         self.buffers: dict[int, SimDmaBuffer] = {}
         self._starts: list[int] = []  # the buffers' offsets, sorted (for _buffers_in)
         self._in_cache: dict[tuple[int, int], tuple] = {}  # _buffers_in by range
-        self._checked: set[tuple[str, int]] = set()  # register accesses found valid
+        self._checked: set[tuple] = set()  # accesses and word blocks found valid (close empties)
         self.coherence = coherence
         #: serializes the simulated hardware (module docstring)
         self.lock = threading.RLock()
@@ -302,6 +310,8 @@ class SimDevice(Device):
         self.coherence_errors: dict[str, list[CoherenceError]] = {u: [] for u in WINDOWS}
         self._running: str | None = None  # the unit whose kick runs now
         self._clean_in_kick: set[int] = set()  # buffers found clean since the last kick
+        #: by id, the buffers with CPU stores not synced or a raw view (:meth:`_device_read`)
+        self.cpu_pending: dict[int, SimDmaBuffer] = {}
         self._irq = {u: IrqLine() for u in WINDOWS}
         try:
             mem = Dram(self.dram, self.dram_base, on_read=self._device_read,
@@ -369,27 +379,28 @@ class SimDevice(Device):
     def read32(self, unit: str, offset: int) -> int:
         # one word of the register file: atomic without the lock (a read while another
         # thread's kick runs sees the register as it is, as on hardware)
-        if self.closed or (unit, offset) not in self._checked:  # (_unit's fast path)
+        if (unit, offset) not in self._checked:  # (_unit's fast path; empty once closed)
             self._unit(unit, offset)
         return int(self.core.regs[unit][offset >> 2])  # (core.read_reg inline)
 
     def read_words(self, unit: str, offset: int, count: int) -> list[int]:
+        block = (unit, offset, count)
+        if block in self._checked:  # (found valid before; the set is empty once closed)
+            return self.core.regs[unit][offset >> 2 : (offset >> 2) + count].tolist()
         regs = self.core.regs.get(unit)
         if regs is None or count < 1:
             return super().read_words(unit, offset, count)
-        checked = self._checked
-        if self.closed or (unit, offset) not in checked \
-                or (unit, offset + 4 * (count - 1)) not in checked:
-            self._unit(unit, offset)
-            self._unit(unit, offset + 4 * (count - 1))
+        self._unit(unit, offset)
+        self._unit(unit, offset + 4 * (count - 1))
+        self._checked.add(block)
         return regs[offset // 4 : offset // 4 + count].tolist()
 
     def write32(self, unit: str, offset: int, value: int) -> None:
-        if type(value) is not int or not 0 <= value <= 0xFFFFFFFF:
+        if type(value) is not int or value & _NOT_U32:  # (negative, or wider than 32 bits)
             value = self.check_value(value)  # refused, not truncated (32-bit registers)
         key = (unit, offset)
         with self.lock:
-            if self.closed or key not in self._checked:  # (_unit's fast path)
+            if key not in self._checked:  # (_unit's fast path; empty once closed)
                 self._unit(unit, offset)
             if key in self._ack and _acks(unit, value):
                 self._irq[unit].clear()
@@ -426,11 +437,12 @@ class SimDevice(Device):
         with self.lock:
             if self.buffers.pop(buf.dram_off, None) is not None:
                 self._starts.remove(buf.dram_off)
+            self.cpu_pending.pop(id(buf), None)
             self._in_cache.clear()
             self.allocator.free(buf.dram_off)
 
     def wait_irq(self, unit: str, timeout: float) -> None:
-        if self.closed or (unit, 0) not in self._checked:  # (_unit's fast path)
+        if (unit, 0) not in self._checked:  # (_unit's fast path; empty once closed)
             self._unit(unit, 0)
         if type(timeout) is not float or not 0.0 <= timeout <= MAX_TIMEOUT:
             timeout = check_timeout(timeout)
@@ -475,6 +487,7 @@ class SimDevice(Device):
             for buf in list(self.buffers.values()):
                 buf.free()
             self.closed = True
+            self._checked.clear()  # (every access checks afresh, and is refused)
             self.core.discard()
             self.dram = np.zeros(0, np.uint8)
             self._in_cache.clear()
@@ -536,8 +549,8 @@ class SimDevice(Device):
         return hit
 
     def _device_read(self, addr: int, n: int) -> None:
-        if self.coherence == "off":
-            return
+        if not self.cpu_pending or self.coherence == "off":
+            return  # (no buffer has a CPU store pending or a raw view: nothing to find)
         cached = self._in_cache.get((addr, n))  # (_buffers_in's cache, looked up inline)
         for buf, a, b in self._buffers_in(addr, n) if cached is None else cached:
             if not buf._raw:

@@ -22,6 +22,11 @@ the device stored there.  This changes wall time only, never results:
   runtime's CPU step reads the same device output every run).
 
 An injected bit flip always writes the tensor at once, flipped, and keeps no values.
+
+The live ranges of the stored tensors are three parallel sorted lists; cutting a store's
+range out of them, putting a range in and finding the tensors not written out in a range
+(:func:`live_clip`, :func:`live_insert`, :func:`live_unpacked`) have compiled twins in
+``dvsdk/_native_sim.c`` that return the same (``native.NATIVE``; tests/test_sim_live.py).
 """
 
 from __future__ import annotations
@@ -90,6 +95,52 @@ def _packed(values: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
     if nat is not None:
         return layout.pack(values, out=dst).view(np.uint8)
     return layout.pack(f32_to_f16(values), out=dst).view(np.uint8)
+
+
+def live_clip(starts: list[int], ends: list[int], owners: list, a: int, b: int
+              ) -> list | None:
+    """``[a, b)`` is about to be overwritten whole: the live ranges (the parallel sorted
+    lists ``starts``, ``ends``, ``owners``, changed in place) that overlap it are taken out,
+    except the part before ``a`` of the first and the part after ``b`` of the last where
+    their owner is not written out yet (``packed`` None); returns the owners of the ranges
+    taken (in order, once per range), or None where none overlaps.  The reference and
+    fallback of ``native.live_clip``."""
+    i = bisect_right(ends, a)  # (the first that ends after a to the last that starts before b)
+    j = bisect_left(starts, b, i)
+    if i >= j:
+        return None
+    first, last = owners[i], owners[j - 1]
+    keep_s, keep_e, keep_o = [], [], []
+    if starts[i] < a and first.packed is None:  # the part of the first before a
+        keep_s.append(starts[i])
+        keep_e.append(a)
+        keep_o.append(first)
+    if ends[j - 1] > b and last.packed is None:  # the part of the last after b
+        keep_s.append(b)
+        keep_e.append(ends[j - 1])
+        keep_o.append(last)
+    hit = owners[i:j]
+    starts[i:j], ends[i:j], owners[i:j] = keep_s, keep_e, keep_o
+    return hit
+
+
+def live_insert(starts: list[int], ends: list[int], owners: list, a: int, b: int,
+                owner: object) -> None:
+    """The live range ``[a, b)`` of ``owner`` put in its sorted place in the parallel lists
+    (clipped free before).  The reference and fallback of ``native.live_insert``."""
+    i = bisect_left(starts, a)
+    starts.insert(i, a)
+    ends.insert(i, b)
+    owners.insert(i, owner)
+
+
+def live_unpacked(starts: list[int], ends: list[int], owners: list, a: int, b: int
+                  ) -> list:
+    """The owners of the live ranges (the parallel sorted lists) that overlap ``[a, b)``
+    and are not written out (``packed`` None), in order, once per range.  The reference
+    and fallback of ``native.live_unpacked``."""
+    i = bisect_right(ends, a)
+    return [t for t in owners[i : bisect_left(starts, b, i)] if t.packed is None]
 
 
 @dataclass(slots=True, eq=False)  # (identity: the live ranges name their tensor)
@@ -246,9 +297,16 @@ class Dram:
             self.tensors[(addr, end)] = self._owners[i] = t
             self._kept_bytes += values.nbytes - old.values.nbytes
         else:
-            self._clip(addr, addr + n)
+            self._clip(addr, end)
             self._keep(t)
-        self._stamp(addr, n)
+        if n:  # (_stamp inline: the range is known to lie in DRAM)
+            self._clock = clock = self._clock + 1
+            nat = native.NATIVE
+            if nat is not None:
+                nat.dram_stamp(self._line_clock, self._page_clock, self._sub_clock, off, n,
+                               clock, LINE_SHIFT, PAGE_SHIFT, SUB_SHIFT)
+            else:
+                self._stamp_lines(off, n, clock)
         if self.on_write:
             self.on_write(addr, n)
 
@@ -267,7 +325,9 @@ class Dram:
             if t.packed is None or self.lazy or same_bytes(t.packed,
                                                            self.array[off : off + n]):
                 return t.values
-        self.materialize(addr, n)
+        i = bisect_right(self._ends, addr)  # (materialize's test of a live range, inline)
+        if i < len(self._starts) and self._starts[i] < addr + n:
+            self.materialize(addr, n)
         nat = native.NATIVE
         if nat is not None and len(shape) == 3 and min(shape) > 0:
             # (layout.unpack's compiled call with its arguments known good)
@@ -281,10 +341,12 @@ class Dram:
         (lazy mode); the simulated DMA calls it before the CPU reads DRAM.  ``read`` (a raw
         read): each whole tensor written out here is remembered, and its range packed at
         once by later stores (a runtime's CPU step reads the same tensors every run)."""
-        i = bisect_right(self._ends, addr)  # (_run: no live range there, the common case)
-        if i == len(self._starts) or self._starts[i] >= addr + n:
-            return
-        for t in [t for t in self._overlapping(addr, addr + n) if t.packed is None]:
+        nat = native.NATIVE
+        todo = (live_unpacked if nat is None else nat.live_unpacked)(
+            self._starts, self._ends, self._owners, addr, addr + n)
+        if not todo:
+            return  # (the common case: nothing there, or all of it written out)
+        for t in todo if len(todo) < 2 else list(dict.fromkeys(todo)):
             if t.whole:  # packed in place (lazy mode: eager ones are written at once)
                 t.packed = _packed(t.values, self.array[t.addr - self.base : t.end - self.base])
                 if read:
@@ -373,28 +435,22 @@ class Dram:
         self._read_raw.clear()
 
     # -- bookkeeping --------------------------------------------------------------------
-    def _register(self, t: StoredTensor) -> StoredTensor:
-        """``t`` registered by its range, its values made read-only (its live range is
-        placed by the caller)."""
-        t.values.setflags(write=False)  # (cheaper than the flags object's setter)
-        self.tensors[(t.addr, t.end)] = t
-        self._kept_bytes += t.values.nbytes
-        return t
-
     def _keep(self, t: StoredTensor) -> None:
         """Register ``t`` and its range as live (the range was clipped free before)."""
         if t.end == t.addr:
             return  # (an empty tensor: nothing to keep)
-        if self._kept_bytes + t.values.nbytes > self.tensor_limit:
+        values = t.values
+        if self._kept_bytes + values.nbytes > self.tensor_limit:
             self.materialize(self.base, self.array.size, read=False)
             self.tensors.clear()
             self._starts, self._ends, self._owners = [], [], []
             self._kept_bytes = 0
-        self._register(t)
-        i = bisect_left(self._starts, t.addr)
-        self._starts.insert(i, t.addr)
-        self._ends.insert(i, t.end)
-        self._owners.insert(i, t)
+        values.setflags(write=False)  # (_register inline)
+        self.tensors[(t.addr, t.end)] = t
+        self._kept_bytes += values.nbytes
+        nat = native.NATIVE
+        (live_insert if nat is None else nat.live_insert)(self._starts, self._ends,
+                                                          self._owners, t.addr, t.end, t)
 
     def _forget(self, t: StoredTensor) -> None:
         """Drop ``t`` from the register (its live ranges are gone already)."""
@@ -423,28 +479,16 @@ class Dram:
     def _clip(self, a: int, b: int) -> None:
         """``[a, b)`` is about to be overwritten whole: written tensors there are dropped,
         unwritten ones lose that part (and are dropped when nothing is left)."""
-        starts, ends, owners = self._starts, self._ends, self._owners
-        i = bisect_right(ends, a)  # (_run inline)
-        j = bisect_left(starts, b, i)
-        if i == j:
+        nat = native.NATIVE
+        hit = (live_clip if nat is None else nat.live_clip)(self._starts, self._ends,
+                                                            self._owners, a, b)
+        if hit is None:
             return
-        first, last = owners[i], owners[j - 1]
-        keep_s, keep_e, keep_o = [], [], []
-        if starts[i] < a and first.packed is None:  # the part of the first before a
-            keep_s.append(starts[i])
-            keep_e.append(a)
-            keep_o.append(first)
-        if ends[j - 1] > b and last.packed is None:  # the part of the last after b
-            keep_s.append(b)
-            keep_e.append(ends[j - 1])
-            keep_o.append(last)
-        hit = owners[i:j]
-        starts[i:j], ends[i:j], owners[i:j] = keep_s, keep_e, keep_o
         for t in hit if len(hit) < 2 else dict.fromkeys(hit):
             if t.packed is not None:  # written out and whole: its one range was in i..j-1
                 self._forget(t)
                 continue
-            t.live = remove_span(t.live, a, b)
+            t.live = (remove_span if nat is None else nat.span_remove)(t.live, a, b)
             t.whole = False
             if not t.live:
                 self._forget(t)
@@ -469,19 +513,24 @@ class Dram:
                 nat.dram_stamp(self._line_clock, self._page_clock, self._sub_clock, off, n,
                                clock, LINE_SHIFT, PAGE_SHIFT, SUB_SHIFT)
                 return
-            last = off + n - 1
-            stamps = self._line_stamps
-            stamps[(off >> LINE_SHIFT, (last >> LINE_SHIFT) + 1)] = clock
-            if len(stamps) > 1024:
-                self._apply_line_stamps()
-            # (the two page clocks unrolled: most stores touch one page of each)
-            p0, p1 = off >> PAGE_SHIFT, last >> PAGE_SHIFT
-            if p0 == p1:
-                self._page_clock[p0] = clock
-            else:
-                self._page_clock[p0 : p1 + 1] = [clock] * (p1 + 1 - p0)
-            p0, p1 = off >> SUB_SHIFT, last >> SUB_SHIFT
-            if p0 == p1:
-                self._sub_clock[p0] = clock
-            else:
-                self._sub_clock[p0 : p1 + 1] = [clock] * (p1 + 1 - p0)
+            self._stamp_lines(off, n, clock)
+
+    def _stamp_lines(self, off: int, n: int, clock: int) -> None:
+        """The Python twin of ``native.dram_stamp``: the store of ``n`` > 0 bytes at DRAM
+        offset ``off`` at ``clock`` pending for the line clocks, and in the page clocks."""
+        last = off + n - 1
+        stamps = self._line_stamps
+        stamps[(off >> LINE_SHIFT, (last >> LINE_SHIFT) + 1)] = clock
+        if len(stamps) > 1024:
+            self._apply_line_stamps()
+        # (the two page clocks unrolled: most stores touch one page of each)
+        p0, p1 = off >> PAGE_SHIFT, last >> PAGE_SHIFT
+        if p0 == p1:
+            self._page_clock[p0] = clock
+        else:
+            self._page_clock[p0 : p1 + 1] = [clock] * (p1 + 1 - p0)
+        p0, p1 = off >> SUB_SHIFT, last >> SUB_SHIFT
+        if p0 == p1:
+            self._sub_clock[p0] = clock
+        else:
+            self._sub_clock[p0 : p1 + 1] = [clock] * (p1 + 1 - p0)

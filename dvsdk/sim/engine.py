@@ -55,6 +55,10 @@ _FIRMWARE_SELECT = R["conv"]["FIRMWARE_SELECT"] // 4  # pre-R5: 1 = the ROM firm
 _CMD_ADDR, _CMD_LEN = R["conv"]["CMD_ADDR"] // 4, R["conv"]["CMD_LEN"] // 4
 _CFG_ADDR, _CFG_DATA = R["conv"]["CFG_ADDR"] // 4, R["conv"]["CFG_DATA"] // 4
 _START, _IRQ = R["conv"]["START"] // 4, IRQ_REGS["conv"] // 4  # (START: in the stream)
+#: the conv word of the byte counters of slots input, weights and output (§10.10: slots
+#: 0-7 are BYTE_COUNTERS_LO's words, 8-15 BYTE_COUNTERS_HI's)
+_SLOT_IN, _SLOT_W, _SLOT_OUT = (_COUNTERS_LO + s if s < 8 else _COUNTERS_HI + s - 8 for s in
+                                (COUNTER_SLOT_INPUT, COUNTER_SLOT_WEIGHTS, COUNTER_SLOT_OUTPUT))
 #: per unit: (start, SIM_STATUS, SIM_FAULT_ADDR, SIM_CYCLES_LO, SIM_CYCLES_HI or None)
 _UNIT_WORDS = {u: (START_REGS[u] // 4, R[u]["SIM_STATUS"] // 4, R[u]["SIM_FAULT_ADDR"] // 4,
                    R[u]["SIM_CYCLES_LO"] // 4,
@@ -210,7 +214,8 @@ class Dv700Core(CoreState):
         length = int(conv[_CMD_LEN]) * 8
         conv[_COUNTERS_LO : _COUNTERS_LO + 8] = 0  # counters reset per run ([INFER] §10.10)
         conv[_COUNTERS_HI : _COUNTERS_HI + 8] = 0
-        plain = _plain_counters(self.params.kick)
+        kick = self.params.kick
+        plain = _PLAIN[kick] if kick in _PLAIN else _plain_counters(kick)
         if plain is not None:
             # a pre-R5 controller runs the ROM firmware only once the driver selected it
             # (DMP's 2019-02 kernel writes 1 at probe); the RAM holds none ([INFER])
@@ -243,10 +248,13 @@ class Dv700Core(CoreState):
             for op in dec.ops:
                 kind = op[0]
                 if kind == REG:
-                    if op[1] == _CFG_ADDR:  # (_stream_write's most common case, inline)
+                    reg = op[1]
+                    if reg == _CFG_ADDR:  # (_stream_write's two most common cases, inline)
                         conv[_CFG_ADDR] = op[2]
+                    elif reg == _START and op[2] & 1:
+                        self._command(op[3])
                     else:
-                        irq_seen |= self._stream_write(op[1], op[2], op[3])
+                        irq_seen |= self._stream_write(reg, op[2], op[3])
                 elif kind == CFG:  # a configuration image (kept with the chunk: core.image)
                     self.image = ((dec.plans, op[2], op[1].size) if conv[_CFG_ADDR] == CFG_ADDR
                                   else None)
@@ -264,17 +272,17 @@ class Dv700Core(CoreState):
             raise HardwareError("stream_overrun", here, "stream ended without interrupt write")
         t = self.totals
         # (timing.byte_counter_values, its sums known non-negative)
-        words = [0] * 16
-        words[COUNTER_SLOT_INPUT] = -(-(t.in_bytes + fetched) // 16) & 0xFFFFFFFF
-        words[COUNTER_SLOT_WEIGHTS] = -(-t.weight_bytes // 16) & 0xFFFFFFFF
-        words[COUNTER_SLOT_OUTPUT] = -(-t.out_bytes // 16) & 0xFFFFFFFF
+        beats_in = -(-(t.in_bytes + fetched) // 16) & 0xFFFFFFFF
+        beats_w = -(-t.weight_bytes // 16) & 0xFFFFFFFF
+        beats_out = -(-t.out_bytes // 16) & 0xFFFFFFFF
         if plain is not None:  # pre-R5: three beat registers (driver.convid)
-            for k, slot in (("input", COUNTER_SLOT_INPUT), ("weights", COUNTER_SLOT_WEIGHTS),
-                            ("output", COUNTER_SLOT_OUTPUT)):
-                conv[plain[k] // 4] = words[slot]
-        else:
-            conv[_COUNTERS_LO : _COUNTERS_LO + 8] = words[:8]
-            conv[_COUNTERS_HI : _COUNTERS_HI + 8] = words[8:]
+            conv[plain["input"] // 4] = beats_in
+            conv[plain["weights"] // 4] = beats_w
+            conv[plain["output"] // 4] = beats_out
+        else:  # (the other counters were zeroed above, and a stream cannot write them)
+            conv[_SLOT_IN] = beats_in
+            conv[_SLOT_W] = beats_w
+            conv[_SLOT_OUT] = beats_out
         return t.cycles - (-fetched // self.params.bus_bytes_per_cycle)  # (_stream_cycles)
 
     def _decoded(self, raw: np.ndarray, addr: int) -> Decoded:
@@ -324,6 +332,19 @@ class Dv700Core(CoreState):
             raise HardwareError("bad_config", where,
                                 f"controller address {ptr + 4 * fit:#x} invalid")
 
+    def _command(self, where: int) -> None:
+        """START written with 1 by the stream packet at ``where``: run the configuration
+        image as one command, under the watchdog's command count."""
+        self.kick_commands += 1
+        if self.kick_commands > self.params.watchdog.commands:
+            raise Hang(where, f"watchdog: more than {self.params.watchdog.commands} "
+                       "conv commands in one kick")
+        self.stats["commands"] += 1
+        try:
+            run_configuration(self)
+        except Hang as e:
+            raise Hang(where, e.reason) from None
+
     def _stream_write(self, reg: int, value: int, where: int) -> bool:
         """A register write issued by the stream; returns True for the interrupt write."""
         if reg == U8_TABLE_INDEX:
@@ -336,15 +357,7 @@ class Dv700Core(CoreState):
             self._cfg_data(np.array([value], "<u4").view(np.uint8), where)
         elif reg == _START:
             if value & 1:
-                self.kick_commands += 1
-                if self.kick_commands > self.params.watchdog.commands:
-                    raise Hang(where, f"watchdog: more than {self.params.watchdog.commands} "
-                               "conv commands in one kick")
-                self.stats["commands"] += 1
-                try:
-                    run_configuration(self)
-                except Hang as e:
-                    raise Hang(where, e.reason) from None
+                self._command(where)
         elif reg == _IRQ:
             if value & 1:
                 self.regs["conv"][reg] = 1

@@ -86,6 +86,8 @@ def make_step(run: dict, reference: Callable[..., np.ndarray]) -> Step:
     direct = act in FUSED_ACTS and not pooled
     tail = _make_tail(run)
     sizes: dict[tuple[int, int], tuple[int, int]] = {}  # depthwise: (OH, OW) per (H, W)
+    zeros_first = up != (1, 1) and (depthwise or pointwise)
+    ep_act = (act, param) if direct else (-1, 0.0)  # (the epilogue's activation, if fused)
 
     def step(x: np.ndarray, wb: tuple, addend: np.ndarray | None) -> np.ndarray:
         wts, bias, prelu, _, derived = wb
@@ -93,7 +95,7 @@ def make_step(run: dict, reference: Callable[..., np.ndarray]) -> Step:
         c = x.shape[2]
         if (wts.shape[1] != 1 or wts.shape[0] != c) if depthwise else wts.shape[1] != c:
             return reference(run, x, wb, addend)  # its error
-        if up != (1, 1) and (depthwise or pointwise):
+        if zeros_first:
             # ops.deconv2d: the input zero-inserted, then a stride-1 conv (the general
             # case below inserts the zeros as it builds its matrix)
             h_in, w_in, c = x.shape
@@ -124,7 +126,7 @@ def make_step(run: dict, reference: Callable[..., np.ndarray]) -> Step:
         # the epilogue on each tile of the product as it is finished: bias and addend, and
         # where nothing comes between them (a pool), the activation and the rounding too
         ep = (bias, None if addend is None else addend.reshape(-1, addend.shape[-1]),
-              act if direct else -1, param if direct else 0.0, prelu if direct else None)
+              *ep_act, prelu if direct else None)
         if pointwise:
             h, w, c = x.shape
             out = np.empty((h * w, wts.shape[0]), np.float32)
