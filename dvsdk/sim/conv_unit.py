@@ -474,7 +474,7 @@ def _run(run: dict, x: np.ndarray, wb: tuple | None, addend: np.ndarray | None) 
 
 def _run_cycles(core: CoreState, run: dict, shapes: tuple, tiles: int, wsize: int,
                 in_ubuf: bool, out_ubuf: bool, totals: ConvTotals, extra_in: int = 0) -> int:
-    """One run's cycles (:func:`~.timing.run_cycles`), its bytes added to ``totals``.  A
+    """One run's cycles (:func:`dvsdk.hw.timing.run_cycles`), its bytes added to ``totals``.  A
     conv's MAC array works at the conv output's size, before a fused max-pool or upsample
     shrinks or grows it (timing the pooled size made a conv with a 2x2 pool 4x too fast:
     399% MAC use); ``extra_in`` bytes (an element-wise addend) stream in with the input and
