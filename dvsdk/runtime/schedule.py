@@ -37,10 +37,7 @@ from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
 from ..errors import NetFileError
-from .views import shares
-
-#: a device tensor's placement: (arena offset, (H, W, C), samples N)
-Placement = tuple[int, tuple[int, int, int], int]
+from .views import Placement, shares
 
 
 def extent(place: Placement) -> int:

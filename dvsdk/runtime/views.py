@@ -20,10 +20,9 @@ commands read or write it when its views cover it (:func:`covered`).
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from .schedule import Placement
+#: a device tensor's placement: (arena offset, (H, W, C), samples N)
+Placement = tuple[int, tuple[int, int, int], int]
 
 __all__ = ["parent", "expected", "is_view_of", "shares", "covered"]
 
