@@ -491,6 +491,7 @@ static PyMethodDef methods[] = {
     {"avgpool", dv_avgpool, METH_VARARGS, dv_avgpool_doc},
     {"maxpool", dv_maxpool, METH_VARARGS, dv_maxpool_doc},
     {"act_elem", dv_act_elem, METH_VARARGS, dv_act_elem_doc},
+    {"hwc_to_chw", dv_hwc_to_chw, METH_VARARGS, dv_hwc_to_chw_doc},
     {"unpack", dv_unpack, METH_VARARGS, dv_unpack_doc},
     {"ew_f16", dv_ew_f16, METH_VARARGS, dv_ew_f16_doc},
     {"lookup16", dv_lookup16, METH_VARARGS, dv_lookup16_doc},

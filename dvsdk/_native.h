@@ -248,6 +248,8 @@ PyObject *dv_avgpool(PyObject *self, PyObject *args);
 PyObject *dv_maxpool(PyObject *self, PyObject *args);
 PyObject *dv_act_elem(PyObject *self, PyObject *args);
 extern const char dv_im2col_doc[], dv_avgpool_doc[], dv_maxpool_doc[], dv_act_elem_doc[];
+PyObject *dv_hwc_to_chw(PyObject *self, PyObject *args);
+extern const char dv_hwc_to_chw_doc[];
 /* the second core (_native_team.c): fn(ctx, r0, r1, who) over chunks of [0, n), run by
  * the caller (who 0) and, when parts >= 2, by the worker thread (who 1) at once; a
  * function with scratch memory keeps one per ``who``, never per chunk (called with the

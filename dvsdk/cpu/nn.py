@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
+from .. import native
 from ..hw import arith, elementary
 from .resize import resize
 
@@ -277,6 +278,9 @@ def max_pool(inputs: list, attrs: Attrs) -> list[Arr]:
     a = resolve_pool(attrs, x.shape)
     low = -np.inf if np.issubdtype(x.dtype, np.floating) else np.iinfo(x.dtype).min
     kw = (a["kernel_shape"], a["strides"], a["dilations"])
+    r = _max_pool_compiled(x, a)
+    if r is not None:
+        return [r]
     if x.dtype.kind == "f" and math.prod(a["kernel_shape"]) <= _TAPWISE_MAX:
         nhwc = x.transpose(0, 2, 3, 1) if x.ndim == 4 else None
         if nhwc is not None and nhwc.flags.c_contiguous and not x.flags.c_contiguous:
@@ -305,6 +309,33 @@ def max_pool(inputs: list, attrs: Attrs) -> list[Arr]:
     n = x.ndim - 2
     axes = tuple(range(2 + n, 2 + 2 * n))
     return [arith.reduce_max(win, axis=axes).astype(x.dtype, copy=False)]
+
+
+def _max_pool_compiled(x: Arr, a: Attrs) -> Arr | None:
+    """A float32 2-D MaxPool without dilation by ``native.maxpool`` on the (N, H, W, C) order
+    (a device tensor seen as NCHW lies so: no copy), the result C-ordered NCHW as the other
+    paths make it; None where it does not apply or where a result is NaN (whose payload the
+    reduction chooses: the caller's paths run).  The window's maximum in the total order of
+    the simulator's pools: for every result that is not a NaN the same value as
+    ``arith.reduce_max``, a zero result +0 where a tap holds +0, padded positions -inf."""
+    if (native.NATIVE is None or x.dtype != np.float32 or x.ndim != 4
+            or any(d != 1 for d in a["dilations"]) or min(a["pads"]) < 0):
+        return None
+    (kh, kw), (sh, sw) = a["kernel_shape"], a["strides"]
+    oh, ow = pool_output_shape(x.shape, a)[2:]
+    if min(kh, kw, sh, sw, oh, ow) < 1 or x.size == 0:
+        return None
+    nhwc = x.transpose(0, 2, 3, 1)
+    out = np.empty((x.shape[0], oh, ow, x.shape[1]), np.float32)
+    for i in range(x.shape[0]):
+        native.NATIVE.maxpool(np.ascontiguousarray(nhwc[i]), out[i], kw, kh, sw, sh,
+                              a["pads"][1], a["pads"][0])
+    if np.isnan(out).any():
+        return None
+    r = np.empty((x.shape[0], x.shape[1], oh, ow), np.float32)
+    native.NATIVE.hwc_to_chw(out.reshape(x.shape[0], oh * ow, -1),
+                             r.reshape(x.shape[0], x.shape[1], oh * ow))
+    return r
 
 
 #: kernels up to this many taps take the maximum tap by tap (:func:`_max_by_taps`)
