@@ -1,9 +1,16 @@
-"""The runtime's CPU MaxPool on the compiled pool (``dvsdk.cpu.nn.max_pool`` through
+"""The runtime's CPU steps on compiled loops.
+
+MaxPool on the compiled pool (``dvsdk.cpu.nn.max_pool`` through
 ``native.maxpool`` and ``native.hwc_to_chw``) against a reference written here from
 firmware_spec/arithmetic.md ("The runtime's CPU steps": MaxPool gives +0 when the extremum
 is a zero of both signs, NaN propagates; padded positions -inf; ONNX's output size with
 ceil_mode), on device-tensor layouts ((N, H, W, C) memory seen as NCHW) and C-ordered
 NCHW; and the swap of the last two axes against numpy's transpose.
+
+Softmax with its exponentials in place (``native.elem`` with ``y`` the input itself) and
+its division in place, against the formula written here on the numpy elementary functions
+(``dvsdk.hw.elementary`` without the module: float64 exp, rounded to the input type, numpy's
+sum, the division), for float16/32/64 inputs with -inf entries.
 """
 
 from __future__ import annotations
@@ -15,6 +22,7 @@ import pytest
 
 from dvsdk import native
 from dvsdk.cpu import nn
+from dvsdk.hw import arith, elementary
 
 from .test_native import NATIVE, needs_native
 
@@ -113,3 +121,30 @@ def test_hwc_to_chw_refuses_bad_arguments():
     square = np.zeros((1, 4, 4), np.float32)
     with pytest.raises(ValueError):
         NATIVE.hwc_to_chw(square, square)
+
+
+@pytest.mark.parametrize("shape,axis", [((1, 40, 6625), 2), ((1, 8, 40, 40), 3), ((3, 7), 0),
+                                        ((2, 5, 4), 1)])
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, np.float64])
+def test_softmax_in_place_is_the_formula(shape, axis, dtype, monkeypatch):
+    rng = np.random.default_rng(len(shape) + axis)
+    x = (rng.standard_normal(shape) * 5).astype(dtype)
+    x.flat[::37] = -np.inf
+    got = nn.softmax([x], {"axis": axis, "opset": 17})[0]
+    monkeypatch.setattr(native, "NATIVE", None)
+    z = x - arith.reduce_max(x, axis=(axis,), keepdims=True)
+    e = elementary.exp(z).astype(x.dtype)
+    want = (e / e.sum(axis=(axis,), keepdims=True)).astype(x.dtype)
+    assert got.dtype == x.dtype and got.shape == x.shape
+    assert np.array_equal(got.view(np.uint8), want.view(np.uint8))
+
+
+@pytest.mark.parametrize("fn", [0, 1, 2, 3, 4])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_elem_in_place_equals_elem_into_another_array(fn, dtype):
+    x = (np.random.default_rng(fn).standard_normal(1000) * 30).astype(dtype)
+    x[::50] = np.nan
+    want = np.empty_like(x)
+    NATIVE.elem(fn, x, want)
+    NATIVE.elem(fn, x, x)
+    assert np.array_equal(x.view(np.uint8), want.view(np.uint8))
