@@ -115,7 +115,7 @@ static inline int get_f32(PyObject *obj, Py_buffer *view, int writable, const ch
  * comes first, on the bits: a negative value (-0 included) becomes +0 and, as the order
  * of non-negative floats is that of their bits, the clamp at 6 is an unsigned minimum
  * (act_relu6's values); a NaN, which ReLU6 keeps as it is, is one of the somethings else. */
-#define ROUND_CHUNK 64
+#define ROUND_CHUNK 256
 
 static inline __attribute__((always_inline)) uint32_t relu6_bits(uint32_t u)
 {
