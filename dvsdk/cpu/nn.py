@@ -20,7 +20,6 @@ from typing import Any
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
-from .. import native
 from ..hw import arith, elementary
 from .resize import resize
 
@@ -312,30 +311,21 @@ def max_pool(inputs: list, attrs: Attrs) -> list[Arr]:
 
 
 def _max_pool_compiled(x: Arr, a: Attrs) -> Arr | None:
-    """A float32 2-D MaxPool without dilation by ``native.maxpool`` on the (N, H, W, C) order
-    (a device tensor seen as NCHW lies so: no copy), the result C-ordered NCHW as the other
-    paths make it; None where it does not apply or where a result is NaN (whose payload the
-    reduction chooses: the caller's paths run).  The window's maximum in the total order of
-    the simulator's pools: for every result that is not a NaN the same value as
-    ``arith.reduce_max``, a zero result +0 where a tap holds +0, padded positions -inf."""
-    if (native.NATIVE is None or x.dtype != np.float32 or x.ndim != 4
-            or any(d != 1 for d in a["dilations"]) or min(a["pads"]) < 0):
+    """A float32 2-D MaxPool without dilation, on an array whose memory is (N, H, W, C) (a
+    device tensor seen as NCHW), by the compiled pool on that order
+    (:func:`~dvsdk.hw.arith.max_pool_nhwc`), the result C-ordered NCHW as the other paths
+    make it; None where it does not apply or where a result is NaN (the caller's paths
+    run).  For every result that is not a NaN the same value as ``arith.reduce_max`` over
+    the window, a zero result +0 where a tap holds +0, padded positions -inf."""
+    if (x.dtype != np.float32 or x.ndim != 4 or any(d != 1 for d in a["dilations"])
+            or min(a["pads"]) < 0 or x.size == 0
+            or not x.transpose(0, 2, 3, 1).flags.c_contiguous):  # (else a copy: the taps)
         return None
     (kh, kw), (sh, sw) = a["kernel_shape"], a["strides"]
     oh, ow = pool_output_shape(x.shape, a)[2:]
-    if min(kh, kw, sh, sw, oh, ow) < 1 or x.size == 0:
+    if min(kh, kw, sh, sw, oh, ow) < 1:
         return None
-    nhwc = x.transpose(0, 2, 3, 1)
-    out = np.empty((x.shape[0], oh, ow, x.shape[1]), np.float32)
-    for i in range(x.shape[0]):
-        native.NATIVE.maxpool(np.ascontiguousarray(nhwc[i]), out[i], kw, kh, sw, sh,
-                              a["pads"][1], a["pads"][0])
-    if np.isnan(out).any():
-        return None
-    r = np.empty((x.shape[0], x.shape[1], oh, ow), np.float32)
-    native.NATIVE.hwc_to_chw(out.reshape(x.shape[0], oh * ow, -1),
-                             r.reshape(x.shape[0], x.shape[1], oh * ow))
-    return r
+    return arith.max_pool_nhwc(x, (kh, kw), (sh, sw), (a["pads"][0], a["pads"][1]), (oh, ow))
 
 
 #: kernels up to this many taps take the maximum tap by tap (:func:`_max_by_taps`)
@@ -474,12 +464,10 @@ def softmax(inputs: list, attrs: Attrs) -> list[Arr]:
     opset = int(attrs.get("opset", 13))
     xv, axes = _softmax_2d(x, int(attrs.get("axis", -1 if opset >= 13 else 1)), opset)
     z = xv - arith.reduce_max(xv, axis=axes, keepdims=True)
-    if z.dtype == np.float32 and z.flags.c_contiguous and native.NATIVE is not None:
-        # (in place: each fresh array of a large softmax costs its page faults, ~2 us a
-        # page here, as much as the exponentials; element by element, the same values)
-        native.NATIVE.elem(0, z, z)
-        e = z
-    else:
+    # (in place where compiled: each fresh array of a large softmax costs its page faults,
+    # ~2 us a page here, as much as the exponentials; element by element, the same values)
+    e = elementary.compiled_f32(elementary.exp, z, z) if z.flags.c_contiguous else None
+    if e is None:
         e = _exp(z)
     s = e.sum(axis=axes, keepdims=True)
     if s.dtype == e.dtype and e.dtype.kind == "f":
