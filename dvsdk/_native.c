@@ -242,9 +242,9 @@ typedef struct {
 
 static inline __attribute__((always_inline)) void dw_pixels(
     const DwArgs *a, const float **src, const float *base0, Py_ssize_t pstep,
-    const Py_ssize_t *toff, float **outs, const int np, const int inside)
+    const Py_ssize_t *toff, float **outs, const int np, const int inside, Py_ssize_t ch)
 {
-    Py_ssize_t ntaps = a->ky * a->kx, c = a->c, ch = 0;
+    Py_ssize_t ntaps = a->ky * a->kx, c = a->c;
     float tmp[DW_PX][16];
 #if DW_VECTOR
     for (; ch + 16 <= c; ch += 16) {
@@ -296,10 +296,15 @@ static inline __attribute__((always_inline)) void dw_pixels(
     }
 }
 
+#include "_native_dw.h"
+
 HOT static void depthwise_rows(const DwArgs *a, float *restrict out, Py_ssize_t oy0,
                                Py_ssize_t oy1, const float **src, Py_ssize_t *toff)
 {
     Py_ssize_t ntaps = a->ky * a->kx, c = a->c;
+#if DW_VECTOR
+    const int shape = dws_shape(a), wide = dws_wide_flag > 0;
+#endif
     for (Py_ssize_t i = 0; i < a->ky; i++)
         for (Py_ssize_t j = 0; j < a->kx; j++)
             toff[i * a->kx + j] = (i * a->dy * a->w + j * a->dx) * c;
@@ -314,9 +319,14 @@ HOT static void depthwise_rows(const DwArgs *a, float *restrict out, Py_ssize_t 
                 && ix0 + (np - 1) * a->sx + (a->kx - 1) * a->dx < a->w;
             const float *base0 = inside ? a->x + (iy0 * a->w + ix0) * c : NULL;
             Py_ssize_t pstep = a->sx * c;
-            for (int p = 0; p < np; p++) {
+            for (int p = 0; p < np; p++)
+                outs[p] = out + (oy * a->ow + ox0 + p) * c;
+            Py_ssize_t ch0 = 0;  /* the channels done by the column sweep (_native_dw.h) */
+#if DW_VECTOR
+            ch0 = dws_pixels(a, oy, ox0, np, outs, shape, wide);
+#endif
+            for (int p = 0; p < np && ch0 < c; p++) {
                 Py_ssize_t ox = ox0 + p;
-                outs[p] = out + (oy * a->ow + ox) * c;
                 if (inside)  /* the whole window is in the input: taps at fixed steps */
                     continue;
                 for (Py_ssize_t i = 0; i < a->ky; i++) {
@@ -330,9 +340,10 @@ HOT static void depthwise_rows(const DwArgs *a, float *restrict out, Py_ssize_t 
                 }
             }
 #define DW_CALL(n)                                                                     \
-    (inside ? dw_pixels(a, src, base0, pstep, toff, outs, (n), 1)                          \
-            : dw_pixels(a, src, base0, pstep, toff, outs, (n), 0))
-            switch (np) {  /* as many independent sums as there are pixels left */
+    (inside ? dw_pixels(a, src, base0, pstep, toff, outs, (n), 1, ch0)                     \
+            : dw_pixels(a, src, base0, pstep, toff, outs, (n), 0, ch0))
+            switch (ch0 < c ? np : 0) {  /* as many independent sums as pixels left */
+            case 0: break;
             case DW_PX: DW_CALL(DW_PX); break;
 #if DW_PX > 4
             case 7: DW_CALL(7); break;
@@ -448,6 +459,9 @@ static PyObject *depthwise(PyObject *self, PyObject *args)
                      h, w, c, ky, kx, ow, sx, sy, dx, dy, pl, pt, act, slope};
         DwPart part = {&da, (float *)b[3].buf, row0, {src, src + DW_PX * ky * kx},
                        {toff, toff + ky * kx}};
+#if DW_VECTOR
+        dws_init();
+#endif
         Py_BEGIN_ALLOW_THREADS
         team_run(depthwise_part, &part, row1 - row0, parts);
         Py_END_ALLOW_THREADS
@@ -477,6 +491,7 @@ static PyMethodDef methods[] = {
     {"avgpool", dv_avgpool, METH_VARARGS, dv_avgpool_doc},
     {"maxpool", dv_maxpool, METH_VARARGS, dv_maxpool_doc},
     {"act_elem", dv_act_elem, METH_VARARGS, dv_act_elem_doc},
+    {"hwc_to_chw", dv_hwc_to_chw, METH_VARARGS, dv_hwc_to_chw_doc},
     {"unpack", dv_unpack, METH_VARARGS, dv_unpack_doc},
     {"ew_f16", dv_ew_f16, METH_VARARGS, dv_ew_f16_doc},
     {"lookup16", dv_lookup16, METH_VARARGS, dv_lookup16_doc},

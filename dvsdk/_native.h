@@ -115,7 +115,7 @@ static inline int get_f32(PyObject *obj, Py_buffer *view, int writable, const ch
  * comes first, on the bits: a negative value (-0 included) becomes +0 and, as the order
  * of non-negative floats is that of their bits, the clamp at 6 is an unsigned minimum
  * (act_relu6's values); a NaN, which ReLU6 keeps as it is, is one of the somethings else. */
-#define ROUND_CHUNK 64
+#define ROUND_CHUNK 256
 
 static inline __attribute__((always_inline)) uint32_t relu6_bits(uint32_t u)
 {
@@ -248,6 +248,8 @@ PyObject *dv_avgpool(PyObject *self, PyObject *args);
 PyObject *dv_maxpool(PyObject *self, PyObject *args);
 PyObject *dv_act_elem(PyObject *self, PyObject *args);
 extern const char dv_im2col_doc[], dv_avgpool_doc[], dv_maxpool_doc[], dv_act_elem_doc[];
+PyObject *dv_hwc_to_chw(PyObject *self, PyObject *args);
+extern const char dv_hwc_to_chw_doc[];
 /* the second core (_native_team.c): fn(ctx, r0, r1, who) over chunks of [0, n), run by
  * the caller (who 0) and, when parts >= 2, by the worker thread (who 1) at once; a
  * function with scratch memory keeps one per ``who``, never per chunk (called with the

@@ -441,3 +441,64 @@ PyObject *dv_act_elem(PyObject *self, PyObject *args)
     PyBuffer_Release(&y);
     Py_RETURN_NONE;
 }
+
+/* -- the (N, R, C) -> (N, C, R) copy of a device tensor's (N, H*W, C) values into the NCHW
+ * order the CPU steps hand on (numpy's transposing copy walks one side a value at a time:
+ * ~1 ns a value) -------------------------------------------------------------------------- */
+#define SWAP_BLOCK 16
+
+HOT static void swap_last2(const uint32_t *restrict s, uint32_t *restrict d, Py_ssize_t n,
+                           Py_ssize_t r, Py_ssize_t c)
+{
+    for (Py_ssize_t b = 0; b < n; b++, s += r * c, d += r * c)
+        for (Py_ssize_t i0 = 0; i0 < r; i0 += SWAP_BLOCK) {
+            Py_ssize_t i1 = i0 + SWAP_BLOCK < r ? i0 + SWAP_BLOCK : r;
+            for (Py_ssize_t j0 = 0; j0 < c; j0 += SWAP_BLOCK) {
+                Py_ssize_t j1 = j0 + SWAP_BLOCK < c ? j0 + SWAP_BLOCK : c;
+                for (Py_ssize_t j = j0; j < j1; j++)
+                    for (Py_ssize_t i = i0; i < i1; i++)
+                        d[j * r + i] = s[i * c + j];
+            }
+        }
+}
+
+const char dv_hwc_to_chw_doc[] =
+    "hwc_to_chw(src, dst)\n\n``dst`` (N, C, R) = ``src`` (N, R, C) with its last two axes "
+    "swapped: 4-byte items (the same format on both), both C-contiguous, not overlapping; "
+    "a copy of bits.";
+
+PyObject *dv_hwc_to_chw(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *so, *dobj;
+    Py_buffer s, d;
+    if (!PyArg_ParseTuple(args, "OO", &so, &dobj))
+        return NULL;
+    if (PyObject_GetBuffer(so, &s, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0)
+        return NULL;
+    if (PyObject_GetBuffer(dobj, &d, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | PyBUF_WRITABLE) < 0) {
+        PyBuffer_Release(&s);
+        return NULL;
+    }
+    const char *fs = s.format ? s.format : "B", *fd = d.format ? d.format : "B";
+    if (s.itemsize != 4 || d.itemsize != 4 || strcmp(fs, fd) != 0)
+        PyErr_SetString(PyExc_TypeError, "hwc_to_chw: src and dst must hold 4-byte items of "
+                        "one format");
+    else if (s.ndim != 3 || d.ndim != 3 || d.shape[0] != s.shape[0]
+             || d.shape[1] != s.shape[2] || d.shape[2] != s.shape[1])
+        PyErr_SetString(PyExc_ValueError, "hwc_to_chw: src must be (N, R, C) and dst "
+                        "(N, C, R)");
+    else if (bufs_overlap(&s, &d))
+        PyErr_SetString(PyExc_ValueError, "hwc_to_chw: dst overlaps src");
+    else {
+        Py_BEGIN_ALLOW_THREADS
+        swap_last2((const uint32_t *)s.buf, (uint32_t *)d.buf, s.shape[0], s.shape[1],
+                   s.shape[2]);
+        Py_END_ALLOW_THREADS
+    }
+    PyBuffer_Release(&s);
+    PyBuffer_Release(&d);
+    if (PyErr_Occurred())
+        return NULL;
+    Py_RETURN_NONE;
+}

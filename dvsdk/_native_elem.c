@@ -46,7 +46,8 @@ HOT __attribute__((optimize("no-trapping-math"))) static void elem_all32(
 const char dv_elem_doc[] =
     "elem(fn, x, y)\n\n``y`` = f(``x``), both float64 of one size: fn 0 exp, 1 expm1, 2 tanh, "
     "3 sigmoid, 4 log, as dvsdk.hw.elementary computes them; or both float32: f of each "
-    "value widened to float64, rounded to float32.";
+    "value widened to float64, rounded to float32.  ``y`` may be ``x`` itself (element by "
+    "element: each value is read before its result is written).";
 
 PyObject *dv_elem(PyObject *self, PyObject *args)
 {

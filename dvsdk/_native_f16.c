@@ -403,6 +403,41 @@ static int pack_all(const float *src, uint16_t *dst, const Geometry *g)
     return 0;
 }
 
+/* outer positions per block of the unpack where the inner walk is the longer stride of dst
+ * (the layout's x-major order into (H, W, C): a column of positions lands on H rows) */
+#define UNPACK_BLOCK 32
+
+/* the full chunks of outer positions [a0, a1) x every inner one, inner position by inner
+ * position (each writes a run of a1 - a0 positions of dst, contiguous where dout == c,
+ * instead of a column of positions a row apart: pages and cache lines used up at once) */
+#if X86_F16C
+__attribute__((target("avx2,f16c"))) static void unpack_block_f16c(
+    const uint16_t *base, float *d0, Py_ssize_t a0, Py_ssize_t a1, Py_ssize_t inner,
+    Py_ssize_t nfull, Py_ssize_t wh, Py_ssize_t dout, Py_ssize_t din)
+{
+    for (Py_ssize_t b = 0; b < inner; b++)
+        for (Py_ssize_t a = a0; a < a1; a++) {
+            const uint16_t *s = base + (a * inner + b) * 8;
+            float *d = d0 + a * dout + b * din;
+            for (Py_ssize_t k = 0; k < nfull; k++)
+                to_f32_8(s + 8 * k * wh, d + 8 * k);
+        }
+}
+#endif
+
+static void unpack_block_scalar(const uint16_t *base, float *d0, Py_ssize_t a0, Py_ssize_t a1,
+                                Py_ssize_t inner, Py_ssize_t nfull, Py_ssize_t wh,
+                                Py_ssize_t dout, Py_ssize_t din)
+{
+    for (Py_ssize_t b = 0; b < inner; b++)
+        for (Py_ssize_t a = a0; a < a1; a++) {
+            const uint16_t *s = base + (a * inner + b) * 8;
+            float *d = d0 + a * dout + b * din;
+            for (Py_ssize_t k = 0; k < nfull; k++)
+                to_f32_scalar(s + 8 * k * wh, d + 8 * k, 8);
+        }
+}
+
 static int unpack_all(const uint16_t *src, float *dst, const Geometry *g)
 {
     Py_ssize_t whc = g->w * g->h * g->c, wh = g->w * g->h, nfull = g->c / 8;
@@ -415,34 +450,45 @@ static int unpack_all(const uint16_t *src, float *dst, const Geometry *g)
 #if X86_F16C
     fast = have_f16c;
 #endif
-    /* the last chunk's values of one outer position are one run in src: converted as a
-     * whole (eight at a time), then scattered */
+    /* blocks of outer positions where the inner walk strides over dst's rows */
+    Py_ssize_t block = din > dout ? UNPACK_BLOCK : 1;
+    if (block > outer)
+        block = outer;
+    /* the last chunk's values of a block of outer positions are one run in src: converted
+     * as a whole (eight at a time), then scattered */
     float *tmp = NULL;
-    if (rem && !(tmp = malloc((size_t)(inner * rem) * sizeof(float))))
+    if (rem && !(tmp = malloc((size_t)(block * inner * rem) * sizeof(float))))
         return -1;
     for (Py_ssize_t n = 0; n < g->n; n++) {
         const uint16_t *base = src + n * whc;
-        for (Py_ssize_t a = 0; a < outer; a++) {
-            Py_ssize_t sp = a * inner;
-            float *d0 = dst + n * whc + a * dout;
+        float *dn = dst + n * whc;
+        for (Py_ssize_t a0 = 0; a0 < outer; a0 += block) {
+            Py_ssize_t a1 = a0 + block < outer ? a0 + block : outer;
+            if (nfull) {
 #if X86_F16C
-            if (fast && nfull)
-                unpack_f16c(base + sp * 8, d0, din, inner, nfull, wh);
+                if (fast && block == 1)
+                    unpack_f16c(base + a0 * inner * 8, dn + a0 * dout, din, inner, nfull, wh);
+                else if (fast)
+                    unpack_block_f16c(base, dn, a0, a1, inner, nfull, wh, dout, din);
 #endif
-            if (!fast)
-                for (Py_ssize_t b = 0; b < inner; b++)
-                    for (Py_ssize_t k = 0; k < nfull; k++)
-                        to_f32_scalar(base + 8 * k * wh + (sp + b) * 8, d0 + b * din + 8 * k,
-                                      8);
+                if (!fast)
+                    unpack_block_scalar(base, dn, a0, a1, inner, nfull, wh, dout, din);
+            }
             if (!rem)
                 continue;
-            const uint16_t *sr = base + 8 * nfull * wh + sp * rem;
-            if (nfull == 0 && din == rem) {  /* one contiguous run already */
+            const uint16_t *sr = base + 8 * nfull * wh + a0 * inner * rem;
+            float *d0 = dn + a0 * dout + 8 * nfull;
+            if (nfull == 0 && din == rem && block == 1) {  /* one contiguous run already */
                 to_f32_run(sr, d0, inner * rem);
                 continue;
             }
-            to_f32_run(sr, tmp, inner * rem);
-            gather_rem(tmp, rem, 1, d0 + 8 * nfull, din, inner, rem);
+            to_f32_run(sr, tmp, (a1 - a0) * inner * rem);
+            if (block == 1)
+                gather_rem(tmp, rem, 1, d0, din, inner, rem);
+            else  /* inner position by inner position: a run of outer ones each */
+                for (Py_ssize_t b = 0; b < inner; b++)
+                    gather_rem(tmp + b * rem, inner * rem, 1, d0 + b * din, dout, a1 - a0,
+                               rem);
         }
     }
     free(tmp);

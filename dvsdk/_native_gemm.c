@@ -23,6 +23,8 @@
 
 #define PANEL 16
 #define KC 256
+/* the most bytes of b (one block of k steps) the last block takes row tile by row tile */
+#define GEMM_ROWS_FIRST (24 * 1024)
 
 /* what follows the product on each output (the conv engine's epilogue, _native.h
  * epilogue_run): + bias[col], + addend[row, col], then for act >= 0 the activation and

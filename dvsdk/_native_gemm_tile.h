@@ -104,50 +104,83 @@ static const FN(tile_fn) FN(tiles)[2][NVMAX][8] = {
 #endif
 };
 
+/* the epilogue on rows [i, i + mr) x columns [c0, c1) of c (row stride m), finished: one
+ * call over the rows at once where they hold every column (back to back in c: the bias and
+ * slopes repeated per row in brep/prep, element by element the same operations) */
+static inline __attribute__((always_inline)) TARGET void FN(ep_rows)(
+    float *c, Py_ssize_t m, Py_ssize_t i, int mr, Py_ssize_t c0, Py_ssize_t c1,
+    const GemmEpilogue *ep, const float *brep, const float *prep)
+{
+    if (c0 == 0 && c1 == m && (brep || !ep->bias) && (prep || !ep->prelu)) {
+        epilogue_run(c + i * m, mr * m, ep->bias ? brep : NULL,
+                     ep->addend ? ep->addend + i * m : NULL, ep->act, ep->slope,
+                     ep->prelu ? prep : NULL);
+        return;
+    }
+    for (int r = 0; r < mr; r++)
+        epilogue_run(c + (i + r) * m + c0, c1 - c0, ep->bias ? ep->bias + c0 : NULL,
+                     ep->addend ? ep->addend + (i + r) * m + c0 : NULL, ep->act, ep->slope,
+                     ep->prelu ? ep->prelu + c0 : NULL);
+}
+
 /* out rows [r0, r1) x panels [p0, p1) of a (n, k) @ b (packed); then, with an epilogue
- * (ep), each finished tile's rows through it while they are in cache */
+ * (ep), each finished tile's rows through it while they are in cache.  The last block of
+ * k steps, when there is one and b is small enough to stay in L1 (GEMM_ROWS_FIRST bytes),
+ * goes row tile by row tile, every panel of a row tile before the next one, so the
+ * epilogue takes whole rows at once (a few long runs instead of many of 16-48 values);
+ * the order of the tiles changes no output's sum (each is its own, in the order k = 0..) */
 static TARGET void FN(gemm)(const float *a, Py_ssize_t k, const float *bp, Py_ssize_t m,
                             float *c, Py_ssize_t r0, Py_ssize_t r1, Py_ssize_t p0,
                             Py_ssize_t p1, int fused, const GemmEpilogue *ep)
 {
     Py_ssize_t kpan = k * PANEL;
+    Py_ssize_t cols0 = p0 * PANEL, cols1 = p1 * PANEL < m ? p1 * PANEL : m;
+    /* the bias and slopes repeated for MR rows of every column (the whole-row epilogue) */
+    float *brep = NULL, *prep = NULL;
+    int rows_first = k <= KC && (cols1 - cols0) * k * 4 <= GEMM_ROWS_FIRST;
+    if (ep && cols0 == 0 && cols1 == m && r1 - r0 > 1
+        && (rows_first || m <= NVMAX * PANEL)) {
+        if (ep->bias && (brep = malloc((size_t)(MR * m) * sizeof(float))))
+            for (Py_ssize_t j = 0; j < MR * m; j++)
+                brep[j] = ep->bias[j % m];
+        if (ep->prelu && (prep = malloc((size_t)(MR * m) * sizeof(float))))
+            for (Py_ssize_t j = 0; j < MR * m; j++)
+                prep[j] = ep->prelu[j % m];
+    }
     for (Py_ssize_t k0 = 0; k0 < k; k0 += KC) {
         Py_ssize_t kn = k - k0 < KC ? k - k0 : KC;
         int last = k0 + kn == k;
+        if (last && ep && rows_first) {
+            for (Py_ssize_t i = r0; i < r1; i += MR) {
+                int mr = r1 - i < MR ? (int)(r1 - i) : MR;
+                for (Py_ssize_t g = p0; g < p1; g += NVMAX) {
+                    int nv = p1 - g < NVMAX ? (int)(p1 - g) : NVMAX;
+                    Py_ssize_t c0 = g * PANEL;
+                    Py_ssize_t ncols = m - c0 < nv * PANEL ? m - c0 : nv * PANEL;
+                    FN(tiles)[fused][nv - 1][mr - 1](a + i * k + k0, k,
+                                                     bp + g * kpan + k0 * PANEL, kpan, kn,
+                                                     c + i * m + c0, m, ncols, k0 == 0);
+                }
+                FN(ep_rows)(c, m, i, mr, cols0, cols1, ep, brep, prep);
+            }
+            continue;
+        }
         for (Py_ssize_t g = p0; g < p1; g += NVMAX) {
             int nv = p1 - g < NVMAX ? (int)(p1 - g) : NVMAX;
             Py_ssize_t c0 = g * PANEL;
             Py_ssize_t ncols = m - c0 < nv * PANEL ? m - c0 : nv * PANEL;
             const float *b = bp + g * kpan + k0 * PANEL;
-            /* a tile of every column (a narrow output): its rows lie back to back, so the
-             * epilogue takes them in one call, with the bias and slopes repeated per row
-             * (element by element as row by row: the same operations) */
-            float brep[MR * NVMAX * PANEL], prep[MR * NVMAX * PANEL];
-            const int whole = last && ep && c0 == 0 && ncols == m;
-            if (whole)
-                for (Py_ssize_t j = 0; j < MR * m; j++) {
-                    if (ep->bias)
-                        brep[j] = ep->bias[j % m];
-                    if (ep->prelu)
-                        prep[j] = ep->prelu[j % m];
-                }
             for (Py_ssize_t i = r0; i < r1; i += MR) {
                 int mr = r1 - i < MR ? (int)(r1 - i) : MR;
                 FN(tiles)[fused][nv - 1][mr - 1](a + i * k + k0, k, b, kpan, kn,
                                                  c + i * m + c0, m, ncols, k0 == 0);
-                if (whole)
-                    epilogue_run(c + i * m, mr * m, ep->bias ? brep : NULL,
-                                 ep->addend ? ep->addend + i * m : NULL, ep->act, ep->slope,
-                                 ep->prelu ? prep : NULL);
-                else if (last && ep)
-                    for (int r = 0; r < mr; r++)
-                        epilogue_run(c + (i + r) * m + c0, ncols,
-                                     ep->bias ? ep->bias + c0 : NULL,
-                                     ep->addend ? ep->addend + (i + r) * m + c0 : NULL,
-                                     ep->act, ep->slope, ep->prelu ? ep->prelu + c0 : NULL);
+                if (last && ep)
+                    FN(ep_rows)(c, m, i, mr, c0, c0 + ncols, ep, brep, prep);
             }
         }
     }
+    free(brep);
+    free(prep);
 }
 
 #undef VPP

@@ -104,22 +104,23 @@ def test_finish_native_equals_numpy(code, param, owned, monkeypatch):
 @needs_native
 @pytest.mark.parametrize("seed", range(3))
 def test_relu6_rounding_equals_numpy_in_blocks_with_and_without_nan(seed, monkeypatch):
-    """ReLU6 + rounding take a bit-level path in a 64-value block without NaN and the
-    exact one in a block holding one: every special value in blocks of both kinds (a
-    NaN in every other block), against numpy."""
+    """ReLU6 + rounding take a bit-level path in a 256-value block (ROUND_CHUNK) without
+    NaN and the exact one in a block holding one: every special value in blocks of both
+    kinds (a NaN in every other block; and blocks of plain values between), against
+    numpy."""
     rng = np.random.default_rng(seed)
     specials = np.array([0.0, -0.0, 6.0, 5.9999, 6.0001, 1e9, -1e9, np.inf, -np.inf,
                          3e-5, -3e-5, 6.1e-5, 1e-30, 65519.0, 70000.0], np.float32)
-    x = rng.normal(scale=5, size=(96, 64)).astype(np.float32)
-    for row in x:
-        row[rng.integers(0, 64, 8)] = rng.choice(specials, 8)
-        row[rng.integers(0, 64, 4)] = rng.uniform(-1e-4, 1e-4, 4)  # subnormal results
+    x = rng.normal(scale=5, size=(96, 256)).astype(np.float32)
+    for row in x[:64]:
+        row[rng.integers(0, 256, 8)] = rng.choice(specials, 8)
+        row[rng.integers(0, 256, 4)] = rng.uniform(-1e-4, 1e-4, 4)  # subnormal results
     bits = x.view(np.uint32)
-    bits[::2, 7] = 0x7FC01234                                     # quiet NaN, payload
-    bits[2::4, 33] = 0x7F800001                                   # signalling NaN
+    bits[:64:2, 7] = 0x7FC01234                                   # quiet NaN, payload
+    bits[2:64:4, 33] = 0x7F800001                                 # signalling NaN
     fast, ref = both(lambda: ops.finish(x.copy(), 6, 0.0, owned=True), monkeypatch)
     assert same_bits(fast, ref)
-    assert np.isnan(fast[::2, 7]).all() and (fast[1::2] <= 6).all()
+    assert np.isnan(fast[:64:2, 7]).all() and (fast[1::2] <= 6).all()
 
 
 @needs_native

@@ -277,6 +277,9 @@ def max_pool(inputs: list, attrs: Attrs) -> list[Arr]:
     a = resolve_pool(attrs, x.shape)
     low = -np.inf if np.issubdtype(x.dtype, np.floating) else np.iinfo(x.dtype).min
     kw = (a["kernel_shape"], a["strides"], a["dilations"])
+    r = _max_pool_compiled(x, a)
+    if r is not None:
+        return [r]
     if x.dtype.kind == "f" and math.prod(a["kernel_shape"]) <= _TAPWISE_MAX:
         nhwc = x.transpose(0, 2, 3, 1) if x.ndim == 4 else None
         if nhwc is not None and nhwc.flags.c_contiguous and not x.flags.c_contiguous:
@@ -305,6 +308,24 @@ def max_pool(inputs: list, attrs: Attrs) -> list[Arr]:
     n = x.ndim - 2
     axes = tuple(range(2 + n, 2 + 2 * n))
     return [arith.reduce_max(win, axis=axes).astype(x.dtype, copy=False)]
+
+
+def _max_pool_compiled(x: Arr, a: Attrs) -> Arr | None:
+    """A float32 2-D MaxPool without dilation, on an array whose memory is (N, H, W, C) (a
+    device tensor seen as NCHW), by the compiled pool on that order
+    (:func:`~dvsdk.hw.arith.max_pool_nhwc`), the result C-ordered NCHW as the other paths
+    make it; None where it does not apply or where a result is NaN (the caller's paths
+    run).  For every result that is not a NaN the same value as ``arith.reduce_max`` over
+    the window, a zero result +0 where a tap holds +0, padded positions -inf."""
+    if (x.dtype != np.float32 or x.ndim != 4 or any(d != 1 for d in a["dilations"])
+            or min(a["pads"]) < 0 or x.size == 0
+            or not x.transpose(0, 2, 3, 1).flags.c_contiguous):  # (else a copy: the taps)
+        return None
+    (kh, kw), (sh, sw) = a["kernel_shape"], a["strides"]
+    oh, ow = pool_output_shape(x.shape, a)[2:]
+    if min(kh, kw, sh, sw, oh, ow) < 1:
+        return None
+    return arith.max_pool_nhwc(x, (kh, kw), (sh, sw), (a["pads"][0], a["pads"][1]), (oh, ow))
 
 
 #: kernels up to this many taps take the maximum tap by tap (:func:`_max_by_taps`)
@@ -442,9 +463,18 @@ def softmax(inputs: list, attrs: Attrs) -> list[Arr]:
     x = inputs[0]
     opset = int(attrs.get("opset", 13))
     xv, axes = _softmax_2d(x, int(attrs.get("axis", -1 if opset >= 13 else 1)), opset)
-    e = _exp(xv - arith.reduce_max(xv, axis=axes, keepdims=True))
-    return [(e / e.sum(axis=axes, keepdims=True)).reshape(x.shape).astype(x.dtype,
-                                                                         copy=False)]
+    z = xv - arith.reduce_max(xv, axis=axes, keepdims=True)
+    # (in place where compiled: each fresh array of a large softmax costs its page faults,
+    # ~2 us a page here, as much as the exponentials; element by element, the same values)
+    e = elementary.compiled_f32(elementary.exp, z, z) if z.flags.c_contiguous else None
+    if e is None:
+        e = _exp(z)
+    s = e.sum(axis=axes, keepdims=True)
+    if s.dtype == e.dtype and e.dtype.kind == "f":
+        y = np.divide(e, s, out=e)  # (e is this function's own array)
+    else:
+        y = e / s
+    return [y.reshape(x.shape).astype(x.dtype, copy=False)]
 
 
 def log_softmax(inputs: list, attrs: Attrs) -> list[Arr]:

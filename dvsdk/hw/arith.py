@@ -269,6 +269,29 @@ class ArithmeticWarning(RuntimeWarning):
 _checked = [False]
 
 
+def max_pool_nhwc(x: np.ndarray, kernel: tuple[int, int], strides: tuple[int, int],
+                  pads: tuple[int, int], out_hw: tuple[int, int]) -> np.ndarray | None:
+    """Max pooling of float32 ``x`` (N, C, H, W) (any strides; fastest where its memory is
+    (N, H, W, C), as a device tensor's) by the compiled pool (``native.maxpool``: kernel
+    (kh, kw), strides (sh, sw), top/left pads (pt, pl), out_hw (OH, OW); positions outside
+    the input -inf), as a C-ordered (N, C, OH, OW) array: each window's maximum with +0
+    over -0, as :func:`reduce_max` gives it.  None where the module is not built or a
+    result is NaN (whose payload numpy's reduction chooses: the caller's path runs)."""
+    if native.NATIVE is None:
+        return None
+    (kh, kw), (sh, sw), (pt, pl), (oh, ow) = kernel, strides, pads, out_hw
+    n, c = x.shape[:2]
+    nhwc = x.transpose(0, 2, 3, 1)
+    out = np.empty((n, oh, ow, c), np.float32)
+    for i in range(n):
+        native.NATIVE.maxpool(np.ascontiguousarray(nhwc[i]), out[i], kw, kh, sw, sh, pl, pt)
+    if np.isnan(out).any():
+        return None
+    r = np.empty((n, c, oh, ow), np.float32)
+    native.NATIVE.hwc_to_chw(out.reshape(n, oh * ow, c), r.reshape(n, c, oh * ow))
+    return r
+
+
 def check_fp_environment() -> None:
     """Warn once per process when float32 subnormals are flushed to zero here (a library
     loaded into the process may switch FTZ/DAZ on): the CPU steps' results, and any

@@ -58,17 +58,19 @@ def _compiled(name: str, x: np.ndarray) -> np.ndarray | None:
     return out.reshape(np.shape(x))
 
 
-def compiled_f32(fn: object, x: np.ndarray) -> np.ndarray | None:
+def compiled_f32(fn: object, x: np.ndarray, out: np.ndarray | None = None
+                 ) -> np.ndarray | None:
     """``fn(x).astype(float32)`` for a float32 ``x`` and ``fn`` one of exp, expm1, tanh,
     sigmoid, log: in one compiled pass (each value widened to float64, the same operations,
     rounded back as numpy's cast), without the two float64 arrays; None where the module
     is not built (or predates float32), ``fn`` has no compiled twin or ``x`` is not
-    float32."""
+    float32.  ``out`` (C-contiguous float32 of x's shape; ``x`` itself allowed when x is
+    C-contiguous: element by element) receives the values instead of a fresh array."""
     code = _NATIVE_CODES.get(getattr(fn, "__name__", ""))
     if native.NATIVE is None or code is None or np.asarray(x).dtype != np.float32:
         return None
     src = np.ascontiguousarray(x)
-    out = np.empty(src.shape, np.float32)
+    out = np.empty(src.shape, np.float32) if out is None else out
     try:
         native.NATIVE.elem(code, src, out)
     except TypeError:  # (a module built before elem took float32)
