@@ -164,3 +164,67 @@ def test_a_batch_runs_its_groups_sample_by_sample():
         assert y2[k][:1].tobytes() == y1a[k].tobytes() and y2[k][1:].tobytes() == \
             y1b[k].tobytes()
     assert us2 / 2 <= 1.05 * us1
+
+
+def _named_block(batch: int, extra: str | None = None, xname: str = "x"):
+    """An expand -> depthwise block whose model also has a tensor named ``extra`` (a 3x3
+    conv of the input, a second output) or an input named ``xname``: names that read as
+    the parts groups makes (``P#chA:B``, ``P@n``, :mod:`dvsdk.runtime.views`)."""
+    from onnx import helper
+
+    b = NetBuilder(seed=2)
+    e = b.node("Relu", [b.node("Conv", [xname, b.const(
+        np.random.default_rng(1).standard_normal((144, 24, 1, 1)).astype(np.float32) * .3)])])
+    d = b.node("Relu", [b.node("Conv", [e, b.const(
+        np.random.default_rng(2).standard_normal((144, 1, 3, 3)).astype(np.float32) * .3)],
+        pads=[1, 1, 1, 1], group=144)])
+    outs = [d]
+    if extra:
+        b.nodes.append(helper.make_node("Conv", [xname, b.const(
+            np.random.default_rng(3).standard_normal((8, 24, 3, 3)).astype(np.float32))],
+            [extra], pads=[1, 1, 1, 1]))
+        outs.append(extra)
+    return b.model([(xname, [batch, 24, 56, 56])], outs, "named"), d
+
+
+@pytest.mark.parametrize("batch,extra,xname", [
+    (1, "{d}#ch0:48", "x"), (2, "x@1", "x"), (2, None, "a#ch0:8"), (1, "{d}#ch0:144", "x")])
+def test_model_names_that_read_as_parts_compile_to_the_same_bits(batch, extra, xname):
+    """A model's tensor names are free text: one that is a part's name groups would make
+    keeps its pair ungrouped (it compiled to a file its own check refused); an input whose
+    name reads as a part still has its samples told apart (a review's cases)."""
+    model, d = _named_block(batch, None, xname)
+    if extra:
+        model, d = _named_block(batch, extra.format(d=d), xname)
+    x = np.random.default_rng(9).uniform(-1, 1, (batch, 24, 56, 56)).astype(np.float32)
+    with Net(compile(model, golden=False), SIM) as n:
+        got = {k: np.asarray(v) for k, v in n.run(x).items()}
+    with Net(compile(model, golden=False, groups=False), SIM) as n:
+        want = {k: np.asarray(v) for k, v in n.run(x).items()}
+    assert all(got[k].tobytes() == want[k].tobytes() for k in want)
+
+
+def test_analyze_isolates_a_group_of_a_batch():
+    """dvsdk analyze --isolate feeds each command the reference's value of what it reads;
+    a batch's group reads a sample of its input (``P@n``), the reference's P sliced."""
+    from dvsdk.qa.analyze import Reference, device_tensors
+
+    b = NetBuilder(seed=3)
+    y = b.relu6(b.conv("x", 24, 24, k=3))
+    d = b.relu6(b.conv(b.relu6(b.conv(y, 24, 144, k=1)), 144, 144, k=3, group=144))
+    model = b.model([("x", [2, 24, 56, 56])], [b.node("Add", [b.conv(d, 144, 24, k=1), y])],
+                    "iso")
+    x = np.random.default_rng(2).uniform(-1, 1, (2, 24, 56, 56)).astype(np.float32)
+    ref = dict(Reference(model, {"x": x}, None).values)
+    ref[y] = np.zeros_like(ref[y])     # a value for the groups' input that must show
+    net = compile(model, golden=False)
+    assert any(k.startswith("group [") for k in _kinds(net))
+    with Net(net, SIM) as n:
+        carried = {t: v for t, *_, v in device_tensors(n, x)}
+    with Net(net, SIM) as n:
+        isolated = {t: v for t, *_, v in device_tensors(n, x, ref)}
+    # relu6(dwconv(relu6(conv(0)))): from the biases, one value a channel inside the
+    # padding's reach, not the carried values
+    assert not np.array_equal(carried[d], isolated[d])
+    for sample in np.asarray(isolated[d]):
+        assert np.ptp(sample[:, 1:-1, 1:-1], axis=(1, 2)).max() == 0

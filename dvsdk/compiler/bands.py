@@ -45,6 +45,7 @@ from .program import (
     HwStep,
     Program,
     cmd_cycles,
+    free_names,
     readers_and_pinned,
     validate_cmd,
 )
@@ -291,6 +292,8 @@ def band_commands(program: Program, info: DeviceInfo) -> Program:
                                                            readers, pinned):
                     run.append(cmds[i + len(run)])
             got = _best(run, info) if first.c <= 8 and _plain(first) else None
+            if got is not None and not free_names(got[1].device, device, program):
+                got = None   # a model tensor has a name we would give a part: no bands
             if got is None:
                 out.append(first)
                 i += 1

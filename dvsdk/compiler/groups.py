@@ -39,6 +39,7 @@ from .program import (
     HwStep,
     Program,
     cmd_cycles,
+    free_names,
     readers_and_pinned,
     validate_cmd,
 )
@@ -190,6 +191,8 @@ def group_commands(program: Program, info: DeviceInfo) -> Program:
             best = None
             if nxt is not None and _pair(prev, nxt, readers, pinned, aliases):
                 best = best_groups(prev, nxt, info)
+                if best is not None and not free_names(best[2], device, program):
+                    best = None   # a model tensor has a name we would give a part
             if best is None:
                 out.append(prev)
                 i += 1

@@ -99,6 +99,13 @@ def readers_and_pinned(program: Program) -> tuple[Counter[str], set[str]]:
     return readers, pinned
 
 
+def free_names(new: Iterable[str], device: dict, program: Program) -> bool:
+    """Whether none of ``new`` (the parts a pass would add) is a tensor already: the
+    model's own names are free text, and one could read as a part's
+    (:mod:`dvsdk.runtime.views`)."""
+    return not any(n in device or n in program.graph.tensors for n in new)
+
+
 def as_steps(units: Iterable[HwCmd | CpuStep]) -> list[HwStep | CpuStep]:
     """Commands and CPU steps in order as program steps: each run of consecutive commands
     one :class:`HwStep`."""

@@ -55,6 +55,7 @@ from ..driver.cmdlist import CommandList
 from ..errors import ModelError
 from ..runtime.handle import Run
 from ..runtime.net import Net
+from ..runtime.views import part
 from .contrib import Reference, _onnxruntime, compare
 
 
@@ -161,6 +162,15 @@ def _put(net: Net, h: Run, name: str, reference: dict[str, np.ndarray], flip: bo
     """Give ``name`` the reference's value for the next step: on the host, and in the
     arena where the device holds it (a tensor the reference lacks keeps the device's)."""
     v, spec = reference.get(name), net.tensors.get(name)
+    if v is None and name:   # a band's strip, a group's sample: part of a tensor it has
+        place = {t: (d["device"]["offset"], tuple(d["device"]["hwc"]),
+                     int(d["device"].get("batch", 1)))
+                 for t, d in net.tensors.items() if d.get("device") is not None}
+        got = part(name, place)
+        if got is not None and got[0] in reference:
+            v = np.asarray(_orient(reference[got[0]], flip))
+            v = v.reshape(net.tensors[got[0]]["shape"])[got[1]]
+            flip = False   # (in the device's orientation already)
     if not name or v is None or spec is None or v.size != int(np.prod(spec["shape"])):
         return
     arr = _orient(v, flip).reshape(spec["shape"])

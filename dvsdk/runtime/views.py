@@ -24,32 +24,21 @@ import re
 #: a device tensor's placement: (arena offset, (H, W, C), samples N)
 Placement = tuple[int, tuple[int, int, int], int]
 
-__all__ = ["parent", "expected", "is_view_of", "shares", "covered"]
+__all__ = ["Placement", "parent", "expected", "is_view_of", "shares", "part", "covered"]
 
 _VIEW = re.compile(r"^(?P<p>.+)#(?:cols(?P<a>\d+):(?P<b>\d+)(?:/c(?P<k>\d+))?"
                    r"|ch(?P<c0>\d+):(?P<c1>\d+))(?:@(?P<n>\d+))?$")
 _SAMPLE = re.compile(r"^(?P<p>.+)@(?P<n>\d+)$")
 
 
-def _parse(name: str) -> tuple[str, re.Match] | None:
-    m = _VIEW.match(name) or _SAMPLE.match(name)
-    return (m.group("p"), m) if m else None
+def _candidates(name: str) -> list[tuple[str, re.Match]]:
+    """Every way to read ``name`` as a view: ``a#ch0:8@1`` is sample 1 of ``a#ch0:8`` or
+    channels 0:8 of sample 1 of ``a`` (the parent's placement tells which)."""
+    return [(m.group("p"), m) for m in (_VIEW.match(name), _SAMPLE.match(name)) if m]
 
 
-def parent(name: str) -> str | None:
-    """The tensor ``name`` says it is a view of, or None."""
-    got = _parse(name)
-    return got[0] if got else None
-
-
-def expected(name: str, dev: dict[str, Placement]) -> Placement | None:
-    """The placement ``name`` implies from its parent's in ``dev`` (module docstring), or
-    None when it names no view, its parent has no placement or the view is out of range."""
-    got = _parse(name)
-    if got is None or got[0] not in dev:
-        return None
-    p, m = got
-    off, (h, w, c), n = dev[p]
+def _place(m: re.Match, place: Placement) -> Placement | None:
+    off, (h, w, c), n = place
     groups = m.groupdict()
     sample = int(groups["n"]) if groups.get("n") is not None else 0
     if sample >= n or (n > 1 and groups.get("n") is None):
@@ -70,19 +59,55 @@ def expected(name: str, dev: dict[str, Placement]) -> Placement | None:
     return base, (h, w, c), 1
 
 
+def parent(name: str, dev: dict[str, Placement]) -> str | None:
+    """The tensor ``name`` is a view of, placed where its name says in ``dev``, or None."""
+    for p, m in _candidates(name):
+        if p in dev and name in dev and _place(m, dev[p]) == dev[name]:
+            return p
+    return None
+
+
+def expected(name: str, dev: dict[str, Placement]) -> Placement | None:
+    """The placement ``name`` implies from its parent's in ``dev`` (module docstring): of
+    the reading whose parent ``dev`` has (the one that fits ``name``'s own placement, if
+    several do), or None when it names no view or the view is out of range."""
+    got = [(p, _place(m, dev[p])) for p, m in _candidates(name) if p in dev]
+    got = [(p, place) for p, place in got if place is not None]
+    for _, place in got:
+        if dev.get(name) == place:
+            return place
+    return got[0][1] if got else None
+
+
 def is_view_of(name: str, of: str, dev: dict[str, Placement]) -> bool:
     """Whether ``name`` is a view of ``of`` placed where its name says."""
-    return parent(name) == of and name in dev and expected(name, dev) == dev[name]
+    return parent(name, dev) == of
 
 
 def shares(a: str, b: str, dev: dict[str, Placement]) -> bool:
     """Whether ``a`` and ``b`` may share bytes as parts of one tensor: one is a view of the
     other, or both are views of the same one."""
-    if is_view_of(a, b, dev) or is_view_of(b, a, dev):
-        return True
-    pa = parent(a)
-    return pa is not None and pa == parent(b) and is_view_of(a, pa, dev) \
-        and is_view_of(b, pa, dev)
+    pa, pb = parent(a, dev), parent(b, dev)
+    return pa == b or pb == a or (pa is not None and pa == pb)
+
+
+def part(name: str, dev: dict[str, Placement]) -> tuple[str, tuple[slice, ...]] | None:
+    """``(parent, index)``: ``name`` is ``parent[index]`` of the parent's (N, C, H, W) value
+    in the device's orientation, or None when it is no view."""
+    for p, m in _candidates(name):
+        if p not in dev or name not in dev or _place(m, dev[p]) != dev[name]:
+            continue
+        g = m.groupdict()
+        n = int(g["n"]) if g.get("n") is not None else 0
+        c = dev[p][1][2]
+        if g.get("a") is not None:
+            k = int(g["k"]) if g["k"] is not None else 0
+            return p, (slice(n, n + 1), slice(k, min(k + 8, c)), slice(None),
+                       slice(int(g["a"]), int(g["b"])))
+        if g.get("c0") is not None:
+            return p, (slice(n, n + 1), slice(int(g["c0"]), int(g["c1"])))
+        return p, (slice(n, n + 1),)
+    return None
 
 
 def covered(dev: dict[str, Placement], held: set[str]) -> set[str]:
@@ -90,8 +115,8 @@ def covered(dev: dict[str, Placement], held: set[str]) -> set[str]:
     (views where commands read or write them)."""
     spans: dict[str, list[tuple[int, int]]] = {}
     for name in held:
-        p = parent(name)
-        if p is not None and is_view_of(name, p, dev):
+        p = parent(name, dev)
+        if p is not None:
             off, (h, w, c), n = dev[name]
             spans.setdefault(p, []).append((off, off + 2 * h * w * c * n))
     out = set()
