@@ -40,13 +40,12 @@ from ..hw.spec import SPEC
 from .chain import chain_kinds, join_commands
 from .groups import best_groups, pairs
 from .program import (
-    CpuStep,
     HwCmd,
-    HwStep,
     Program,
+    Rewrite,
     cmd_cycles,
-    free_names,
     readers_and_pinned,
+    rewrite_commands,
     validate_cmd,
 )
 
@@ -276,34 +275,17 @@ def band_commands(program: Program, info: DeviceInfo) -> Program:
     column bands where that is predicted faster (module docstring); everything else, and
     every result bit, unchanged."""
     readers, pinned = readers_and_pinned(program)
-    device, aliases = dict(program.device), dict(program.aliases)
-    steps: list[HwStep | CpuStep] = []
-    for step in program.steps:
-        if not isinstance(step, HwStep):
-            steps.append(step)
-            continue
-        out: list[HwCmd] = []
-        cmds, i = step.commands, 0
-        while i < len(cmds):
-            first = cmds[i]
-            run = [first]
-            if first.c <= 8 and _plain(first):
-                while i + len(run) < len(cmds) and _links(run[-1], cmds[i + len(run)],
-                                                           readers, pinned):
-                    run.append(cmds[i + len(run)])
-            got = _best(run, info) if first.c <= 8 and _plain(first) else None
-            if got is not None and not free_names(got[1].device, device, program):
-                got = None   # a model tensor has a name we would give a part: no bands
-            if got is None:
-                out.append(first)
-                i += 1
-                continue
-            n, plan = got
-            out += plan.commands
-            for c in run[:n - 1]:
-                device.pop(c.output, None)
-            device.update(plan.device)
-            aliases.update(plan.aliases)
-            i += n
-        steps.append(HwStep(out))
-    return Program(program.graph, steps, device, aliases, program.report, program.samples)
+
+    def at(cmds: list[HwCmd], i: int) -> Rewrite | None:
+        first = cmds[i]
+        if first.c > 8 or not _plain(first):
+            return None
+        run = [first]
+        while i + len(run) < len(cmds) and _links(run[-1], cmds[i + len(run)], readers,
+                                                   pinned):
+            run.append(cmds[i + len(run)])
+        got = _best(run, info)
+        return None if got is None else (got[0], got[1].commands, got[1].device,
+                                         got[1].aliases)
+
+    return rewrite_commands(program, at)

@@ -34,13 +34,12 @@ from ..hw.spec import SPEC
 from ..hw.weights import pack_conv_weights, unpack_conv_weights
 from .chain import chain_kinds, join_commands
 from .program import (
-    CpuStep,
     HwCmd,
-    HwStep,
     Program,
+    Rewrite,
     cmd_cycles,
-    free_names,
     readers_and_pinned,
+    rewrite_commands,
     validate_cmd,
 )
 
@@ -177,31 +176,12 @@ def group_commands(program: Program, info: DeviceInfo) -> Program:
     channel group where that is predicted faster (module docstring); everything else, and
     every result bit, unchanged."""
     readers, pinned = readers_and_pinned(program)
-    device, aliases = dict(program.device), dict(program.aliases)
-    steps: list[HwStep | CpuStep] = []
-    for step in program.steps:
-        if not isinstance(step, HwStep):
-            steps.append(step)
-            continue
-        out: list[HwCmd] = []
-        cmds, i = step.commands, 0
-        while i < len(cmds):
-            prev = cmds[i]
-            nxt = cmds[i + 1] if i + 1 < len(cmds) else None
-            best = None
-            if nxt is not None and _pair(prev, nxt, readers, pinned, aliases):
-                best = best_groups(prev, nxt, info)
-                if best is not None and not free_names(best[2], device, program):
-                    best = None   # a model tensor has a name we would give a part
-            if best is None:
-                out.append(prev)
-                i += 1
-                continue
-            _, group_cmds, dev, al = best
-            out += group_cmds
-            device.pop(prev.output, None)
-            device.update(dev)
-            aliases.update(al)
-            i += 2
-        steps.append(HwStep(out))
-    return Program(program.graph, steps, device, aliases, program.report, program.samples)
+
+    def at(cmds: list[HwCmd], i: int) -> Rewrite | None:
+        if i + 1 >= len(cmds) or not _pair(cmds[i], cmds[i + 1], readers, pinned,
+                                           program.aliases):
+            return None
+        best = best_groups(cmds[i], cmds[i + 1], info)
+        return None if best is None else (2, best[1], best[2], best[3])
+
+    return rewrite_commands(program, at)

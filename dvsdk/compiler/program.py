@@ -7,7 +7,7 @@ memory plan (:mod:`.memplan`) and the net.bin builder (:mod:`.build`).
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 
 from ..driver.commands import BufferRef, ConvCommand, ConvRun
@@ -99,11 +99,41 @@ def readers_and_pinned(program: Program) -> tuple[Counter[str], set[str]]:
     return readers, pinned
 
 
-def free_names(new: Iterable[str], device: dict, program: Program) -> bool:
-    """Whether none of ``new`` (the parts a pass would add) is a tensor already: the
-    model's own names are free text, and one could read as a part's
-    (:mod:`dvsdk.runtime.views`)."""
-    return not any(n in device or n in program.graph.tensors for n in new)
+#: A rewrite of the commands at one place: (commands taken, commands in their place, their
+#: new device tensors, their new aliases); see :func:`rewrite_commands`
+Rewrite = tuple[int, list[HwCmd], dict[str, tuple[int, int, int]], dict[str, tuple[str, int]]]
+
+
+def rewrite_commands(program: Program, at: Callable[[list[HwCmd], int], Rewrite | None]
+                     ) -> Program:
+    """``program`` with each hw step's commands rewritten where ``at(commands, i)`` says:
+    the ``taken`` commands from ``i`` are replaced, and the tensors between them leave the
+    arena.  A rewrite whose new tensors have a name the program has already (the model's
+    own names are free text, and one could read as a part's, :mod:`dvsdk.runtime.views`)
+    is not taken."""
+    device, aliases = dict(program.device), dict(program.aliases)
+    steps: list[HwStep | CpuStep] = []
+    for step in program.steps:
+        if not isinstance(step, HwStep):
+            steps.append(step)
+            continue
+        out: list[HwCmd] = []
+        cmds, i = step.commands, 0
+        while i < len(cmds):
+            got = at(cmds, i)
+            if got is None or any(n in device or n in program.graph.tensors for n in got[2]):
+                out.append(cmds[i])
+                i += 1
+                continue
+            taken, new, dev, al = got
+            out += new
+            for c in cmds[i:i + taken - 1]:
+                device.pop(c.output, None)
+            device.update(dev)
+            aliases.update(al)
+            i += taken
+        steps.append(HwStep(out))
+    return Program(program.graph, steps, device, aliases, program.report, program.samples)
 
 
 def as_steps(units: Iterable[HwCmd | CpuStep]) -> list[HwStep | CpuStep]:
