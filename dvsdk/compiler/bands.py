@@ -85,11 +85,9 @@ def _window(lo: int, hi: int, k: int, s: int, pad_a: int, n_in: int
 
 @dataclass
 class _Band:
-    lo: int           # output columns [lo, hi)
-    hi: int
     a: int            # input columns [a, b)
     b: int
-    runs: list[ConvRun]
+    runs: list[ConvRun]   # with the band's pads
 
 
 def _band(runs: list[ConvRun], widths: list[tuple[int, int]], lo: int, hi: int) -> _Band:
@@ -110,7 +108,7 @@ def _band(runs: list[ConvRun], widths: list[tuple[int, int]], lo: int, hi: int) 
             run = replace(run, conv_pad=_PAD7.pack(left=left, right=right, top=pads[2],
                                                    bottom=pads[3]))
         out.append(run)
-    return _Band(0, 0, lo, hi, out[::-1])
+    return _Band(lo, hi, out[::-1])
 
 
 def _widths(cmd: HwCmd) -> list[tuple[int, int]]:
