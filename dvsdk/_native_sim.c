@@ -347,6 +347,30 @@ static int live_lists(PyObject *const *args, const char *name, Py_ssize_t *n)
     return 0;
 }
 
+/* The arguments every live_* function starts with, (starts, ends, owners, a, b, ...):
+   ``nargs`` must be ``want``; the three lists checked, ``n`` their length, ``a`` and ``b``
+   the range. 0, or -1 with an exception. */
+static int live_args(PyObject *const *args, Py_ssize_t nargs, Py_ssize_t want,
+                     const char *name, const char *usage, Py_ssize_t *n, Py_ssize_t *a,
+                     Py_ssize_t *b)
+{
+    if (nargs != want) {
+        PyErr_Format(PyExc_TypeError, "%s takes %s", name, usage);
+        return -1;
+    }
+    if (live_lists(args, name, n) < 0)
+        return -1;
+    if (!PyLong_Check(args[3]) || !PyLong_Check(args[4])) {
+        PyErr_Format(PyExc_TypeError, "%s: a and b must be ints", name);
+        return -1;
+    }
+    *a = PyLong_AsSsize_t(args[3]);
+    if (*a == -1 && PyErr_Occurred())
+        return -1;
+    *b = PyLong_AsSsize_t(args[4]);
+    return *b == -1 && PyErr_Occurred() ? -1 : 0;
+}
+
 /* list[k] as an index-sized int; 0, or -1 with an exception (not an int) */
 static int int_at(PyObject *list, Py_ssize_t k, Py_ssize_t *v)
 {
@@ -401,21 +425,8 @@ const char dv_live_clip_doc[] =
 PyObject *dv_live_clip(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
     Py_ssize_t n, a, b, i, j, s_first, e_last;
-    if (nargs != 5) {
-        PyErr_SetString(PyExc_TypeError, "live_clip takes (starts, ends, owners, a, b)");
-        return NULL;
-    }
-    if (live_lists(args, "live_clip", &n) < 0)
-        return NULL;
-    if (!PyLong_Check(args[3]) || !PyLong_Check(args[4])) {
-        PyErr_SetString(PyExc_TypeError, "live_clip: a and b must be ints");
-        return NULL;
-    }
-    a = PyLong_AsSsize_t(args[3]);
-    if (a == -1 && PyErr_Occurred())
-        return NULL;
-    b = PyLong_AsSsize_t(args[4]);
-    if (b == -1 && PyErr_Occurred())
+    if (live_args(args, nargs, 5, "live_clip", "(starts, ends, owners, a, b)", &n, &a,
+                  &b) < 0)
         return NULL;
     PyObject *starts = args[0], *ends = args[1], *owners = args[2];
     if (bisect_ints(ends, 0, n, a, 1, &i) < 0 || bisect_ints(starts, i, n, b, 0, &j) < 0)
@@ -481,22 +492,8 @@ const char dv_live_insert_doc[] =
 PyObject *dv_live_insert(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
     Py_ssize_t n, a, b, i;
-    if (nargs != 6) {
-        PyErr_SetString(PyExc_TypeError,
-                        "live_insert takes (starts, ends, owners, a, b, owner)");
-        return NULL;
-    }
-    if (live_lists(args, "live_insert", &n) < 0)
-        return NULL;
-    if (!PyLong_Check(args[3]) || !PyLong_Check(args[4])) {
-        PyErr_SetString(PyExc_TypeError, "live_insert: a and b must be ints");
-        return NULL;
-    }
-    a = PyLong_AsSsize_t(args[3]);
-    if (a == -1 && PyErr_Occurred())
-        return NULL;
-    b = PyLong_AsSsize_t(args[4]);
-    if (b == -1 && PyErr_Occurred())
+    if (live_args(args, nargs, 6, "live_insert", "(starts, ends, owners, a, b, owner)", &n, &a,
+                  &b) < 0)
         return NULL;
     if (b < a) {
         PyErr_SetString(PyExc_ValueError, "live_insert: the range ends before it starts");
@@ -526,21 +523,8 @@ const char dv_live_unpacked_doc[] =
 PyObject *dv_live_unpacked(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
     Py_ssize_t n, a, b, i, j;
-    if (nargs != 5) {
-        PyErr_SetString(PyExc_TypeError, "live_unpacked takes (starts, ends, owners, a, b)");
-        return NULL;
-    }
-    if (live_lists(args, "live_unpacked", &n) < 0)
-        return NULL;
-    if (!PyLong_Check(args[3]) || !PyLong_Check(args[4])) {
-        PyErr_SetString(PyExc_TypeError, "live_unpacked: a and b must be ints");
-        return NULL;
-    }
-    a = PyLong_AsSsize_t(args[3]);
-    if (a == -1 && PyErr_Occurred())
-        return NULL;
-    b = PyLong_AsSsize_t(args[4]);
-    if (b == -1 && PyErr_Occurred())
+    if (live_args(args, nargs, 5, "live_unpacked", "(starts, ends, owners, a, b)", &n, &a,
+                  &b) < 0)
         return NULL;
     if (bisect_ints(args[1], 0, n, a, 1, &i) < 0 || bisect_ints(args[0], i, n, b, 0, &j) < 0)
         return NULL;

@@ -14,7 +14,7 @@ from ..driver.commands import BufferRef, ConvCommand, ConvRun
 from ..driver.device import DeviceInfo
 from ..driver.validate import validate_conv
 from ..hw import dims
-from ..hw.timing import DEFAULT_PARAMS, command_cycles, run_cycles
+from ..hw.timing import DEFAULT_PARAMS, run_cycles
 from .hwmap import NoMapping
 from .ir import Graph, Op
 
@@ -182,9 +182,8 @@ def cmd_cycles(cmd: HwCmd, ub_size: int) -> int:
     tiles = dims.command_tiles(cmd, cmd.runs, ub_size) if len(cmd.runs) == 1 else 1
     elt = 0
     if cmd.eltwise:
-        ow, oh, _, m = dims.run_output_shape(replace(cmd.runs[0], pool_enable=0),
-                                             (cmd.w, cmd.h, 1, cmd.c))[0]
-        elt = ow * oh * m * 2
+        ew, eh, _, ec = dims.eltwise_shape(cmd.runs[0], (cmd.w, cmd.h, 1, cmd.c))
+        elt = ew * eh * ec * 2
     total, topo = [], cmd.topo
     for i, (run, (shp_in, shp_out)) in enumerate(zip(cmd.runs, shapes)):
         in_ubuf = i > 0 and not topo >> (i - 1) & 1
@@ -192,5 +191,4 @@ def cmd_cycles(cmd: HwCmd, ub_size: int) -> int:
         t, _ = run_cycles(run, shp_in, shp_out, tiles, wsize, in_ubuf, not topo >> i & 1,
                           elt if i == 0 else 0)
         total.append(t)
-    return cmd.batch * (command_cycles(total) - DEFAULT_PARAMS.command_overhead) \
-        + DEFAULT_PARAMS.command_overhead
+    return DEFAULT_PARAMS.command_overhead + cmd.batch * sum(t.total_cycles for t in total)

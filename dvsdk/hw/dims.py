@@ -22,7 +22,8 @@ naming the field, the value and the limit, never ``ZeroDivisionError`` or
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 from ..errors import InvalidArgument
@@ -55,8 +56,9 @@ from .fields import (
 __all__ = [
     "MAX_KERNEL_SIZE", "MAX_NUM_RUNS", "DEFAULT_UB_SIZE", "cdiv", "divup", "ceil8", "popcount",
     "topo_num_runs", "conv_out_size", "deconv_out_size", "pool_out_size", "upsample_out_size",
-    "run_output_shape", "run_shapes", "command_output_shape", "run_weight_size", "conv_tiles",
-    "lrn_tiles", "pool_tiles", "command_tiles", "ubuf_single_tile_usage", "ubuf_kept_bytes",
+    "run_output_shape", "eltwise_shape", "run_shapes", "command_output_shape",
+    "run_weight_size", "conv_tiles", "lrn_tiles", "pool_tiles", "command_tiles",
+    "ubuf_single_tile_usage", "ubuf_kept_bytes",
 ]  # fmt: skip
 
 #: Runs per CONV command (§4.1 ``MAX_NUM_RUNS``).
@@ -170,6 +172,19 @@ def run_output_shape(
     else:
         ow, oh = tw, th
     return (ow, oh, tz, tc), u32(ow * oh * tz * tc * 2)
+
+
+def eltwise_shape(run_fields: Any, in_shape: tuple[int, int, int, int]
+                  ) -> tuple[int, int, int, int]:
+    """``(w, h, z, c)`` of the element-wise addend of a run whose input is ``in_shape``
+    (§4.4): the conv's result before a max pool or an upsample (the add comes first,
+    §4.1), after an average pool (that add follows the average)."""
+    keep = 2 if run_field(run_fields, "pool_enable") == 2 else 0   # (2: average, §3.2)
+    if isinstance(run_fields, Mapping):
+        run_fields = dict(run_fields, pool_enable=keep)
+    else:
+        run_fields = replace(run_fields, pool_enable=keep)
+    return run_output_shape(run_fields, in_shape)[0]
 
 
 def run_shapes(cmd_fields: Any, runs: Sequence[Any] | None = None

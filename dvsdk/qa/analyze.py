@@ -55,7 +55,7 @@ from ..driver.cmdlist import CommandList
 from ..errors import ModelError
 from ..runtime.handle import Run
 from ..runtime.net import Net
-from ..runtime.views import part
+from ..runtime.views import Placement, parent, part
 from .contrib import Reference, _onnxruntime, compare
 
 
@@ -111,12 +111,15 @@ def device_tensors(net: Net, x: Any, reference: dict[str, np.ndarray] | None = N
         if net._dev(name) is not None:
             net._upload(ctx, name, arr, h.stats)
     flip = bool(net.meta.get("transposed"))
+    place = {t: (d["device"]["offset"], tuple(d["device"]["hwc"]),
+                 int(d["device"].get("batch", 1)))
+             for t, d in net.tensors.items() if d.get("device") is not None}
     out = []
     for step_meta, (kind, payload) in zip(net.meta["program"], net.steps):
         if kind == "cpu":
             if reference is not None:
                 for t in payload[2]:
-                    _put(net, h, t, reference, flip)
+                    _put(net, h, t, reference, flip, place)
             net._step(h, block=True)   # runs the CPU op, uploads what the device reads
             op_type, _, inputs, outputs, name = payload
             for t in outputs:
@@ -130,42 +133,35 @@ def device_tensors(net: Net, x: Any, reference: dict[str, np.ndarray] | None = N
         if outputs is None or inputs is None:
             raise ModelError("this net.bin does not record which tensor each command "
                              "writes; recompile it with this dvsdk", field="command_outputs")
-        last = _strip_roots(outputs)
+        # the tensors this step writes in parts (views: a band's strips, a group's
+        # channels), each with the index of its last command
+        last = {p: k for k, t in enumerate(outputs)
+                if isinstance(t, str) and (p := parent(t, place)) is not None}
         for k in range(count):
             if reference is not None:
                 for t in inputs[k]:
-                    _put(net, h, t, reference, flip)
+                    _put(net, h, t, reference, flip, place)
             singles[start + k].run()
             h.host = {t: v for t, v in h.host.items() if net._dev(t) is None}
             t = outputs[k]
             value = net._value(h, t)
             out.append((t, "hw", step_meta["runs"][k], step_meta["command_sources"][k],
                         start + k, list(inputs[k]), _orient(value, flip)))
-            root = t.split("#", 1)[0]
-            if last.get(root) == k and net._dev(root) is not None:
-                # the last band of a chain wrote its strip: the whole tensor is there now
+            root = parent(t, place)
+            if root is not None and last.get(root) == k:
+                # the last part of a tensor is written: the whole tensor is there now
                 out.append((root, "hw", step_meta["runs"][k], step_meta["command_sources"][k],
-                            start + k, [i.split("#", 1)[0] for i in inputs[k]],
+                            start + k, [parent(i, place) or i for i in inputs[k]],
                             _orient(net._value(h, root), flip)))
     return out
 
 
-def _strip_roots(outputs: list) -> dict[str, int]:
-    """The tensors a hw step writes as column strips (``name#cols...``, ``name#band...``:
-    :mod:`dvsdk.compiler.bands`), each with the index of its last command."""
-    return {t.split("#", 1)[0]: k for k, t in enumerate(outputs)
-            if isinstance(t, str) and "#" in t}
-
-
-def _put(net: Net, h: Run, name: str, reference: dict[str, np.ndarray], flip: bool
-         ) -> None:
+def _put(net: Net, h: Run, name: str, reference: dict[str, np.ndarray], flip: bool,
+         place: dict[str, Placement]) -> None:
     """Give ``name`` the reference's value for the next step: on the host, and in the
     arena where the device holds it (a tensor the reference lacks keeps the device's)."""
     v, spec = reference.get(name), net.tensors.get(name)
     if v is None and name:   # a band's strip, a group's sample: part of a tensor it has
-        place = {t: (d["device"]["offset"], tuple(d["device"]["hwc"]),
-                     int(d["device"].get("batch", 1)))
-                 for t, d in net.tensors.items() if d.get("device") is not None}
         got = part(name, place)
         if got is not None and got[0] in reference:
             v = np.asarray(_orient(reference[got[0]], flip))

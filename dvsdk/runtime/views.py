@@ -24,7 +24,7 @@ import re
 #: a device tensor's placement: (arena offset, (H, W, C), samples N)
 Placement = tuple[int, tuple[int, int, int], int]
 
-__all__ = ["Placement", "parent", "expected", "is_view_of", "shares", "part", "covered"]
+__all__ = ["Placement", "parent", "expected", "shares", "part", "covered"]
 
 _VIEW = re.compile(r"^(?P<p>.+)#(?:cols(?P<a>\d+):(?P<b>\d+)(?:/c(?P<k>\d+))?"
                    r"|ch(?P<c0>\d+):(?P<c1>\d+))(?:@(?P<n>\d+))?$")
@@ -77,11 +77,6 @@ def expected(name: str, dev: dict[str, Placement]) -> Placement | None:
         if dev.get(name) == place:
             return place
     return got[0][1] if got else None
-
-
-def is_view_of(name: str, of: str, dev: dict[str, Placement]) -> bool:
-    """Whether ``name`` is a view of ``of`` placed where its name says."""
-    return parent(name, dev) == of
 
 
 def shares(a: str, b: str, dev: dict[str, Placement]) -> bool:

@@ -209,8 +209,7 @@ def _plan(core: CoreState, hdr: dict, runs: list[dict], u8_input: bool) -> ConvP
     one = ConvTotals()
     elt_bytes = 0
     if eltwise:
-        r0 = dict(runs[0], pool_enable=0 if runs[0]["pool_enable"] != POOL.avg else POOL.avg)
-        (ew, eh, _, ec), _ = dims.run_output_shape(r0, (w, h, 1, c))
+        ew, eh, _, ec = dims.eltwise_shape(runs[0], (w, h, 1, c))
         elt_shape = (eh, ew, ec)
         elt_bytes = eh * ew * ec * 2  # the addend streams in with run 0's input
     tiles = hdr["tiles"] if len(runs) == 1 else 1
