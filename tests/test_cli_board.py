@@ -52,8 +52,9 @@ def test_profile_shows_the_three_predicted_parts(capsys):
     assert lines[i + 1:i + 4] == b.lines()[1:]
     assert lines[i + 1] == "  device 15.3 us (the simulator's cycle model)"
     assert lines[i + 2].startswith(f"  + CPU {bm.format_us(b.cpu_us)} on one Cortex-A53 at "
-                                   "1200 MHz (CPU steps 150.5 us, ")
-    assert lines[i + 3] == "  + DMA syncs 33.4 us (2 syncs, 532 bytes)"
+                                   "1200 MHz (CPU steps 167.1 us, ")
+    assert lines[i + 2].endswith(", run 116.7 us)")            # 1400 bytecodes, once
+    assert lines[i + 3] == "  + DMA syncs 40.1 us (2 syncs, 532 bytes)"
     assert lines[i + 4].startswith("measured on this host, the same run: CPU steps ")
 
 
@@ -86,26 +87,29 @@ def test_bench_predicts_the_board_apart_from_the_host(capsys):
     board = bench["board"]
     b = _board_of_a_normal_run()
     for key in ("device_us", "cpu_steps_us", "pack_us", "unpack_us", "kick_us", "sync_us",
-                "total_us", "fps"):
+                "run_us", "total_us", "fps"):
         assert board[key] == pytest.approx(getattr(b, key)), key   # every run the same
     assert board["cpu_us"] == pytest.approx(board["cpu_steps_us"] + board["pack_us"]
-                                            + board["unpack_us"] + board["kick_us"])
+                                            + board["unpack_us"] + board["kick_us"]
+                                            + board["run_us"])
+    assert board["run_us"] == pytest.approx(bm.run_us()) and bm.run_us() > 0
     assert set(bench["stages"]) == {"preprocess", "pack", "sync", "device", "unpack",
                                     "cpu ops", "total"}             # the host's, as before
     rc, out, _ = call([DIGITS, IMG, "--bench", "3", "-q"], capsys)
     lines = out.splitlines()
     assert lines[1].split()[-2:] == ["board", "us"]
-    rows = {line[:12].strip(): line[12:].split() for line in lines[2:10]}
+    rows = {line[:12].strip(): line[12:].split() for line in lines[2:11]}
     assert list(rows) == ["preprocess", "pack", "sync", "device", "unpack", "cpu ops",
-                          "kick/wait", "total"]
+                          "kick/wait", "run", "total"]
     assert rows["preprocess"][-1] == "-" and rows["kick/wait"][:5] == ["-"] * 5
+    assert rows["run"][:5] == ["-"] * 5
     for name, key in (("pack", "pack_us"), ("sync", "sync_us"), ("device", "device_us"),
                       ("unpack", "unpack_us"), ("cpu ops", "cpu_steps_us"),
-                      ("kick/wait", "kick_us"), ("total", "total_us")):
+                      ("kick/wait", "kick_us"), ("run", "run_us"), ("total", "total_us")):
         assert float(rows[name][-1]) == pytest.approx(getattr(b, key), abs=0.05), name
-    assert lines[10] == ("columns mean..max: measured on this host, but device: predicted by "
+    assert lines[11] == ("columns mean..max: measured on this host, but device: predicted by "
                          "the simulator's cycle model at 300 MHz (so total mixes both)")
-    assert lines[11].startswith("board us: one run on the board, predicted: ")
+    assert lines[12].startswith("board us: one run on the board, predicted: ")
     host = next(line for line in lines if line.startswith("this host: "))
     assert host.endswith("(host stages measured, device time predicted: not a board figure)")
     assert lines[-1] == (f"on the board, predicted: {b.fps:,.1f} FPS sequential, "
@@ -139,7 +143,7 @@ def test_trace_has_the_predicted_board_tracks(tmp_path, capsys):
         assert on[tid["board, predicted: DV700 (the simulator's cycle model)"]] == \
             pytest.approx(b.device_us)
         assert [(e["cat"], e["name"]) for e in inside] == [
-            ("board pack", "image"), ("board sync", "image"),
+            ("board cpu", "run bookkeeping"), ("board pack", "image"), ("board sync", "image"),
             ("board cpu", "kick + interrupt segment0"), ("board device", "segment0"),
             ("board sync", "logits"), ("board unpack", "logits"),
             ("board cpu", "Softmax softmax")]

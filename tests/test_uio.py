@@ -239,6 +239,40 @@ def test_device_registers_are_the_mapped_file(board, dev):
         dev.read32("dsp", 0)
 
 
+def test_a_register_once_checked_is_still_the_file_and_bad_values_still_refused(board, dev):
+    """After its first access a register goes straight to the mapped words: the same file
+    bytes; a bad value at a checked offset, a bad offset and a closed device still raise."""
+    regs = board.regs["ipu"]
+    for value in (1, 0xFFFFFFFF, np.uint32(7), 0):  # (the first access checks, the rest not)
+        dev.write32("ipu", 0x284, value)
+        assert _pread(board.dev / "uio2", 4, 0x284) == struct.pack("<I", int(value))
+        assert dev.read32("ipu", 0x284) == int(value) == int(regs[0x284 // 4])
+    for bad in (-1, 1 << 32, 1.0, "1", None):
+        with pytest.raises(InvalidArgument, match="32-bit"):
+            dev.write32("ipu", 0x284, bad)
+    assert int(regs[0x284 // 4]) == 0
+    for offset in (0x286, 0x1000, -4, np.int64(0x1000)):
+        with pytest.raises(InvalidArgument, match="aligned"):
+            dev.read32("ipu", offset)
+    assert dev.read32("ipu", np.int64(0x284)) == 0
+    # a block: each word an aligned load of the file's; out of the window, refused
+    for i in range(4):
+        dev.write32("conv", 0x300 + 4 * i, 0x1000 + i)
+    for _ in range(2):
+        assert dev.read_words("conv", 0x300, 4) == [0x1000, 0x1001, 0x1002, 0x1003]
+    assert dev.read_words("conv", 0x300, 4) == [dev.read32("conv", 0x300 + 4 * i)
+                                                for i in range(4)]
+    with pytest.raises(InvalidArgument, match="aligned"):
+        dev.read_words("conv", 0xFF8, 4)
+    dev.close()
+    with pytest.raises(DeviceError, match="closed"):
+        dev.read32("ipu", 0x284)
+    with pytest.raises(DeviceError, match="closed"):
+        dev.write32("ipu", 0x284, 1)
+    with pytest.raises(DeviceError, match="closed"):
+        dev.read_words("conv", 0x300, 4)
+
+
 def test_conv_only_board_has_no_ipu(tmp_path):
     b = make_fake_board(tmp_path, units=("conv",), core="stub")
     try:

@@ -32,7 +32,7 @@ COLUMNS = ("mean", "min", "median", "p99", "max")
 #: the table's rows as the board's prediction has them (``BoardEstimate`` fields)
 BOARD_ROWS = {"pack": "pack_us", "sync": "sync_us", "device": "device_us",
               "unpack": "unpack_us", "cpu ops": "cpu_steps_us", "kick/wait": "kick_us",
-              "total": "total_us"}
+              "run": "run_us", "total": "total_us"}
 
 
 def summarize(values: list[float]) -> dict[str, float]:
@@ -119,7 +119,7 @@ def format_bench(res: dict[str, Any]) -> str:
     lines = [f"benchmark: {res['input']}, {res['runs']} runs in {res['seconds']:.2f} s after "
              f"one warm-up run ({res['warmup_us'] / 1e3:.1f} ms, not counted)", head]
     board = res["board"]
-    rows = [k for k in res["stages"] if k != "total"] + ["kick/wait", "total"]
+    rows = [k for k in res["stages"] if k != "total"] + ["kick/wait", "run", "total"]
     for k in rows:
         r = res["stages"].get(k)
         cells = ("".join(f" {r[c]:10.1f}" for c in COLUMNS) if r is not None

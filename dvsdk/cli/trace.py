@@ -103,6 +103,11 @@ def _board_events(name: str, st: Any, offset: float) -> list[dict[str, Any]]:
     out = [{"name": f"run {name}", "cat": "board run", "ph": "X", "pid": 1, "tid": BOARD_RUNS,
             "ts": offset, "dur": est.total_us, "args": {"predicted": est.as_dict()}}]
     t = offset
+    if est.run_us:
+        out.append({"name": "run bookkeeping", "cat": "board cpu", "ph": "X", "pid": 1,
+                    "tid": BOARD_CPU, "ts": t, "dur": est.run_us,
+                    "args": {"predicted_us": est.run_us}})
+        t += est.run_us
     for kind, label, _, dur, extra in st.events:
         us = board_model.event_us(kind, extra)
         if us is None:

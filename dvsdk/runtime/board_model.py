@@ -46,13 +46,19 @@ Estimates (derived, each a constant of :class:`BoardParams` a calibration replac
   the step's input is already binary16 bits, so each element is one indexed load from a
   128 KiB table of binary16 results; most activations fall in a few thousand entries
   (L1 hits), the rest are L2 hits whose latency an in-order core only partly hides.
-* **Python** ``bytecode_cycles = 100``: the runtime is CPython.  Its work per event was
-  counted in bytecodes with ``sys.settrace`` (opcode events) on YOLOv8n- and
-  MobileNetV3-like nets: about 600 per CPU step on the compiled FP16 path, 1800 on the
-  numpy path (the step's code and the kernel's numpy calls, whose C overhead the
-  per-bytecode cost includes), 200 per pack or unpack and per cache sync, 2000 per
-  hardware segment (the kick and the interrupt's bookkeeping on ``uio://``, mostly
-  register accesses).  On a 2.6 GHz x86 server core this runtime retires one such
+* **Python** ``bytecode_cycles = 100``: the runtime is CPython.  Its work per event is
+  counted in bytecodes by ``benchmarks/bench_bytecodes.py`` (``sys.settrace`` opcode
+  events, one steady run on ``uio://`` against a fake board of real files, DMP's R5 kick,
+  u-dma-buf's ioctl sync; CPython 3.11; digits, PP-OCR cls, MobileNetV3- and YOLOv8n-like
+  nets): 1570-1620 per hardware segment (the kick, the interrupt wait and its
+  acknowledge, the byte counters, the runtime's step), 925-990 per CPU step on the
+  compiled FP16 path, 1735-2290 on the numpy path (the step's code and the kernel's numpy
+  calls, whose C overhead the per-bytecode cost includes), 212-226 per pack or unpack,
+  242 per cache sync; and the run's own bookkeeping (the feeds, the handle, the step
+  loop), about 1400 a run and 180-200 per step of the program, which the constants
+  below add to each step's and segment's.  ``tests/test_board_model.py`` counts them
+  again and fails if the code has drifted from the constants by more than a third.
+  On a 2.6 GHz x86 server core this runtime retires one such
   bytecode in about 17 ns (44 cycles, numpy call overhead included); an in-order,
   dual-issue A53 runs interpreter code at roughly 2-2.5x fewer instructions per cycle,
   hence 100 cycles.  The least certain constant: calibrate it first.
@@ -73,7 +79,8 @@ and pays 0.5 cycle per element for each FP16<->float32 conversion.  A pack or un
 converts float32 <-> FP16 in one compiled sweep (6 bytes per element).  A sync costs its
 bytecodes + ``line_cycles`` per line.  A hardware segment costs its bytecodes +
 ``irq_us`` on the CPU; the device time itself is the run's (the simulator's cycle model
-on ``sim://``, measured on a board).
+on ``sim://``, measured on a board).  A run adds its own bookkeeping once
+(``run_bytecodes``).
 
 Not modeled: preprocessing an image, the IPU, other processes, a second core, ``dv://``'s
 ``DMA_BUF_IOCTL_SYNC`` (which syncs the whole buffer, not the range: the line term above
@@ -101,12 +108,15 @@ class BoardParams:
     line_cycles: float = 10.0
     line_bytes: int = 64
     irq_us: float = 20.0
-    #: Python work per event, in bytecodes
-    step_fused_bytecodes: int = 600
-    step_numpy_bytecodes: int = 1800
-    convert_bytecodes: int = 200
-    sync_bytecodes: int = 200
-    segment_bytecodes: int = 2000
+    #: Python work per event, in bytecodes (module docstring: counted, with ~190 for the
+    #: step loop added to the steps and segments)
+    step_fused_bytecodes: int = 1150
+    step_numpy_bytecodes: int = 2000
+    convert_bytecodes: int = 220
+    sync_bytecodes: int = 240
+    segment_bytecodes: int = 1800
+    #: once a run: feeding the inputs, the run's handle, its statistics
+    run_bytecodes: int = 1400
     #: cycles per element of one FP16 <-> float32 conversion (one NEON instruction)
     convert_cycles: float = 0.5
 
@@ -194,6 +204,11 @@ def sync_us(nbytes: int, p: BoardParams = DEFAULT) -> float:
     """One cache sync of ``nbytes`` (every line it touches, for the device or the CPU)."""
     lines = math.ceil(nbytes / p.line_bytes)
     return (p.sync_bytecodes * p.bytecode_cycles + lines * p.line_cycles) / p.cpu_mhz
+
+
+def run_us(p: BoardParams = DEFAULT) -> float:
+    """The CPU's bookkeeping of one run, once: the feeds, the handle, the statistics."""
+    return p.run_bytecodes * p.bytecode_cycles / p.cpu_mhz
 
 
 def segment_us(p: BoardParams = DEFAULT) -> float:
@@ -361,11 +376,13 @@ class BoardEstimate:
     sync_bytes: int = 0
     unmodeled: int = 0       # events whose work the model does not know (the IPU)
     cpu_mhz: float = DEFAULT.cpu_mhz
+    run_us: float = 0.0      # the run's own bookkeeping (:func:`run_us`)
 
     @property
     def cpu_us(self) -> float:
-        """Everything the A53 does: CPU steps, packs and unpacks, kicks and interrupts."""
-        return self.cpu_steps_us + self.pack_us + self.unpack_us + self.kick_us
+        """Everything the A53 does: CPU steps, packs and unpacks, kicks and interrupts, and
+        the run's bookkeeping."""
+        return self.cpu_steps_us + self.pack_us + self.unpack_us + self.kick_us + self.run_us
 
     @property
     def total_us(self) -> float:
@@ -387,7 +404,8 @@ class BoardEstimate:
                 f"  device {f(self.device_us)} ({dev})",
                 f"  + CPU {f(self.cpu_us)} on one Cortex-A53 at {self.cpu_mhz:g} MHz "
                 f"(CPU steps {f(self.cpu_steps_us)}, pack/unpack "
-                f"{f(self.pack_us + self.unpack_us)}, kick/wait {f(self.kick_us)})",
+                f"{f(self.pack_us + self.unpack_us)}, kick/wait {f(self.kick_us)}, "
+                f"run {f(self.run_us)})",
                 f"  + DMA syncs {f(self.sync_us)} ({self.syncs} syncs, {self.sync_bytes:,} bytes)"]
 
     def summary(self) -> str:
@@ -396,7 +414,8 @@ class BoardEstimate:
         dev = "simulator" if self.device_predicted else "measured"
         return (f"device {f(self.device_us)} ({dev}) + CPU {f(self.cpu_us)} on a Cortex-A53 "
                 f"at {self.cpu_mhz:g} MHz (CPU steps {f(self.cpu_steps_us)}, pack/unpack "
-                f"{f(self.pack_us + self.unpack_us)}, kick/wait {f(self.kick_us)}) + DMA syncs "
+                f"{f(self.pack_us + self.unpack_us)}, kick/wait {f(self.kick_us)}, run "
+                f"{f(self.run_us)}) + DMA syncs "
                 f"{f(self.sync_us)} ({self.syncs} syncs) = {f(self.total_us)}, "
                 f"{self.fps:,.1f} FPS")
 
@@ -426,4 +445,4 @@ def estimate(events: Iterable[tuple[str, str, float, float, Mapping[str, Any]]],
             sync_bytes += int(extra["bytes"])
     return BoardEstimate(device, parts["cpu"], parts["pack"], parts["unpack"], parts["device"],
                          parts["sync"], device_predicted, steps, segments, syncs, sync_bytes,
-                         unmodeled, p.cpu_mhz)
+                         unmodeled, p.cpu_mhz, run_us(p) if steps or segments else 0.0)
