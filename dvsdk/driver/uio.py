@@ -352,7 +352,9 @@ class UioDevice(Device):
         counts against ``timeout``); an event seen by one waiter for another unit of the
         line stays pending for that unit.
         """
-        self._window(unit, 0)
+        if (unit, 0) not in self._checked:  # (an open device with that unit)
+            self._window(unit, 0)
+            self._checked.add((unit, 0))
         timeout = check_timeout(self.timeout if timeout is None else timeout)
         line = self._irq[unit]
         deadline = time.monotonic() + timeout
@@ -387,10 +389,9 @@ class UioDevice(Device):
     def _ack(self, unit: str) -> None:
         """Acknowledge ``unit``'s interrupt: write 0 (units, §10.5), or the channel bit
         to the IPI's ISR when it is set (write-1-to-clear, §10.4)."""
-        win = self._windows[unit]
-        if unit == "ipi" and not win.read32(IRQ_REG[unit]) & IRQ_PENDING_MASK[unit]:
+        if unit == "ipi" and not self.read32(unit, IRQ_REG[unit]) & IRQ_PENDING_MASK[unit]:
             return
-        win.write32(IRQ_REG[unit], IRQ_ACK_VALUE[unit])
+        self.write32(unit, IRQ_REG[unit], IRQ_ACK_VALUE[unit])
 
     def _timeout(self, unit: str, timeout: float, hint: str) -> DeviceTimeout:
         regs = self.snapshot(unit)
