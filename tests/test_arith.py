@@ -405,3 +405,32 @@ def test_pack_b_is_the_zero_padded_panels(k, m):
     want = np.pad(b, ((0, 0), (0, p * arith.PANEL - m))).reshape(k, p, arith.PANEL)
     assert arith.pack_b(b).tobytes() == np.ascontiguousarray(want.transpose(1, 0, 2)).tobytes()
     assert arith.pack_b(np.asfortranarray(b)).tobytes() == arith.pack_b(b).tobytes()
+
+
+@pytest.mark.parametrize("sa,sb", [((1, 3, 5, 7), (1, 3, 7, 17)), ((2, 1, 4, 9), (3, 9, 5)),
+                                   ((2, 4, 6), (2, 6, 0)), ((4, 3), (2, 3, 16)),
+                                   ((6,), (2, 6, 3)), ((2, 3, 4), (4,))])
+def test_a_batch_of_right_operands_is_the_sequential_sum_of_each(sa, sb, path):
+    """matmul_nd with batched float32 right operands (attention's products; the compiled
+    path packs every matrix at once, transposed and broadcast operands included): each
+    matrix of the result is the scalar loop in the documented order."""
+    rng = np.random.default_rng(len(sa) * 7 + len(sb))
+    a = rng.standard_normal(sa).astype(np.float32)
+    b = rng.standard_normal(sb).astype(np.float32)
+    a.reshape(-1)[:2] = [np.inf, -0.0]
+    got = arith.matmul_nd(np.swapaxes(np.ascontiguousarray(np.swapaxes(a, -1, -2)), -1, -2)
+                          if a.ndim > 1 else a, b)
+    assert got.shape == np.matmul(a, b).shape and got.dtype == np.float32
+    a2 = a[None] if a.ndim == 1 else a
+    b2 = b[:, None] if b.ndim == 1 else b
+    batch = np.broadcast_shapes(a2.shape[:-2], b2.shape[:-2])
+    ab = np.broadcast_to(a2, (*batch, *a2.shape[-2:]))
+    bb = np.broadcast_to(b2, (*batch, *b2.shape[-2:]))
+    want = np.stack([_sequential(ab[i], bb[i]) for i in np.ndindex(*batch)]) if batch else \
+        _sequential(ab, bb)
+    want = want.reshape(*batch, a2.shape[-2], b2.shape[-1])
+    if a.ndim == 1:
+        want = want[..., 0, :]
+    if b.ndim == 1:
+        want = want[..., 0]
+    assert got.tobytes() == want.tobytes()

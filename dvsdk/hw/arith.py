@@ -134,16 +134,34 @@ def matmul_nd(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     bb = np.broadcast_to(b2, (*batch, *b2.shape[-2:]))
     out = np.empty((*batch, n, m), dt)
     packed = _packed_constant(b2) if dt == np.float32 and native.NATIVE is not None else None
-    for idx in np.ndindex(*batch):
-        if dt == np.float32:
-            matmul(ab[idx], bb[idx], out[idx], packed=packed)
-        else:
-            _matmul_numpy(np.ascontiguousarray(ab[idx]), bb[idx], out[idx], 0, n, 0, m)
+    if packed is None and dt == np.float32 and native.NATIVE is not None and n and m:
+        # every matrix of b packed at once (pack_b's panels, per matrix) and a made
+        # contiguous once: then one compiled product per matrix (the same sums)
+        bps = np.broadcast_to(_pack_batch(b2), (*batch, -(-m // PANEL), b2.shape[-2], PANEL))
+        ac = np.ascontiguousarray(ab)
+        for idx in np.ndindex(*batch):
+            native.NATIVE.gemm(ac[idx], bps[idx], out[idx], False, 0, -1, 0, -1)
+    else:
+        for idx in np.ndindex(*batch):
+            if dt == np.float32:
+                matmul(ab[idx], bb[idx], out[idx], packed=packed)
+            else:
+                _matmul_numpy(np.ascontiguousarray(ab[idx]), bb[idx], out[idx], 0, n, 0, m)
     if a.ndim == 1:
         out = out[..., 0, :]
     if b.ndim == 1:
         out = out[..., 0]
     return out
+
+
+def _pack_batch(b: np.ndarray) -> np.ndarray:
+    """:func:`pack_b` of every (K, M) matrix of float32 ``b`` (..., K, M) at once:
+    (..., ceil(M/16), K, 16), C-contiguous."""
+    m = b.shape[-1]
+    p = -(-m // PANEL)
+    padded = np.zeros((*b.shape[:-1], p * PANEL), np.float32)
+    padded[..., :m] = b
+    return np.ascontiguousarray(padded.reshape(*b.shape[:-1], p, PANEL).swapaxes(-3, -2))
 
 
 #: pack_b of 2-D operands whose bytes cannot change, by id: (the array, weakly; packed)

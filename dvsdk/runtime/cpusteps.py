@@ -160,8 +160,10 @@ class SegmentState:
 
 
 def step(net: Any, h: Any) -> None:
-    """Run CPU step ``h.pc`` of ``net`` (one op), syncing on entering and leaving its
-    segment; the caller advances ``h.pc``."""
+    """Run the CPU steps of ``net`` from ``h.pc`` to the end of their segment, one op at a
+    time, syncing on entering and leaving the segment; ``h.pc`` is left at the segment's
+    last step (the caller advances it).  (The steps of a segment run back to back: the
+    loop is here, not once per step through the caller's.)"""
     seg = net._segments[h.pc]
     plan = net._fused.get(h.pc)
     if plan is None:
@@ -172,6 +174,17 @@ def step(net: Any, h: Any) -> None:
         return
     if h.segment is None or h.segment.segment is not seg:
         h.segment = _enter(net, h, seg)
+    last = seg.end - 1
+    while True:
+        _one(net, h)
+        if h.pc == last:
+            break
+        h.pc += 1
+    _leave(net, h)
+
+
+def _one(net: Any, h: Any) -> None:
+    """CPU step ``h.pc`` of ``net`` (one op) in the segment ``h.segment``."""
     op_type, attrs, inputs, outputs, name = net.steps[h.pc][1]
     out = outputs[0] if len(outputs) == 1 else None
     args = _chunked_args(net, h, op_type, inputs, out) if out else None
@@ -205,8 +218,6 @@ def step(net: Any, h: Any) -> None:
         h.host[o] = val
         if net._dev(o) is not None:
             h.segment.pending.append(o)
-    if h.pc + 1 == seg.end:
-        _leave(net, h)
 
 
 #: the operand types whose signature the board model's memo takes (step)
