@@ -434,3 +434,47 @@ def test_a_batch_of_right_operands_is_the_sequential_sum_of_each(sa, sb, path):
     if b.ndim == 1:
         want = want[..., 0]
     assert got.tobytes() == want.tobytes()
+
+
+def _max_reference(x: np.ndarray, axis: int) -> np.ndarray:
+    """The largest value of each row along ``axis``, +0 over -0, NaN if one is there
+    (firmware_spec/arithmetic.md), one row at a time in Python."""
+    rows = np.moveaxis(x, axis, -1).reshape(-1, x.shape[axis])
+    out = []
+    for row in rows:
+        vals = [float(v) for v in row]
+        if any(v != v for v in vals):
+            out.append(np.nan)
+            continue
+        m = max(vals)
+        if m == 0:
+            m = 0.0 if any(v == 0 and not np.signbit(v) for v in vals) else -0.0
+        out.append(m)
+    shape = np.moveaxis(x, axis, -1).shape[:-1]
+    return np.asarray(out, np.float32).reshape(shape)
+
+
+@pytest.mark.parametrize("base,perm", [((61, 1, 40), (1, 2, 0)), ((1, 6, 7, 8), (0, 3, 1, 2)),
+                                       ((5, 9, 3), (2, 0, 1)), ((4, 6), (1, 0)),
+                                       ((3, 4, 5, 6), (3, 1, 0, 2))])
+@pytest.mark.parametrize("nan", [False, True])
+def test_reduce_max_of_a_transposed_view_is_the_maximum_of_each_row(base, perm, nan, path):
+    """reduce_max over each axis of a transposed float32 view (the compiled path reduces
+    a strided axis with the max pool): the largest value, +0 over -0, NaN propagated."""
+    rng = np.random.default_rng(len(base) + perm[0])
+    x = rng.standard_normal(base).astype(np.float32)
+    x[x > 1.2] = 0.0
+    x[x < -1.2] = -0.0
+    x[(x > 0) & (x < 0.3)] = -1.0  # (rows whose largest value is a zero)
+    if nan:
+        x.reshape(-1)[::11] = np.nan
+    x = x.transpose(perm)
+    for axis in range(x.ndim):
+        got = arith.reduce_max(x, axis=axis, keepdims=True)
+        want = _max_reference(x, axis)
+        assert got.shape == tuple(1 if i == axis else n for i, n in enumerate(x.shape))
+        got = np.moveaxis(got, axis, -1)[..., 0]
+        assert np.array_equal(np.isnan(got), np.isnan(want))
+        fin = ~np.isnan(want)
+        assert np.array_equal(got[fin].view(np.uint32), want[fin].view(np.uint32))
+        assert arith.reduce_max(x, axis=(axis,)).shape == want.shape

@@ -24,6 +24,7 @@ Section numbers (§) are those of dv700-interface.md.
 
 from __future__ import annotations
 
+import math
 import warnings
 import weakref
 
@@ -270,7 +271,9 @@ def reduce_min(x: np.ndarray, axis: int | tuple | None = None, keepdims: bool = 
 
 def _reduce_signed_zero(x: np.ndarray, fn, axis, keepdims: bool, plus: bool) -> np.ndarray:
     x = np.asarray(x)
-    r = np.asarray(fn(x, axis=axis, keepdims=keepdims))
+    r = _max_by_pool(x, axis, keepdims) if plus else None
+    if r is None:
+        r = np.asarray(fn(x, axis=axis, keepdims=keepdims))
     if x.dtype.kind != "f" or not (r == 0).any():
         return r
     zero = (x == 0) & (np.signbit(x) != plus)  # the zeros of the sign that wins
@@ -278,6 +281,38 @@ def _reduce_signed_zero(x: np.ndarray, fn, axis, keepdims: bool, plus: bool) -> 
     sign = np.asarray(0.0 if plus else -0.0, x.dtype)
     other = np.asarray(-0.0 if plus else 0.0, x.dtype)
     return np.where(r == 0, np.where(hit, sign, other), r).astype(x.dtype, copy=False)
+
+
+def _max_by_pool(x: np.ndarray, axis, keepdims: bool) -> np.ndarray | None:
+    """``np.max(x, axis, keepdims)`` of float32 ``x`` over one axis that lies between
+    others in x's memory (a transposed tensor reduced along a strided axis: numpy's loop
+    over it is several times slower) by the compiled max pool, a window of that axis per
+    output (``native.maxpool``, the total order of firmware_spec/arithmetic.md): each
+    result the maximum of the same values, a zero's sign fixed by the caller as for
+    numpy's.  None (numpy's reduction runs) where the module is not built, the axis is
+    the innermost or the only one, or a result is NaN (which NaN numpy returns depends on
+    its order)."""
+    if native.NATIVE is None or x.dtype != np.float32 or x.ndim < 2 or x.size == 0:
+        return None
+    if not isinstance(axis, (int, np.integer)):
+        if not isinstance(axis, tuple) or len(axis) != 1:
+            return None
+        axis = axis[0]
+    if not -x.ndim <= axis < x.ndim:
+        return None
+    axis = int(axis) % x.ndim
+    perm = sorted(range(x.ndim), key=lambda i: -x.strides[i])  # (memory order)
+    xt = x.transpose(perm)
+    q = perm.index(axis)
+    outer, r, inner = math.prod(xt.shape[:q]), xt.shape[q], math.prod(xt.shape[q + 1:])
+    if not xt.flags.c_contiguous or inner == 1 or r < 2 or max(outer, r, inner) >= 1 << 31:
+        return None
+    out = np.empty((outer, 1, inner), np.float32)
+    native.NATIVE.maxpool(xt.reshape(outer, r, inner), out, r, 1, r, 1, 0, 0)
+    if np.isnan(out).any():
+        return None
+    res = out.reshape(*xt.shape[:q], 1, *xt.shape[q + 1:]).transpose(np.argsort(perm))
+    return res if keepdims else res.reshape(x.shape[:axis] + x.shape[axis + 1:])
 
 
 class ArithmeticWarning(RuntimeWarning):
