@@ -301,6 +301,8 @@ def _max_by_pool(x: np.ndarray, axis, keepdims: bool) -> np.ndarray | None:
     if not -x.ndim <= axis < x.ndim:
         return None
     axis = int(axis) % x.ndim
+    if axis == x.ndim - 1 and x.flags.c_contiguous:
+        return None  # (the common case: numpy's reduction over contiguous rows is fast)
     perm = sorted(range(x.ndim), key=lambda i: -x.strides[i])  # (memory order)
     xt = x.transpose(perm)
     q = perm.index(axis)
