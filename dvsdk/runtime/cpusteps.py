@@ -160,10 +160,10 @@ class SegmentState:
 
 
 def step(net: Any, h: Any) -> None:
-    """Run the CPU steps of ``net`` from ``h.pc`` to the end of their segment, one op at a
-    time, syncing on entering and leaving the segment; ``h.pc`` is left at the segment's
-    last step (the caller advances it).  (The steps of a segment run back to back: the
-    loop is here, not once per step through the caller's.)"""
+    """Run CPU step ``h.pc`` of ``net`` (one op), syncing on entering and leaving its
+    segment; with ``h.segment_loop`` (``Run.advance``) the following steps of its segment
+    too (they run back to back: the loop is here, not once per step through the
+    caller's).  ``h.pc`` is left at the last step run (the caller advances it)."""
     seg = net._segments[h.pc]
     plan = net._fused.get(h.pc)
     if plan is None:
@@ -174,13 +174,14 @@ def step(net: Any, h: Any) -> None:
         return
     if h.segment is None or h.segment.segment is not seg:
         h.segment = _enter(net, h, seg)
-    last = seg.end - 1
+    last = seg.end - 1 if getattr(h, "segment_loop", False) else h.pc
     while True:
         _one(net, h)
         if h.pc == last:
             break
         h.pc += 1
-    _leave(net, h)
+    if h.pc + 1 == seg.end:
+        _leave(net, h)
 
 
 @dataclass(frozen=True)
