@@ -405,3 +405,76 @@ def test_pack_b_is_the_zero_padded_panels(k, m):
     want = np.pad(b, ((0, 0), (0, p * arith.PANEL - m))).reshape(k, p, arith.PANEL)
     assert arith.pack_b(b).tobytes() == np.ascontiguousarray(want.transpose(1, 0, 2)).tobytes()
     assert arith.pack_b(np.asfortranarray(b)).tobytes() == arith.pack_b(b).tobytes()
+
+
+@pytest.mark.parametrize("sa,sb", [((1, 3, 5, 7), (1, 3, 7, 17)), ((2, 1, 4, 9), (3, 9, 5)),
+                                   ((2, 4, 6), (2, 6, 0)), ((4, 3), (2, 3, 16)),
+                                   ((6,), (2, 6, 3)), ((2, 3, 4), (4,))])
+def test_a_batch_of_right_operands_is_the_sequential_sum_of_each(sa, sb, path):
+    """matmul_nd with batched float32 right operands (attention's products; the compiled
+    path packs every matrix at once, transposed and broadcast operands included): each
+    matrix of the result is the scalar loop in the documented order."""
+    rng = np.random.default_rng(len(sa) * 7 + len(sb))
+    a = rng.standard_normal(sa).astype(np.float32)
+    b = rng.standard_normal(sb).astype(np.float32)
+    a.reshape(-1)[:2] = [np.inf, -0.0]
+    got = arith.matmul_nd(np.swapaxes(np.ascontiguousarray(np.swapaxes(a, -1, -2)), -1, -2)
+                          if a.ndim > 1 else a, b)
+    assert got.shape == np.matmul(a, b).shape and got.dtype == np.float32
+    a2 = a[None] if a.ndim == 1 else a
+    b2 = b[:, None] if b.ndim == 1 else b
+    batch = np.broadcast_shapes(a2.shape[:-2], b2.shape[:-2])
+    ab = np.broadcast_to(a2, (*batch, *a2.shape[-2:]))
+    bb = np.broadcast_to(b2, (*batch, *b2.shape[-2:]))
+    want = np.stack([_sequential(ab[i], bb[i]) for i in np.ndindex(*batch)]) if batch else \
+        _sequential(ab, bb)
+    want = want.reshape(*batch, a2.shape[-2], b2.shape[-1])
+    if a.ndim == 1:
+        want = want[..., 0, :]
+    if b.ndim == 1:
+        want = want[..., 0]
+    assert got.tobytes() == want.tobytes()
+
+
+def _max_reference(x: np.ndarray, axis: int) -> np.ndarray:
+    """The largest value of each row along ``axis``, +0 over -0, NaN if one is there
+    (firmware_spec/arithmetic.md), one row at a time in Python."""
+    rows = np.moveaxis(x, axis, -1).reshape(-1, x.shape[axis])
+    out = []
+    for row in rows:
+        vals = [float(v) for v in row]
+        if any(v != v for v in vals):
+            out.append(np.nan)
+            continue
+        m = max(vals)
+        if m == 0:
+            m = 0.0 if any(v == 0 and not np.signbit(v) for v in vals) else -0.0
+        out.append(m)
+    shape = np.moveaxis(x, axis, -1).shape[:-1]
+    return np.asarray(out, np.float32).reshape(shape)
+
+
+@pytest.mark.parametrize("base,perm", [((61, 1, 40), (1, 2, 0)), ((1, 6, 7, 8), (0, 3, 1, 2)),
+                                       ((5, 9, 3), (2, 0, 1)), ((4, 6), (1, 0)),
+                                       ((3, 4, 5, 6), (3, 1, 0, 2))])
+@pytest.mark.parametrize("nan", [False, True])
+def test_reduce_max_of_a_transposed_view_is_the_maximum_of_each_row(base, perm, nan, path):
+    """reduce_max over each axis of a transposed float32 view (the compiled path reduces
+    a strided axis with the max pool): the largest value, +0 over -0, NaN propagated."""
+    rng = np.random.default_rng(len(base) + perm[0])
+    x = rng.standard_normal(base).astype(np.float32)
+    x[x > 1.2] = 0.0
+    x[x < -1.2] = -0.0
+    x[(x > 0) & (x < 0.3)] = -1.0  # (rows whose largest value is a zero)
+    if nan:
+        x.reshape(-1)[::11] = np.nan
+    x = x.transpose(perm)
+    for axis in range(x.ndim):
+        got = arith.reduce_max(x, axis=axis, keepdims=True)
+        want = _max_reference(x, axis)
+        assert got.shape == tuple(1 if i == axis else n for i, n in enumerate(x.shape))
+        got = np.moveaxis(got, axis, -1)[..., 0]
+        assert np.array_equal(np.isnan(got), np.isnan(want))
+        fin = ~np.isnan(want)
+        assert np.array_equal(got[fin].view(np.uint32), want[fin].view(np.uint32))
+        assert arith.reduce_max(x, axis=(axis,)).shape == want.shape

@@ -148,3 +148,28 @@ def test_elem_in_place_equals_elem_into_another_array(fn, dtype):
     NATIVE.elem(fn, x, want)
     NATIVE.elem(fn, x, x)
     assert np.array_equal(x.view(np.uint8), want.view(np.uint8))
+
+
+@pytest.mark.parametrize("base,perm,axis", [((6625, 1, 40), (1, 2, 0), 2),
+                                            ((1, 40, 40, 8), (0, 3, 1, 2), 3),
+                                            ((5, 9, 3), (2, 0, 1), 1)])
+@pytest.mark.parametrize("compiled", [True, False])
+def test_softmax_of_a_transposed_view_is_the_formula_in_c_order(base, perm, axis, compiled,
+                                                                monkeypatch):
+    """A Softmax input the runtime holds as a transposed view (a device tensor seen as
+    NCHW, a Transpose's result): the exponentials and the sums are those of the formula
+    on the C-ordered values, so the bits do not depend on the input's strides, with the
+    compiled loops or without."""
+    rng = np.random.default_rng(len(base) + axis)
+    x = (rng.standard_normal(base) * 5).astype(np.float32).transpose(perm)
+    x[(0,) * (x.ndim - 1)] = -np.inf
+    assert not x.flags.c_contiguous
+    if not compiled:
+        monkeypatch.setattr(native, "NATIVE", None)
+    got = nn.softmax([x], {"axis": axis, "opset": 17})[0]
+    monkeypatch.setattr(native, "NATIVE", None)
+    xc = np.ascontiguousarray(x)
+    z = xc - arith.reduce_max(xc, axis=(axis,), keepdims=True)
+    e = elementary.exp(z).astype(np.float32)
+    want = e / e.sum(axis=(axis,), keepdims=True)
+    assert got.shape == x.shape and np.array_equal(got.view(np.uint8), want.view(np.uint8))

@@ -320,3 +320,36 @@ def test_a_fused_result_overlapping_its_operand_is_computed_aside(monkeypatch):
             finally:
                 dev["offset"] = saved
     assert stored["device"].tobytes() == stored["unpack"].tobytes()
+
+
+def test_stepping_one_op_a_call_runs_one_op_and_the_segment_loop_the_same_ops(monkeypatch):
+    """``Run.advance`` runs a CPU segment's steps in one call; a caller stepping the program
+    itself (dvsdk.qa.analyze) gets one op per ``net._step`` call, each result there after
+    its own call, and the same outputs as the reference path (CPU steps unpacked per op)."""
+    from dvsdk.runtime.handle import Run
+
+    model, feed = random_net(5)
+    netfile = compile_model(model, golden=False)
+    kinds = [s["kind"] for s in netfile.meta["program"]]
+    assert any(a == b == "cpu" for a, b in zip(kinds, kinds[1:]))  # a segment of 2+ ops
+    with Net(netfile, "sim://", cpu_steps="unpack") as net:
+        want = bits(net.run(feed))
+    with Net(netfile, "sim://") as net:
+        assert bits(net.run(feed)) == want
+        ctx = net._contexts[0]
+        h = Run(net, ctx, 10.0)
+        for name, arr in net._feeds(feed).items():
+            h.host[name] = arr
+            if net._dev(name) is not None:
+                net._upload(ctx, name, arr, h.stats)
+        for pc, (kind, payload) in enumerate(net.steps):
+            assert h.pc == pc
+            net._step(h, block=True)
+            if kind == "cpu" and payload[3][0] and net._dev(payload[3][0]) is None:
+                assert payload[3][0] in h.host
+        got = {spec["name"]: np.asarray(net._value(h, spec["tensor"]))
+               for spec in net.outputs}
+    ref = {k: v[2] for k, v in want.items()}
+    for name, v in got.items():
+        spec = next(s for s in net.outputs if s["name"] == name)
+        assert np.asarray(v, np.float32).reshape(spec["shape"]).tobytes() == ref[name]

@@ -463,7 +463,9 @@ def softmax(inputs: list, attrs: Attrs) -> list[Arr]:
     x = inputs[0]
     opset = int(attrs.get("opset", 13))
     xv, axes = _softmax_2d(x, int(attrs.get("axis", -1 if opset >= 13 else 1)), opset)
-    z = xv - arith.reduce_max(xv, axis=axes, keepdims=True)
+    # (z in C order whatever xv's strides: the exponentials then go in place; element by
+    # element the same values, and e below is C-ordered either way, so its sums are too)
+    z = np.subtract(xv, arith.reduce_max(xv, axis=axes, keepdims=True), order="C")
     # (in place where compiled: each fresh array of a large softmax costs its page faults,
     # ~2 us a page here, as much as the exponentials; element by element, the same values)
     e = elementary.compiled_f32(elementary.exp, z, z) if z.flags.c_contiguous else None

@@ -24,6 +24,7 @@ Section numbers (§) are those of dv700-interface.md.
 
 from __future__ import annotations
 
+import math
 import warnings
 import weakref
 
@@ -134,16 +135,34 @@ def matmul_nd(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     bb = np.broadcast_to(b2, (*batch, *b2.shape[-2:]))
     out = np.empty((*batch, n, m), dt)
     packed = _packed_constant(b2) if dt == np.float32 and native.NATIVE is not None else None
-    for idx in np.ndindex(*batch):
-        if dt == np.float32:
-            matmul(ab[idx], bb[idx], out[idx], packed=packed)
-        else:
-            _matmul_numpy(np.ascontiguousarray(ab[idx]), bb[idx], out[idx], 0, n, 0, m)
+    if packed is None and dt == np.float32 and native.NATIVE is not None and n and m:
+        # every matrix of b packed at once (pack_b's panels, per matrix) and a made
+        # contiguous once: then one compiled product per matrix (the same sums)
+        bps = np.broadcast_to(_pack_batch(b2), (*batch, -(-m // PANEL), b2.shape[-2], PANEL))
+        ac = np.ascontiguousarray(ab)
+        for idx in np.ndindex(*batch):
+            native.NATIVE.gemm(ac[idx], bps[idx], out[idx], False, 0, -1, 0, -1)
+    else:
+        for idx in np.ndindex(*batch):
+            if dt == np.float32:
+                matmul(ab[idx], bb[idx], out[idx], packed=packed)
+            else:
+                _matmul_numpy(np.ascontiguousarray(ab[idx]), bb[idx], out[idx], 0, n, 0, m)
     if a.ndim == 1:
         out = out[..., 0, :]
     if b.ndim == 1:
         out = out[..., 0]
     return out
+
+
+def _pack_batch(b: np.ndarray) -> np.ndarray:
+    """:func:`pack_b` of every (K, M) matrix of float32 ``b`` (..., K, M) at once:
+    (..., ceil(M/16), K, 16), C-contiguous."""
+    m = b.shape[-1]
+    p = -(-m // PANEL)
+    padded = np.zeros((*b.shape[:-1], p * PANEL), np.float32)
+    padded[..., :m] = b
+    return np.ascontiguousarray(padded.reshape(*b.shape[:-1], p, PANEL).swapaxes(-3, -2))
 
 
 #: pack_b of 2-D operands whose bytes cannot change, by id: (the array, weakly; packed)
@@ -252,7 +271,9 @@ def reduce_min(x: np.ndarray, axis: int | tuple | None = None, keepdims: bool = 
 
 def _reduce_signed_zero(x: np.ndarray, fn, axis, keepdims: bool, plus: bool) -> np.ndarray:
     x = np.asarray(x)
-    r = np.asarray(fn(x, axis=axis, keepdims=keepdims))
+    r = _max_by_pool(x, axis, keepdims) if plus else None
+    if r is None:
+        r = np.asarray(fn(x, axis=axis, keepdims=keepdims))
     if x.dtype.kind != "f" or not (r == 0).any():
         return r
     zero = (x == 0) & (np.signbit(x) != plus)  # the zeros of the sign that wins
@@ -260,6 +281,40 @@ def _reduce_signed_zero(x: np.ndarray, fn, axis, keepdims: bool, plus: bool) -> 
     sign = np.asarray(0.0 if plus else -0.0, x.dtype)
     other = np.asarray(-0.0 if plus else 0.0, x.dtype)
     return np.where(r == 0, np.where(hit, sign, other), r).astype(x.dtype, copy=False)
+
+
+def _max_by_pool(x: np.ndarray, axis, keepdims: bool) -> np.ndarray | None:
+    """``np.max(x, axis, keepdims)`` of float32 ``x`` over one axis that lies between
+    others in x's memory (a transposed tensor reduced along a strided axis: numpy's loop
+    over it is several times slower) by the compiled max pool, a window of that axis per
+    output (``native.maxpool``, the total order of firmware_spec/arithmetic.md): each
+    result the maximum of the same values, a zero's sign fixed by the caller as for
+    numpy's.  None (numpy's reduction runs) where the module is not built, the axis is
+    the innermost or the only one, or a result is NaN (which NaN numpy returns depends on
+    its order)."""
+    if native.NATIVE is None or x.dtype != np.float32 or x.ndim < 2 or x.size == 0:
+        return None
+    if not isinstance(axis, (int, np.integer)):
+        if not isinstance(axis, tuple) or len(axis) != 1:
+            return None
+        axis = axis[0]
+    if not -x.ndim <= axis < x.ndim:
+        return None
+    axis = int(axis) % x.ndim
+    if axis == x.ndim - 1 and x.flags.c_contiguous:
+        return None  # (the common case: numpy's reduction over contiguous rows is fast)
+    perm = sorted(range(x.ndim), key=lambda i: -x.strides[i])  # (memory order)
+    xt = x.transpose(perm)
+    q = perm.index(axis)
+    outer, r, inner = math.prod(xt.shape[:q]), xt.shape[q], math.prod(xt.shape[q + 1:])
+    if not xt.flags.c_contiguous or inner == 1 or r < 2 or max(outer, r, inner) >= 1 << 31:
+        return None
+    out = np.empty((outer, 1, inner), np.float32)
+    native.NATIVE.maxpool(xt.reshape(outer, r, inner), out, r, 1, r, 1, 0, 0)
+    if np.isnan(out).any():
+        return None
+    res = out.reshape(*xt.shape[:q], 1, *xt.shape[q + 1:]).transpose(np.argsort(perm))
+    return res if keepdims else res.reshape(x.shape[:axis] + x.shape[axis + 1:])
 
 
 class ArithmeticWarning(RuntimeWarning):

@@ -161,7 +161,9 @@ class SegmentState:
 
 def step(net: Any, h: Any) -> None:
     """Run CPU step ``h.pc`` of ``net`` (one op), syncing on entering and leaving its
-    segment; the caller advances ``h.pc``."""
+    segment; with ``h.segment_loop`` (``Run.advance``) the following steps of its segment
+    too (they run back to back: the loop is here, not once per step through the
+    caller's).  ``h.pc`` is left at the last step run (the caller advances it)."""
     seg = net._segments[h.pc]
     plan = net._fused.get(h.pc)
     if plan is None:
@@ -172,9 +174,57 @@ def step(net: Any, h: Any) -> None:
         return
     if h.segment is None or h.segment.segment is not seg:
         h.segment = _enter(net, h, seg)
-    op_type, attrs, inputs, outputs, name = net.steps[h.pc][1]
-    out = outputs[0] if len(outputs) == 1 else None
-    args = _chunked_args(net, h, op_type, inputs, out) if out else None
+    last = seg.end - 1 if getattr(h, "segment_loop", False) else h.pc
+    while True:
+        _one(net, h)
+        if h.pc == last:
+            break
+        h.pc += 1
+    if h.pc + 1 == seg.end:
+        _leave(net, h)
+
+
+@dataclass(frozen=True)
+class StepRecord:
+    """What a CPU step's run reads of its record and of the file, worked out on its first
+    run (the file does not change): the op, its operands, its event's label, and per
+    result the shape the file records (a tuple, or None) and whether the device reads it."""
+
+    op_type: str
+    attrs: Any
+    inputs: list
+    outputs: list
+    name: str
+    label: str
+    elementwise_out: str | None  # the one result of an ELEMENTWISE op (_chunked_args)
+    results: tuple  # (name, shape or None, on the device) per result with a name
+
+
+def _record(net: Any, pc: int) -> StepRecord:
+    records = vars(net).setdefault("_step_records", {})
+    rec = records.get(pc)
+    if rec is None:
+        op_type, attrs, inputs, outputs, name = net.steps[pc][1]
+        out = outputs[0] if len(outputs) == 1 else None
+        results = []
+        for o in outputs:
+            if o:
+                want = net.tensors[o]["shape"]
+                results.append((o, None if want is None else tuple(want),
+                                net._dev(o) is not None))
+        rec = records[pc] = StepRecord(op_type, attrs, inputs, outputs, name,
+                                       f"{op_type} {name}",
+                                       out if out and op_type in ELEMENTWISE else None,
+                                       tuple(results))
+    return rec
+
+
+def _one(net: Any, h: Any) -> None:
+    """CPU step ``h.pc`` of ``net`` (one op) in the segment ``h.segment``."""
+    rec = _record(net, h.pc)
+    op_type, attrs = rec.op_type, rec.attrs
+    out = rec.elementwise_out
+    args = _chunked_args(net, h, op_type, rec.inputs, out) if out else None
     work: dict = {}
     t = _now()
     try:
@@ -182,31 +232,31 @@ def step(net: Any, h: Any) -> None:
             vals = [v for _, v in args[0]]
             results = [_run_chunked(op_type, attrs, *args)]
         else:
-            vals = [_nchw(net, h, i) if i else None for i in inputs]
+            vals = [_nchw(net, h, i) if i else None for i in rec.inputs]
             results = cpu_ops.run_op(op_type, vals, attrs)
     except DeviceError:
         raise
     except Exception as e:  # noqa: BLE001 - a damaged record must not escape raw
-        raise NetFileError.cpu_step(op_type, name, e) from e
+        raise NetFileError.cpu_step(op_type, rec.name, e) from e
     finally:
-        h.stats.add("cpu", f"{op_type} {name}", t, work)
+        h.stats.add("cpu", rec.label, t, work)
     work.update(board_model.step_work_once(net._step_work_memo, h.pc, op_type, attrs, vals,
                                            results, _ARRAYS))  # (once per signature)
-    for o, val in zip(outputs, results):
+    i = 0
+    for o, val in zip(rec.outputs, results):
         if not o:
             continue
+        _, want, dev = rec.results[i]
+        i += 1
         if val.__class__ is not np.ndarray and not isinstance(val, Chunked):
             val = np.asarray(val)
-        want = net.tensors[o]["shape"]
-        if want is not None and list(val.shape) != list(want):
-            raise NetFileError(f"CPU op {op_type} {name} made {o} of another shape "
+        if want is not None and tuple(val.shape) != want:
+            raise NetFileError(f"CPU op {op_type} {rec.name} made {o} of another shape "
                                "than the file records", field=f"tensors.{o}.shape",
-                               value=list(val.shape), limit=want)
+                               value=list(val.shape), limit=list(want))
         h.host[o] = val
-        if net._dev(o) is not None:
+        if dev:
             h.segment.pending.append(o)
-    if h.pc + 1 == seg.end:
-        _leave(net, h)
 
 
 #: the operand types whose signature the board model's memo takes (step)
@@ -214,8 +264,16 @@ _ARRAYS = frozenset({np.ndarray, Chunked})
 
 
 def _enter(net: Any, h: Any, seg: Segment) -> SegmentState:
-    """One sync_for_cpu per contiguous range of the device tensors the segment reads."""
-    sync_spans_for_cpu(h, read_spans(net, [t for t in seg.reads if t not in h.host]))
+    """One sync_for_cpu per contiguous range of the device tensors the segment reads (the
+    ranges worked out once per segment and set of tensors the host does not hold)."""
+    names = tuple(t for t in seg.reads if t not in h.host)
+    memo = vars(net).setdefault("_read_spans", {})
+    spans = memo.get((seg.start, names))
+    if spans is None:
+        if len(memo) > 4096:
+            memo.clear()
+        spans = memo[(seg.start, names)] = read_spans(net, list(names))
+    sync_spans_for_cpu(h, spans)
     return SegmentState(seg)
 
 

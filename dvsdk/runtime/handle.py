@@ -163,10 +163,14 @@ class Run:
         self.segment: Any = None  # the CPU segment in progress (cpusteps.SegmentState)
         self.t_kick = 0.0
         self.result: dict[str, np.ndarray] | None = None
+        #: advance() runs the rest of a CPU segment in one step call (cpusteps.step); one
+        #: who calls ``net._step`` step by step (dvsdk.qa.analyze) gets one op a call
+        self.segment_loop = False
 
     def advance(self, block: bool) -> None:
         net = self.net
         step, n = net._step, len(net.steps)
+        self.segment_loop = True
         while self.pc < n:
             if not step(self, block):
                 return
