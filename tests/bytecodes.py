@@ -117,9 +117,14 @@ def count(nf, x, url) -> Counter:
         finally:
             counter.on = False
             sys.settrace(None)
-            counter.events["segment"] = len(net.last_run.segments)  # (a kick may take
+            # events as the run records them: a kick may take two _step calls (one kicks,
+            # one waits), and one cpusteps.step call runs a CPU segment's ops
+            st = net.last_run
+            counter.events["segment"] = len(st.segments)
+            counter.events["step (numpy)"] = (sum(1 for e in st.events if e[0] == "cpu")
+                                              - counter.events["step (fused)"])
             for owner, attr, original in reversed(patches):
-                setattr(owner, attr, original)  # two _step calls: one kicks, one waits)
+                setattr(owner, attr, original)
     return counter
 
 

@@ -49,15 +49,15 @@ Estimates (derived, each a constant of :class:`BoardParams` a calibration replac
 * **Python** ``bytecode_cycles = 100``: the runtime is CPython.  Its work per event is
   counted in bytecodes by ``benchmarks/bench_bytecodes.py`` (``sys.settrace`` opcode
   events, one steady run on ``uio://`` against a fake board of real files, DMP's R5 kick,
-  u-dma-buf's ioctl sync; CPython 3.11; digits, PP-OCR cls, MobileNetV3- and YOLOv8n-like
-  nets): 1570-1620 per hardware segment (the kick, the interrupt wait and its
-  acknowledge, the byte counters, the runtime's step), 925-990 per CPU step on the
-  compiled FP16 path, 1735-2290 on the numpy path (the step's code and the kernel's numpy
-  calls, whose C overhead the per-bytecode cost includes), 212-226 per pack or unpack,
-  242 per cache sync; and the run's own bookkeeping (the feeds, the handle, the step
-  loop), about 1400 a run and 180-200 per step of the program, which the constants
-  below add to each step's and segment's.  ``tests/test_board_model.py`` counts them
-  again and fails if the code has drifted from the constants by more than a third.
+  u-dma-buf's ioctl sync; CPython 3.11; digits, PP-OCR cls and rec, MobileNetV3- and
+  YOLOv8n-like nets): 1470-1530 per hardware segment (the kick, the interrupt wait and its
+  acknowledge, the byte counters) and 360-400 for the runtime's loop around it; 925-990
+  per CPU step on the compiled FP16 path; on the numpy path 840 per op inside a segment
+  (rec's LayerNorm chains) to 1790 (YOLOv8n's head), and a segment's first op about 900
+  more (its set-up: digits' one-op segment 1754); 212-229 per pack or unpack; 242 per
+  cache sync; and about 1400 per run (the feeds, the handle, the statistics).
+  ``tests/test_board_model.py`` counts them again and fails if the code has drifted from
+  the constants by more than a third.
   On a 2.6 GHz x86 server core this runtime retires one such
   bytecode in about 17 ns (44 cycles, numpy call overhead included); an in-order,
   dual-issue A53 runs interpreter code at roughly 2-2.5x fewer instructions per cycle,
@@ -108,13 +108,15 @@ class BoardParams:
     line_cycles: float = 10.0
     line_bytes: int = 64
     irq_us: float = 20.0
-    #: Python work per event, in bytecodes (module docstring: counted, with ~190 for the
-    #: step loop added to the steps and segments)
-    step_fused_bytecodes: int = 1150
-    step_numpy_bytecodes: int = 2000
+    #: Python work per event, in bytecodes (module docstring: counted)
+    step_fused_bytecodes: int = 950
+    step_numpy_bytecodes: int = 1100
+    #: entering a CPU segment on the numpy path (charged to its first step)
+    cpu_segment_bytecodes: int = 900
     convert_bytecodes: int = 220
     sync_bytecodes: int = 240
-    segment_bytecodes: int = 1800
+    #: a hardware segment: the kick, the wait, the runtime's loop around it
+    segment_bytecodes: int = 1850
     #: once a run: feeding the inputs, the run's handle, its statistics
     run_bytecodes: int = 1400
     #: cycles per element of one FP16 <-> float32 conversion (one NEON instruction)
@@ -177,16 +179,17 @@ def op_cost(op: str) -> tuple[str, float, int]:
 
 # -- per event --------------------------------------------------------------------------------
 def step_us(op: str, elements: int, nbytes: int, macs: int = 0, fused: bool = False,
-            operands: int = 1, p: BoardParams = DEFAULT) -> float:
+            operands: int = 1, p: BoardParams = DEFAULT, enters: bool = False) -> float:
     """One CPU step: ``elements`` (the compute basis), ``nbytes`` read and written (as the
     path holds them: FP16 on the compiled path), ``macs``; ``operands`` full-size or
-    per-channel inputs the compiled path converts from FP16."""
+    per-channel inputs the compiled path converts from FP16; ``enters``: the first step of
+    its CPU segment on the numpy path (it pays the segment's set-up)."""
     _, cycles, sweeps = op_cost(op)
     if fused:
         cycles += p.convert_cycles * (operands + 1)
         sweeps, bytecodes = 1, p.step_fused_bytecodes
     else:
-        bytecodes = p.step_numpy_bytecodes
+        bytecodes = p.step_numpy_bytecodes + (p.cpu_segment_bytecodes if enters else 0)
     compute = (elements * cycles + macs * p.mac_cycles) / p.cpu_mhz
     memory = sweeps * nbytes / (p.stream_gbps * 1e3)
     return bytecodes * p.bytecode_cycles / p.cpu_mhz + max(compute, memory)
@@ -227,7 +230,8 @@ def event_us(kind: str, extra: Mapping[str, Any], p: BoardParams = DEFAULT) -> f
         return convert_us(extra["bytes"], p)
     if kind == "cpu" and "op" in extra:
         return step_us(extra["op"], extra["elements"], extra["bytes"], extra.get("macs", 0),
-                       extra.get("fused", False), extra.get("operands", 1), p)
+                       extra.get("fused", False), extra.get("operands", 1), p,
+                       extra.get("enters", False))
     return None
 
 

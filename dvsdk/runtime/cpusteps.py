@@ -242,6 +242,8 @@ def _one(net: Any, h: Any) -> None:
         h.stats.add("cpu", rec.label, t, work)
     work.update(board_model.step_work_once(net._step_work_memo, h.pc, op_type, attrs, vals,
                                            results, _ARRAYS))  # (once per signature)
+    if h.pc == h.segment.segment.start:
+        work["enters"] = True  # (the segment's set-up: board_model.cpu_segment_bytecodes)
     i = 0
     for o, val in zip(rec.outputs, results):
         if not o:

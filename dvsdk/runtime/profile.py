@@ -57,7 +57,10 @@ def _board_work(net: Any, index: int, op_type: str, attrs: dict, args: list,
         plan = cpusteps.fused_plan(net, index)
         if plan:
             return cpusteps.plan_work(plan)
-    return board_model.step_work(op_type, attrs, args, results)
+    work = board_model.step_work(op_type, attrs, args, results)
+    if net.cpu_steps == "device" and net._segments[index].start == index:
+        work["enters"] = True  # (as cpusteps records it: the segment's set-up)
+    return work
 
 
 def profile_net(net: Any, x: Any | None = None) -> list[dict[str, Any]]:
