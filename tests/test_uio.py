@@ -255,6 +255,11 @@ def test_a_register_once_checked_is_still_the_file_and_bad_values_still_refused(
         with pytest.raises(InvalidArgument, match="aligned"):
             dev.read32("ipu", offset)
     assert dev.read32("ipu", np.int64(0x284)) == 0
+    # a float equal to a checked offset is still refused (not a register offset)
+    for call in (lambda: dev.read32("ipu", 644.0), lambda: dev.write32("ipu", 644.0, 1),
+                 lambda: dev.read_words("ipu", 644.0, 1)):
+        with pytest.raises(InvalidArgument, match="aligned"):
+            call()
     # a block: each word an aligned load of the file's; out of the window, refused
     for i in range(4):
         dev.write32("conv", 0x300 + 4 * i, 0x1000 + i)

@@ -305,29 +305,34 @@ class UioDevice(Device):
     # few dozen registers, so after the first kick an access is a set lookup and one
     # aligned 32-bit load or store (a kick makes ~25: on a board's CPU the checks were
     # two thirds of a segment's Python, benchmarks/bench_bytecodes.py).
+    # (The cache holds plain ints only: a float or an np.integer equal to a checked offset
+    # would match its key; those always take the checked path.)
     def read32(self, unit: str, offset: int) -> int:
-        if (unit, offset) in self._checked:
+        if offset.__class__ is int and (unit, offset) in self._checked:
             return int(self._windows[unit].words[offset >> 2])
         value = self._window(unit, offset).read32(offset)
-        self._checked.add((unit, offset))
+        if offset.__class__ is int:
+            self._checked.add((unit, offset))
         return value
 
     def write32(self, unit: str, offset: int, value: int) -> None:
-        if (unit, offset) in self._checked and value.__class__ is int \
-                and 0 <= value <= 0xFFFFFFFF:
+        if offset.__class__ is int and (unit, offset) in self._checked \
+                and value.__class__ is int and 0 <= value <= 0xFFFFFFFF:
             self._windows[unit].words[offset >> 2] = value
             return
         self._window(unit, offset).write32(offset, value)
-        self._checked.add((unit, offset))
+        if offset.__class__ is int:
+            self._checked.add((unit, offset))
 
     def read_words(self, unit: str, offset: int, count: int) -> list[int]:
         """``count`` registers from ``offset``, each an aligned 32-bit load (``tolist`` of
         a ``uint32`` view loads element by element, as :mod:`.mmio` says of scalars)."""
-        block = (unit, offset, count)
-        if block in self._checked:
+        plain = offset.__class__ is int and count.__class__ is int
+        if plain and (unit, offset, count) in self._checked:
             return self._windows[unit].words[offset >> 2:(offset >> 2) + count].tolist()
         words = super().read_words(unit, offset, count)
-        self._checked.add(block)
+        if plain:
+            self._checked.add((unit, offset, count))
         return words
 
     def alloc(self, nbytes: int, align: int = 64, name: str = "") -> DmaBuffer:
