@@ -93,6 +93,17 @@ def test_registers_read_back_the_hardware_facts(device):
         device.read_words("conv", 0xFFC, 2)
     with pytest.raises(InvalidArgument, match="unit"):
         device.read_words("dsp", 0x0, 1)
+    # offsets and counts that are not integers stay refused once the integer equal to
+    # them has been checked (the backends keep the registers they checked)
+    for bad in (0x11C + 0.0, 0x11C + 0j, "0x11c", None):
+        for call, args in ((device.read32, ("conv", bad)), (device.write32, ("conv", bad, 0)),
+                           (device.read_words, ("conv", bad, 2))):
+            with pytest.raises(InvalidArgument, match="offset"):
+                call(*args)
+    for count in (2.0, -1, True, "2"):
+        with pytest.raises(InvalidArgument, match="count"):
+            device.read_words("conv", 0x11C, count)
+    assert device.read_words("conv", 0x11C, np.int64(2)) == device.read_words("conv", 0x11C, 2)
 
 
 def test_conv_runs_exactly_and_reruns_identically(device):

@@ -302,6 +302,11 @@ class Device(ABC):
     def read_words(self, unit: str, offset: int, count: int) -> list[int]:
         """``count`` consecutive registers from ``offset``: one aligned 32-bit read each
         (what MMIO needs); a backend whose registers are plain memory reads them at once."""
+        if not isinstance(count, (int, np.integer)) or isinstance(count, (bool, np.bool_)) \
+                or count < 0:
+            raise InvalidArgument("register count must be a non-negative integer",
+                                  field="count", value=count, limit=">= 0")
+        self.check_reg(unit, offset)  # (the first word's rule, before adding to it)
         return [self.read32(unit, offset + 4 * i) for i in range(count)]
 
     @abstractmethod
@@ -337,11 +342,12 @@ class Device(ABC):
         if unit not in WINDOWS:
             raise InvalidArgument("unknown register unit", field="unit", value=unit,
                                   limit=WINDOWS)
-        if offset % 4 or not 0 <= offset < limit:
+        if not isinstance(offset, (int, np.integer)) or isinstance(offset, (bool, np.bool_)) \
+                or offset % 4 or not 0 <= offset < limit:
             raise InvalidArgument(
                 "register offset must be 32-bit aligned inside the unit window",
                 field="offset",
-                value=hex(offset),
+                value=hex(offset) if isinstance(offset, (int, np.integer)) else offset,
                 limit=f"0x0..{limit - 4:#x}, multiple of 4",
             )
 

@@ -368,8 +368,8 @@ class SimDevice(Device):
     def _unit(self, unit: str, offset: int) -> None:
         if self.closed:
             raise DeviceError("device is closed", field="device", value=self.url)
-        if (unit, offset) in self._checked:  # (checked once: the rule never changes)
-            return
+        if offset.__class__ is int and (unit, offset) in self._checked:  # (checked once:
+            return  # the rule never changes; a float equal to a checked offset is not one)
         self.check_reg(unit, offset)
         if unit not in self.params.units and unit not in self.windows[len(UNITS):]:
             raise InvalidArgument("this simulated device has no such unit", field="unit",
@@ -379,17 +379,18 @@ class SimDevice(Device):
     def read32(self, unit: str, offset: int) -> int:
         # one word of the register file: atomic without the lock (a read while another
         # thread's kick runs sees the register as it is, as on hardware)
-        if (unit, offset) not in self._checked:  # (_unit's fast path; empty once closed)
-            self._unit(unit, offset)
+        if offset.__class__ is not int or (unit, offset) not in self._checked:
+            self._unit(unit, offset)  # (its fast path inline; the set is empty once closed)
         return int(self.core.regs[unit][offset >> 2])  # (core.read_reg inline)
 
     def read_words(self, unit: str, offset: int, count: int) -> list[int]:
         block = (unit, offset, count)
-        if block in self._checked:  # (found valid before; the set is empty once closed)
+        if offset.__class__ is int and count.__class__ is int and block in self._checked:
+            # (found valid before; the set is empty once closed)
             return self.core.regs[unit][offset >> 2 : (offset >> 2) + count].tolist()
         regs = self.core.regs.get(unit)
-        if regs is None or count < 1:
-            return super().read_words(unit, offset, count)
+        if regs is None or count.__class__ is not int or count < 1:
+            return super().read_words(unit, offset, count)  # (checks each word, and count)
         self._unit(unit, offset)
         self._unit(unit, offset + 4 * (count - 1))
         self._checked.add(block)
@@ -400,8 +401,8 @@ class SimDevice(Device):
             value = self.check_value(value)  # refused, not truncated (32-bit registers)
         key = (unit, offset)
         with self.lock:
-            if key not in self._checked:  # (_unit's fast path; empty once closed)
-                self._unit(unit, offset)
+            if offset.__class__ is not int or key not in self._checked:
+                self._unit(unit, offset)  # (its fast path inline; empty once closed)
             if key in self._ack and _acks(unit, value):
                 self._irq[unit].clear()
             if self._clean_in_kick:  # any register write may start a unit: check afresh
