@@ -278,6 +278,31 @@ def test_a_register_once_checked_is_still_the_file_and_bad_values_still_refused(
         dev.read_words("conv", 0x300, 4)
 
 
+def test_an_offset_equal_to_a_checked_one_but_not_an_int_is_still_refused(board, dev):
+    """The checked-access cache is keyed by value: 0x284.0 equals (and hashes as) 0x284, so
+    a float or array offset, or an unhashable unit, must not take the cached path (a
+    TypeError from the shift or the hash); each is InvalidArgument as on the first access."""
+    dev.write32("ipu", 0x284, 5)
+    assert dev.read32("ipu", 0x284) == 5
+    assert dev.read_words("conv", 0x300, 2) == [0, 0]
+    bad_offsets = (float(0x284), np.float64(0x284), np.array(0x284))
+    for offset in bad_offsets:
+        with pytest.raises(InvalidArgument, match="aligned"):
+            dev.read32("ipu", offset)
+        with pytest.raises(InvalidArgument, match="aligned"):
+            dev.write32("ipu", offset, 1)
+    with pytest.raises(InvalidArgument, match="aligned"):
+        dev.read_words("conv", float(0x300), 2)
+    for unit in (["ipu"], {"ipu": 1}):
+        with pytest.raises(InvalidArgument, match="unit"):
+            dev.read32(unit, 0x284)
+        with pytest.raises(InvalidArgument, match="unit"):
+            dev.write32(unit, 0x284, 1)
+        with pytest.raises(InvalidArgument, match="unit"):
+            dev.wait_irq(unit, 0.01)
+    assert int(board.regs["ipu"][0x284 // 4]) == 5       # nothing written by the refusals
+
+
 def test_conv_only_board_has_no_ipu(tmp_path):
     b = make_fake_board(tmp_path, units=("conv",), core="stub")
     try:

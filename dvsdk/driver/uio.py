@@ -307,19 +307,27 @@ class UioDevice(Device):
     # two thirds of a segment's Python, benchmarks/bench_bytecodes.py).
     # (The cache holds plain ints only: a float or an np.integer equal to a checked offset
     # would match its key; those always take the checked path.)
+    # (An unhashable unit, a list say, makes the lookup raise TypeError: the checked path
+    # then refuses it with InvalidArgument as on a first access.)
     def read32(self, unit: str, offset: int) -> int:
-        if offset.__class__ is int and (unit, offset) in self._checked:
-            return int(self._windows[unit].words[offset >> 2])
+        try:
+            if offset.__class__ is int and (unit, offset) in self._checked:
+                return int(self._windows[unit].words[offset >> 2])
+        except TypeError:
+            pass
         value = self._window(unit, offset).read32(offset)
         if offset.__class__ is int:
             self._checked.add((unit, offset))
         return value
 
     def write32(self, unit: str, offset: int, value: int) -> None:
-        if offset.__class__ is int and (unit, offset) in self._checked \
-                and value.__class__ is int and 0 <= value <= 0xFFFFFFFF:
-            self._windows[unit].words[offset >> 2] = value
-            return
+        try:
+            if offset.__class__ is int and (unit, offset) in self._checked \
+                    and value.__class__ is int and 0 <= value <= 0xFFFFFFFF:
+                self._windows[unit].words[offset >> 2] = value
+                return
+        except TypeError:
+            pass
         self._window(unit, offset).write32(offset, value)
         if offset.__class__ is int:
             self._checked.add((unit, offset))
@@ -328,8 +336,11 @@ class UioDevice(Device):
         """``count`` registers from ``offset``, each an aligned 32-bit load (``tolist`` of
         a ``uint32`` view loads element by element, as :mod:`.mmio` says of scalars)."""
         plain = offset.__class__ is int and count.__class__ is int
-        if plain and (unit, offset, count) in self._checked:
-            return self._windows[unit].words[offset >> 2:(offset >> 2) + count].tolist()
+        try:
+            if plain and (unit, offset, count) in self._checked:
+                return self._windows[unit].words[offset >> 2:(offset >> 2) + count].tolist()
+        except TypeError:
+            pass
         words = super().read_words(unit, offset, count)
         if plain:
             self._checked.add((unit, offset, count))
@@ -357,7 +368,11 @@ class UioDevice(Device):
         counts against ``timeout``); an event seen by one waiter for another unit of the
         line stays pending for that unit.
         """
-        if (unit, 0) not in self._checked:  # (an open device with that unit)
+        try:
+            checked = (unit, 0) in self._checked  # (an open device with that unit)
+        except TypeError:  # an unhashable unit: refused by the check
+            checked = False
+        if not checked:
             self._window(unit, 0)
             self._checked.add((unit, 0))
         timeout = check_timeout(self.timeout if timeout is None else timeout)
