@@ -303,6 +303,22 @@ def test_an_offset_equal_to_a_checked_one_but_not_an_int_is_still_refused(board,
     assert int(board.regs["ipu"][0x284 // 4]) == 5       # nothing written by the refusals
 
 
+def test_a_bool_register_value_is_refused_as_by_every_backend(board, dev):
+    """Device.check_value's rule (an int, not a bool): sim:// refused True, uio:// wrote 1."""
+    for _ in range(2):  # the first access (checked), then the cached register
+        for value in (True, False):
+            with pytest.raises(InvalidArgument, match="32-bit"):
+                dev.write32("ipu", 0x284, value)
+        dev.write32("ipu", 0x284, 3)
+    assert _pread(board.dev / "uio2", 4, 0x284) == struct.pack("<I", 3)
+    sim = open_device("sim://")
+    try:
+        with pytest.raises(InvalidArgument, match="32-bit"):
+            sim.write32("ipu", 0x284, True)
+    finally:
+        sim.close()
+
+
 def test_conv_only_board_has_no_ipu(tmp_path):
     b = make_fake_board(tmp_path, units=("conv",), core="stub")
     try:

@@ -99,7 +99,8 @@ class MmioWindow:
 
     def write32(self, offset: int, value: int) -> None:
         i = self._index(offset)
-        if not isinstance(value, (int, np.integer)) or not 0 <= value <= 0xFFFFFFFF:
+        if not isinstance(value, (int, np.integer)) or isinstance(value, bool) \
+                or not 0 <= value <= 0xFFFFFFFF:  # (Device.check_value's rule)
             raise InvalidArgument("register value must be a 32-bit unsigned integer",
                                   field="value", value=value, limit="0..0xFFFFFFFF")
         self.words[i] = int(value)
