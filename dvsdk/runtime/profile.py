@@ -53,10 +53,10 @@ def _board_work(net: Any, index: int, op_type: str, attrs: dict, args: list,
                 results: list) -> dict[str, Any]:
     """What CPU step ``index`` does as a normal run runs it (the compiled FP16 path where
     that run takes it), for :mod:`.board_model`."""
-    if net.cpu_steps == "device" and native.NATIVE is not None:
+    if net.cpu_steps == "device":
         plan = cpusteps.fused_plan(net, index)
-        if plan:
-            return cpusteps.plan_work(plan)
+        if plan and (native.NATIVE is not None or plan.table is not None):  # (step()'s
+            return cpusteps.plan_work(plan)  # test: a table's gather needs no extension)
     work = board_model.step_work(op_type, attrs, args, results)
     if net.cpu_steps == "device" and net._segments[index].start == index:
         work["enters"] = True  # (as cpusteps records it: the segment's set-up)
