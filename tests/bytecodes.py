@@ -77,9 +77,9 @@ def _wrap(counter: Counter, owner, attr: str, name, patches: list) -> None:
     setattr(owner, attr, wrapper)
 
 
-def _patch(counter: Counter) -> list:
-    """Label the runtime's events (undone by the caller, in reverse)."""
-    patches: list = []
+def _patch(counter: Counter, patches: list) -> None:
+    """Label the runtime's events, each patch into ``patches`` as it is made (undone by the
+    caller, in reverse, even when a patch fails half-way)."""
     _wrap(counter, Net, "_step", lambda net, h, block: "segment"
           if net.steps[h.pc][0] == "hw" else None, patches)
     _wrap(counter, cpusteps, "step", lambda net, h: "step", patches)
@@ -100,7 +100,6 @@ def _patch(counter: Counter) -> list:
 
     patches.append((irqline.IrqLine, "wait", wait))
     irqline.IrqLine.wait = wait_once
-    return patches
 
 
 def count(nf, x, url) -> Counter:
@@ -109,22 +108,24 @@ def count(nf, x, url) -> Counter:
     with Net(nf, url) as net:
         for _ in range(2):
             net.run(x)
-        patches = _patch(counter)
+        patches: list = []
+        previous = sys.gettrace()  # (a coverage tool's or a debugger's: put back after)
         try:
+            _patch(counter, patches)
             sys.settrace(counter.trace)
             counter.on = True
             net.run(x)
         finally:
             counter.on = False
-            sys.settrace(None)
-            # events as the run records them: a kick may take two _step calls (one kicks,
-            # one waits), and one cpusteps.step call runs a CPU segment's ops
-            st = net.last_run
-            counter.events["segment"] = len(st.segments)
-            counter.events["step (numpy)"] = (sum(1 for e in st.events if e[0] == "cpu")
-                                              - counter.events["step (fused)"])
+            sys.settrace(previous)
             for owner, attr, original in reversed(patches):
                 setattr(owner, attr, original)
+        # events as the run records them: a kick may take two _step calls (one kicks,
+        # one waits), and one cpusteps.step call runs a CPU segment's ops
+        st = net.last_run
+        counter.events["segment"] = len(st.segments)
+        counter.events["step (numpy)"] = (sum(1 for e in st.events if e[0] == "cpu")
+                                          - counter.events["step (fused)"])
     return counter
 
 
