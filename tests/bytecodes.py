@@ -112,6 +112,9 @@ def count(nf, x, url) -> Counter:
         previous = sys.gettrace()  # (a coverage tool's or a debugger's: put back after)
         try:
             _patch(counter, patches)
+            # CPython 3.12 enables opcode events at settrace only if some frame has asked
+            # for them before (else a process's first count is 0): this frame asks
+            sys._getframe().f_trace_opcodes = True
             sys.settrace(counter.trace)
             counter.on = True
             net.run(x)

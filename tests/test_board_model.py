@@ -11,6 +11,7 @@ the sum of its parts and the same for every run of the same input.
 from __future__ import annotations
 
 import dataclasses
+import sys
 
 import numpy as np
 import pytest
@@ -217,6 +218,9 @@ def test_on_a_board_the_device_time_is_the_measured_one(tmp_path):
     assert b.cpu_steps_us == pytest.approx(2000 * 100 / MHZ + 55 * 10 / MHZ)  # as on sim://
 
 
+@pytest.mark.skipif(sys.version_info[:2] != (3, 11),
+                    reason="the constants count CPython 3.11's bytecodes (a PetaLinux 2023+ "
+                    "board's); 3.12 counts others (digits' numpy step 1607, not 1766)")
 def test_the_python_constants_match_the_code(tmp_path):
     """The bytecodes the model charges are the runtime's: counted again here (tests/bytecodes.py,
     as benchmarks/bench_bytecodes.py counts them: one steady run on ``uio://`` against a fake
