@@ -1,7 +1,7 @@
 """The simulator's bits on the board's architecture (aarch64), against this host's.
 
 ``.ci/arm-bits`` runs this file twice.  On the host (``make DIR``): compile the realistic
-networks of ``tests/realistic_nets.py``, the stop hook's probe net and the bundled digits
+networks of ``tests/realistic_nets.py`` and the bundled digits
 model to net.bin files in DIR, with their inputs, and print each output's SHA-256 as this
 host computes it with its compiled loops and with numpy alone.  Under ``qemu-aarch64``,
 with an aarch64 CPython, numpy's aarch64 wheel and dvsdk's extension cross-compiled for
