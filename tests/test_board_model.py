@@ -286,3 +286,29 @@ def test_profile_charges_a_table_step_as_the_run_takes_it(monkeypatch, compiled)
     want = bm.event_us("cpu", bm.fused_work("Fp16Table", n, None))
     assert [r["board_us"] for r in rows] == [pytest.approx(want)]
     assert net.last_run.board.cpu_steps_us == pytest.approx(want)
+
+
+def test_profile_charges_a_step_on_a_fed_input_as_the_run_takes_it():
+    """A HardSwish on the fed input (which the device also reads): the run's host holds the
+    input unrounded, so cpusteps.step runs it on the numpy path (with the segment's set-up),
+    not by its plan; the profile charged the plan (82.5 us for the run's 182.8)."""
+    from dvsdk.runtime.profile import profile_net
+
+    from .onnx_models import NetBuilder
+
+    b = NetBuilder(9)
+    a = b.node("HardSwish", ["x"])
+    y = b.node("Add", [b.conv(a, 8, 8, k=1), b.conv("x", 8, 8, k=1)])
+    nf = compile_model(b.model([("x", [1, 8, 12, 12])], [y], "fed"), golden=False)
+    x = np.random.default_rng(0).standard_normal((1, 8, 12, 12)).astype(np.float32)
+    with Net(nf, "sim://") as net:
+        assert [p[0] for k, p in net.steps if k != "hw"][:1] == ["HardSwish"]
+        net.run(x)
+        cpu = [e for e in net.last_run.events if e[0] == "cpu"]
+        rows = [r for r in profile_net(net, x) if r["where"] == "cpu"]
+    # the numpy path's charge: its 1152 elements, read and written, plus the set-up
+    hswish = np.zeros((1, 8, 12, 12), np.float32)
+    want = bm.event_us("cpu", {**bm.step_work("HardSwish", {}, [hswish], [hswish]),
+                               "enters": True})
+    assert bm.event_us("cpu", cpu[0][4]) == pytest.approx(want)
+    assert rows[0]["board_us"] == pytest.approx(want)

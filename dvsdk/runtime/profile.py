@@ -50,13 +50,15 @@ def default_input(net: Any) -> dict[str, np.ndarray]:
 
 
 def _board_work(net: Any, index: int, op_type: str, attrs: dict, args: list,
-                results: list) -> dict[str, Any]:
+                results: list, host: Any = ()) -> dict[str, Any]:
     """What CPU step ``index`` does as a normal run runs it (the compiled FP16 path where
-    that run takes it), for :mod:`.board_model`."""
+    that run takes it: cpusteps.step's test, ``host`` the tensors the run's host holds
+    before the step), for :mod:`.board_model`."""
     if net.cpu_steps == "device":
         plan = cpusteps.fused_plan(net, index)
-        if plan and (native.NATIVE is not None or plan.table is not None):  # (step()'s
-            return cpusteps.plan_work(plan)  # test: a table's gather needs no extension)
+        if plan and (native.NATIVE is not None or plan.table is not None) \
+                and plan.x not in host and plan.y not in host:
+            return cpusteps.plan_work(plan)
     work = board_model.step_work(op_type, attrs, args, results)
     if net.cpu_steps == "device" and net._segments[index].start == index:
         work["enters"] = True  # (as cpusteps records it: the segment's set-up)
@@ -88,17 +90,18 @@ def profile_net(net: Any, x: Any | None = None) -> list[dict[str, Any]]:
     for index, (step_meta, (kind, payload)) in enumerate(zip(program, net.steps)):
         if kind != "hw":
             op_type, attrs, inputs, outputs, name = payload
+            held = set(h.host)  # (before _value reads the operands into it)
             args = [net._value(h, i) if i else None for i in inputs]
             t0 = time.perf_counter()
             with np.errstate(all="ignore"):  # FP16 infs from the device are values here
                 results = cpu_ops.run_op(op_type, args, attrs)
             us = (time.perf_counter() - t0) * 1e6
+            work = _board_work(net, index, op_type, attrs, args, results, held)
             for out, val in zip(outputs, results):
                 if out:
                     h.host[out] = np.asarray(val)
                     if net._dev(out) is not None:
                         net._upload(ctx, out, h.host[out], h.stats)
-            work = _board_work(net, index, op_type, attrs, args, results)
             rows.append({"index": len(rows), "where": "cpu", "sources": [name],
                          "kind": op_type, "us": us, "cycles": None,
                          "board_us": board_model.event_us("cpu", work), "board_work": work})
