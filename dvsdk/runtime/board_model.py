@@ -50,9 +50,10 @@ Estimates (derived, each a constant of :class:`BoardParams` a calibration replac
   counted in bytecodes by ``benchmarks/bench_bytecodes.py`` (``sys.settrace`` opcode
   events, one steady run on ``uio://`` against a fake board of real files, DMP's R5 kick,
   u-dma-buf's ioctl sync; CPython 3.11; digits, PP-OCR cls and rec, MobileNetV3- and
-  YOLOv8n-like nets): 1470-1530 per hardware segment (the kick, the interrupt wait and its
-  acknowledge, the byte counters) and 360-400 for the runtime's loop around it; 925-990
-  per CPU step on the compiled FP16 path; on the numpy path 840 per op inside a segment
+  YOLOv8n-like nets): 1556-1613 per hardware segment (digits, cls, MobileNetV3; the kick, the
+  interrupt wait and its acknowledge, the byte counters) and 360-400 for the runtime's
+  loop around it; 925-990 per CPU step on the compiled FP16 path; on the numpy path 840
+  per op inside a segment
   (rec's LayerNorm chains) to 1790 (YOLOv8n's head), and a segment's first op about 900
   more (its set-up: digits' one-op segment 1754); 212-229 per pack or unpack; 242 per
   cache sync; and about 1400 per run (the feeds, the handle, the statistics).
