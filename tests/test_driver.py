@@ -104,6 +104,12 @@ def test_registers_read_back_the_hardware_facts(device):
         with pytest.raises(InvalidArgument, match="count"):
             device.read_words("conv", 0x11C, count)
     assert device.read_words("conv", 0x11C, np.int64(2)) == device.read_words("conv", 0x11C, 2)
+    # a unit that cannot be hashed (the caches' keys) is refused as an unknown unit too
+    for unit in (["conv"], {"conv": 0}):
+        for call, args in ((device.read32, (unit, 0x11C)), (device.write32, (unit, 0x11C, 0)),
+                           (device.read_words, (unit, 0x11C, 2)), (device.wait_irq, (unit, 0.01))):
+            with pytest.raises(InvalidArgument, match="unit"):
+                call(*args)
 
 
 def test_conv_runs_exactly_and_reruns_identically(device):

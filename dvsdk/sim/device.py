@@ -368,8 +368,11 @@ class SimDevice(Device):
     def _unit(self, unit: str, offset: int) -> None:
         if self.closed:
             raise DeviceError("device is closed", field="device", value=self.url)
-        if offset.__class__ is int and (unit, offset) in self._checked:  # (checked once:
-            return  # the rule never changes; a float equal to a checked offset is not one)
+        try:
+            if offset.__class__ is int and (unit, offset) in self._checked:  # (checked once:
+                return  # the rule never changes; a float equal to a checked offset is not one)
+        except TypeError:  # an unhashable unit (a list): check_reg refuses it
+            pass
         self.check_reg(unit, offset)
         if unit not in self.params.units and unit not in self.windows[len(UNITS):]:
             raise InvalidArgument("this simulated device has no such unit", field="unit",
@@ -379,16 +382,24 @@ class SimDevice(Device):
     def read32(self, unit: str, offset: int) -> int:
         # one word of the register file: atomic without the lock (a read while another
         # thread's kick runs sees the register as it is, as on hardware)
-        if offset.__class__ is not int or (unit, offset) not in self._checked:
+        try:
+            hit = offset.__class__ is int and (unit, offset) in self._checked
+        except TypeError:  # (an unhashable unit: _unit refuses it)
+            hit = False
+        if not hit:
             self._unit(unit, offset)  # (its fast path inline; the set is empty once closed)
         return int(self.core.regs[unit][offset >> 2])  # (core.read_reg inline)
 
     def read_words(self, unit: str, offset: int, count: int) -> list[int]:
         block = (unit, offset, count)
-        if offset.__class__ is int and count.__class__ is int and block in self._checked:
-            # (found valid before; the set is empty once closed)
-            return self.core.regs[unit][offset >> 2 : (offset >> 2) + count].tolist()
-        regs = self.core.regs.get(unit)
+        try:
+            if offset.__class__ is int and count.__class__ is int and block in self._checked:
+                # (found valid before; the set is empty once closed)
+                return self.core.regs[unit][offset >> 2 : (offset >> 2) + count].tolist()
+            regs = self.core.regs.get(unit)
+        except TypeError:  # an unhashable unit: refused as an unknown one
+            self._unit(unit, offset)
+            raise
         if regs is None or count.__class__ is not int or count < 1:
             return super().read_words(unit, offset, count)  # (checks each word, and count)
         self._unit(unit, offset)
@@ -401,7 +412,11 @@ class SimDevice(Device):
             value = self.check_value(value)  # refused, not truncated (32-bit registers)
         key = (unit, offset)
         with self.lock:
-            if offset.__class__ is not int or key not in self._checked:
+            try:
+                hit = offset.__class__ is int and key in self._checked
+            except TypeError:  # (an unhashable unit: _unit refuses it)
+                hit = False
+            if not hit:
                 self._unit(unit, offset)  # (its fast path inline; empty once closed)
             if key in self._ack and _acks(unit, value):
                 self._irq[unit].clear()
@@ -443,7 +458,11 @@ class SimDevice(Device):
             self.allocator.free(buf.dram_off)
 
     def wait_irq(self, unit: str, timeout: float) -> None:
-        if (unit, 0) not in self._checked:  # (_unit's fast path; empty once closed)
+        try:
+            hit = (unit, 0) in self._checked  # (_unit's fast path; empty once closed)
+        except TypeError:  # (an unhashable unit: _unit refuses it)
+            hit = False
+        if not hit:
             self._unit(unit, 0)
         if type(timeout) is not float or not 0.0 <= timeout <= MAX_TIMEOUT:
             timeout = check_timeout(timeout)
