@@ -224,8 +224,8 @@ def test_on_a_board_the_device_time_is_the_measured_one(tmp_path):
 def test_the_python_constants_match_the_code(tmp_path):
     """The bytecodes the model charges are the runtime's: counted again here (tests/bytecodes.py,
     as benchmarks/bench_bytecodes.py counts them: one steady run on ``uio://`` against a fake
-    board of real files, DMP's R5 kick, u-dma-buf's ioctl sync), each constant within a
-    third of the count (plus the step loop's share the constants include).  A change that
+    board of real files, DMP's R5 kick, u-dma-buf's ioctl sync): each count (with the
+    runtime loop's share the constants include) between 3/4 and 3/2 of its constant.  A change that
     makes the driver or the runtime much heavier or lighter fails here: re-count and update
     the constants (and their docstring) with it."""
     from .bytecodes import count, ioctl_sync

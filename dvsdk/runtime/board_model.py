@@ -57,8 +57,8 @@ Estimates (derived, each a constant of :class:`BoardParams` a calibration replac
   (rec's LayerNorm chains) to 1790 (YOLOv8n's head), and a segment's first op about 900
   more (its set-up: digits' one-op segment 1754); 212-229 per pack or unpack; 242 per
   cache sync; and about 1400 per run (the feeds, the handle, the statistics).
-  ``tests/test_board_model.py`` counts them again and fails if the code has drifted from
-  the constants by more than a third.
+  ``tests/test_board_model.py`` counts them again (CPython 3.11) and fails if a count has
+  left 3/4..3/2 of its constant.
   On a 2.6 GHz x86 server core this runtime retires one such
   bytecode in about 17 ns (44 cycles, numpy call overhead included); an in-order,
   dual-issue A53 runs interpreter code at roughly 2-2.5x fewer instructions per cycle,
