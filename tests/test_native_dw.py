@@ -25,6 +25,7 @@ import numpy as np
 import pytest
 
 from .test_native import NATIVE, needs_native
+from .test_native_gemm import _ref_epilogue
 
 pytestmark = [needs_native, pytest.mark.filterwarnings("ignore::RuntimeWarning")]
 ROOT = Path(__file__).resolve().parent.parent
@@ -44,16 +45,7 @@ def _ref(x, taps, bias, s, d, pads, out_hw, act=-1, slope=0.0, prelu=None):
         for j in range(kx):
             win = xp[i * dy:i * dy + (oh - 1) * sy + 1:sy, j * dx:j * dx + (ow - 1) * sx + 1:sx]
             acc = np.add(acc, np.multiply(win, taps[i, j], dtype=np.float32), dtype=np.float32)
-    t = np.add(acc, bias, dtype=np.float32)
-    if act < 0:
-        return t
-    if act == 2:
-        t = np.where(t > 0, t, t * np.float32(slope)).astype(np.float32)
-    elif act == 4:
-        t = np.where(t > 0, t, t * prelu).astype(np.float32)
-    elif act == 6:
-        t = np.where(np.isnan(t), t, np.where(t <= 0, np.float32(0), np.minimum(t, 6)))
-    return t.astype(np.float16).astype(np.float32)
+    return _ref_epilogue(acc, bias, None, act, slope, prelu)  # (per channel: the last axis)
 
 
 def _same(got, want) -> bool:

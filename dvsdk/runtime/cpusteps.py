@@ -165,12 +165,9 @@ def step(net: Any, h: Any) -> None:
     too (they run back to back: the loop is here, not once per step through the
     caller's).  ``h.pc`` is left at the last step run (the caller advances it)."""
     seg = net._segments[h.pc]
-    plan = net._fused.get(h.pc)
-    if plan is None:
-        plan = fused_plan(net, h.pc)
-    if plan and (native.NATIVE is not None or plan.table is not None) \
-            and plan.x not in h.host and plan.y not in h.host:
-        run_fused(net, h, plan)  # (an operand the host holds unrounded: general path)
+    plan = runnable_plan(net, h.pc, h.host)
+    if plan is not None:
+        run_fused(net, h, plan)
         return
     if h.segment is None or h.segment.segment is not seg:
         h.segment = _enter(net, h, seg)
@@ -182,6 +179,19 @@ def step(net: Any, h: Any) -> None:
         h.pc += 1
     if h.pc + 1 == seg.end:
         _leave(net, h)
+
+
+def runnable_plan(net: Any, pc: int, host: Any) -> FusedPlan | None:
+    """The compiled FP16 plan :func:`step` runs for CPU step ``pc`` while the run's host
+    holds the tensors ``host``, or None (no plan; no compiled loops for it; or an operand
+    the host holds unrounded, which takes the general path)."""
+    plan = net._fused.get(pc)
+    if plan is None:
+        plan = fused_plan(net, pc)
+    if plan and (native.NATIVE is not None or plan.table is not None) \
+            and plan.x not in host and plan.y not in host:
+        return plan
+    return None
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,6 @@ from typing import Any
 
 import numpy as np
 
-from .. import native
 from ..cpu import ops as cpu_ops
 from ..driver.cmdlist import CommandList
 from ..driver.commands import ConvCommand
@@ -55,9 +54,8 @@ def _board_work(net: Any, index: int, op_type: str, attrs: dict, args: list,
     that run takes it: cpusteps.step's test, ``host`` the tensors the run's host holds
     before the step), for :mod:`.board_model`."""
     if net.cpu_steps == "device":
-        plan = cpusteps.fused_plan(net, index)
-        if plan and (native.NATIVE is not None or plan.table is not None) \
-                and plan.x not in host and plan.y not in host:
+        plan = cpusteps.runnable_plan(net, index, host)
+        if plan is not None:
             return cpusteps.plan_work(plan)
     work = board_model.step_work(op_type, attrs, args, results)
     if net.cpu_steps == "device" and net._segments[index].start == index:
